@@ -1,0 +1,294 @@
+"""Hardware catalog: machine SKUs, models and cluster designs as typed, immutable records.
+
+The YAML files beside this module are the data; `load_catalog()` validates them once and
+everything downstream trusts the records it returns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from hardware_catalog.errors import InputError
+
+DATA_DIR = Path(__file__).resolve().parent
+
+__all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_catalog",
+           "read_yaml"]
+
+
+@dataclass(frozen=True)
+class MachineSku:
+    """One machine (e.g. a DGX with 8 GPUs). Per-GPU figures except cost and power."""
+    name: str
+    gpu: str
+    gpus: int
+    hbm_gb: float
+    hbm_bandwidth_gbs: float
+    fp16_tflops: float
+    gpu_power_w: float
+    cost_per_hour: float
+    kv_link_gbps: float
+    kv_layerwise_visible_ms: float
+    perf_profile: str
+    calibrated: bool
+    power_cap: float = 1.0
+    prompt_slowdown: float = 1.0
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def power_kw(self) -> float:
+        """Provisioned power: GPUs x TDP x cap (the paper's Table V normalisation)."""
+        return self.gpus * self.gpu_power_w * self.power_cap / 1000.0
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.gpus * self.hbm_gb * 1e9
+
+    @property
+    def kv_link_bytes_per_s(self) -> float:
+        """Machine-to-machine KV bandwidth: every GPU sends its tensor-parallel shard on its own link."""
+        return self.gpus * self.kv_link_gbps * 1e9 / 8.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu": self.gpu, "gpus": self.gpus, "hbm_gb": self.hbm_gb,
+                "hbm_bandwidth_gbs": self.hbm_bandwidth_gbs, "fp16_tflops": self.fp16_tflops,
+                "gpu_power_w": self.gpu_power_w, "power_cap": self.power_cap,
+                "power_kw": round(self.power_kw, 6), "cost_per_hour": self.cost_per_hour,
+                "kv_link_gbps": self.kv_link_gbps,
+                "kv_layerwise_visible_ms": self.kv_layerwise_visible_ms,
+                "prompt_slowdown": self.prompt_slowdown, "perf_profile": self.perf_profile,
+                "calibrated": self.calibrated}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    params_b: float
+    bytes_per_value: int
+    tensor_parallel: int
+    active_params_b: float | None = None
+    perf_profile: str | None = None
+    source: str = ""
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer; grouped-query attention stores kv_heads heads, not heads."""
+        head_dim = self.hidden // self.heads
+        return 2 * self.layers * self.kv_heads * head_dim * self.bytes_per_value
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_b * 1e9 * self.bytes_per_value
+
+    @property
+    def flops_params_b(self) -> float:
+        """Parameters touched per token (all of them, or the active experts of a MoE)."""
+        return self.active_params_b if self.active_params_b is not None else self.params_b
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
+                "heads": self.heads, "kv_heads": self.kv_heads, "params_b": self.params_b,
+                "active_params_b": self.active_params_b, "bytes_per_value": self.bytes_per_value,
+                "tensor_parallel": self.tensor_parallel,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "perf_profile": self.perf_profile}
+
+
+@dataclass(frozen=True)
+class Design:
+    """A cluster design: a baseline (one pool, token_sku None) or a Splitwise prompt/token split."""
+    name: str
+    prompt_sku: str
+    token_sku: str | None = None
+    mixed_pool: bool = True
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.token_sku is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "prompt_sku": self.prompt_sku, "token_sku": self.token_sku,
+                "mixed_pool": self.mixed_pool if not self.is_baseline else False}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    machines: Mapping[str, MachineSku]
+    models: Mapping[str, ModelSpec]
+    designs: Mapping[str, Design]
+
+    def machine(self, name: str) -> MachineSku:
+        return _lookup(self.machines, name, "machine SKU")
+
+    def model(self, name: str) -> ModelSpec:
+        return _lookup(self.models, name, "model")
+
+    def design(self, name: str) -> Design:
+        return _lookup(self.designs, name, "design")
+
+    def with_designs(self, extra: Mapping[str, Design]) -> "Catalog":
+        for design in extra.values():
+            self._check_design(design, "spec")
+        return Catalog(self.machines, self.models, {**self.designs, **extra})
+
+    def _check_design(self, design: Design, source: str) -> None:
+        for role, sku in (("prompt_sku", design.prompt_sku), ("token_sku", design.token_sku)):
+            if sku is not None and sku not in self.machines:
+                raise InputError(f"unknown machine SKU '{sku}' in design '{design.name}'; "
+                                 f"known: {', '.join(sorted(self.machines))}",
+                                 source=source, field=role)
+
+
+def _lookup(table: Mapping[str, Any], name: str, what: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise InputError(f"unknown {what} '{name}'; known: {', '.join(sorted(table))}") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file, turning every failure into a one-line InputError naming the file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise InputError(f"cannot read file: {err.strerror}", source=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise InputError(f"broken YAML{line}: {problem}", source=str(path)) from None
+    if data is None:
+        raise InputError("file is empty", source=str(path))
+    return data
+
+
+class _Fields:
+    """Reads typed fields of one YAML entry with errors that name file, entry and field."""
+
+    def __init__(self, entry: Any, source: str, name: str):
+        if not isinstance(entry, dict):
+            raise InputError(f"entry '{name}' must be a mapping of fields", source=source)
+        self.entry, self.source, self.name = entry, source, name
+
+    def _err(self, key: str, message: str) -> InputError:
+        return InputError(f"entry '{self.name}': {message}", source=self.source, field=key)
+
+    def raw(self, key: str, default: Any = ...):
+        if key not in self.entry:
+            if default is ...:
+                raise self._err(key, "missing required field")
+            return default
+        return self.entry[key]
+
+    def number(self, key: str, default: Any = ..., *, positive: bool = True,
+               integer: bool = False, at_most: float | None = None):
+        value = self.raw(key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise self._err(key, f"must be a number, got {value!r}")
+        if integer and int(value) != value:
+            raise self._err(key, f"must be a whole number, got {value!r}")
+        if positive and value <= 0:
+            raise self._err(key, f"must be > 0, got {value!r}")
+        if at_most is not None and value > at_most:
+            raise self._err(key, f"must be <= {at_most}, got {value!r}")
+        return int(value) if integer else float(value)
+
+    def text(self, key: str, default: Any = ...):
+        value = self.raw(key, default)
+        if value is None and default is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self._err(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: Any = ...):
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self._err(key, f"must be true or false, got {value!r}")
+        return value
+
+    def reject_unknown(self, known: set[str]) -> None:
+        unknown = sorted(set(self.entry) - known)
+        if unknown:
+            raise self._err(unknown[0], f"unknown field; expected one of {', '.join(sorted(known))}")
+
+
+_MACHINE_FIELDS = {"gpu", "gpus", "hbm_gb", "hbm_bandwidth_gbs", "fp16_tflops", "gpu_power_w",
+                   "cost_per_hour", "kv_link_gbps", "kv_layerwise_visible_ms", "perf_profile",
+                   "calibrated", "power_cap", "prompt_slowdown", "sources"}
+
+
+def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
+    f = _Fields(entry, source, name)
+    f.reject_unknown(_MACHINE_FIELDS)
+    sources = f.raw("sources", {})
+    if not isinstance(sources, dict):
+        raise f._err("sources", "must be a mapping of field to source")
+    return MachineSku(
+        name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True),
+        hbm_gb=f.number("hbm_gb"), hbm_bandwidth_gbs=f.number("hbm_bandwidth_gbs"),
+        fp16_tflops=f.number("fp16_tflops"), gpu_power_w=f.number("gpu_power_w"),
+        cost_per_hour=f.number("cost_per_hour"), kv_link_gbps=f.number("kv_link_gbps"),
+        kv_layerwise_visible_ms=f.number("kv_layerwise_visible_ms", positive=False),
+        perf_profile=f.text("perf_profile"), calibrated=f.flag("calibrated"),
+        power_cap=f.number("power_cap", 1.0, at_most=1.0),
+        prompt_slowdown=f.number("prompt_slowdown", 1.0),
+        sources={str(k): str(v) for k, v in sources.items()})
+
+
+_MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "params_b", "active_params_b",
+                 "bytes_per_value", "tensor_parallel", "perf_profile", "source"}
+
+
+def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
+    f = _Fields(entry, source, name)
+    f.reject_unknown(_MODEL_FIELDS)
+    model = ModelSpec(
+        name=name, layers=f.number("layers", integer=True), hidden=f.number("hidden", integer=True),
+        heads=f.number("heads", integer=True), kv_heads=f.number("kv_heads", integer=True),
+        params_b=f.number("params_b"), bytes_per_value=f.number("bytes_per_value", 2, integer=True),
+        tensor_parallel=f.number("tensor_parallel", 8, integer=True),
+        active_params_b=f.number("active_params_b", None),
+        perf_profile=f.text("perf_profile", None), source=str(f.raw("source", "")))
+    if model.hidden % model.heads:
+        raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
+    if model.heads % model.kv_heads:
+        raise f._err("kv_heads", f"{model.heads} heads are not divisible into {model.kv_heads} KV groups")
+    return model
+
+
+def parse_design(name: str, entry: Any, source: str) -> Design:
+    f = _Fields(entry, source, name)
+    f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool"})
+    return Design(name=name, prompt_sku=f.text("prompt_sku"), token_sku=f.text("token_sku", None),
+                  mixed_pool=f.flag("mixed_pool", True))
+
+
+def _parse_table(path: Path, parse) -> dict[str, Any]:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping of names to entries", source=str(path))
+    return {str(name): parse(str(name), entry, str(path)) for name, entry in data.items()}
+
+
+@lru_cache(maxsize=None)
+def load_catalog(directory: str | None = None) -> Catalog:
+    """Load and validate machines.yaml, models.yaml and designs.yaml (the packaged ones by default)."""
+    base = Path(directory) if directory else DATA_DIR
+    machines = _parse_table(base / "machines.yaml", parse_machine)
+    models = _parse_table(base / "models.yaml", parse_model)
+    designs = _parse_table(base / "designs.yaml", parse_design)
+    catalog = Catalog(machines, models, {})
+    return catalog.with_designs(designs)

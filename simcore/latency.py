@@ -1,0 +1,71 @@
+"""Latency curves: what the simulators consume from a performance model, for one (model, machine).
+
+Every curve is piecewise linear between knots, so the fast core and the reference simulator
+evaluate exactly the same function. The extrapolation rule, stated once for every curve:
+below the first knot the first value holds (no extrapolation towards zero); beyond the last knot
+the last segment continues linearly (work keeps growing at the last measured rate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class LatencyCurves:
+    """Iteration latencies of one model on one machine, in seconds."""
+    prompt_tokens: np.ndarray        # knots: total prompt tokens in the iteration (increasing)
+    prompt_seconds: np.ndarray       # prompt-only iteration latency at those knots
+    decode_batch: np.ndarray         # knots: requests in a decode iteration (increasing)
+    decode_seconds: np.ndarray       # decode iteration latency at zero context
+    context_seconds_per_token: float # added per context token held by the decode batch
+
+    def __post_init__(self):
+        for x, y, what in ((self.prompt_tokens, self.prompt_seconds, "prompt"),
+                           (self.decode_batch, self.decode_seconds, "decode")):
+            if len(x) < 2 or len(x) != len(y):
+                raise ValueError(f"{what} curve needs >= 2 knots with one latency each")
+            if np.any(np.diff(x) <= 0) or np.any(~np.isfinite(y)) or np.any(y <= 0):
+                raise ValueError(f"{what} curve knots must increase and latencies be positive")
+        if self.context_seconds_per_token < 0:
+            raise ValueError("context_seconds_per_token must be >= 0")
+
+    def prompt_time(self, tokens):
+        return piecewise_linear(np.asarray(tokens, dtype=np.float64), self.prompt_tokens,
+                                self.prompt_seconds)
+
+    def token_time(self, batch, context_tokens):
+        """One decode iteration of `batch` requests holding `context_tokens` tokens in all."""
+        return (piecewise_linear(np.asarray(batch, dtype=np.float64), self.decode_batch,
+                                 self.decode_seconds)
+                + self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64))
+
+    def mixed_time(self, prompt_tokens, batch, context_tokens):
+        """A mixed iteration: prompts and decodes in one forward pass.
+
+        Each decode adds one token to the pass, so the pass costs at least a prompt pass over
+        prompt_tokens + batch tokens and at least a plain decode of the batch; attention over the
+        decodes' context comes on top. Reduces to prompt_time / token_time when one side is empty.
+        """
+        pt = np.asarray(prompt_tokens, dtype=np.float64)
+        b = np.asarray(batch, dtype=np.float64)
+        ctx = self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64)
+        prompt = piecewise_linear(pt + b, self.prompt_tokens, self.prompt_seconds)
+        decode = piecewise_linear(b, self.decode_batch, self.decode_seconds)
+        both = np.maximum(prompt, decode) + ctx
+        return np.where(b <= 0, piecewise_linear(pt, self.prompt_tokens, self.prompt_seconds),
+                        np.where(pt <= 0, decode + ctx, both))
+
+    def scaled(self, prompt_factor: float = 1.0, decode_factor: float = 1.0) -> "LatencyCurves":
+        """The same curves slowed down (e.g. a power cap slows prompt iterations only)."""
+        return LatencyCurves(self.prompt_tokens, self.prompt_seconds * prompt_factor,
+                             self.decode_batch, self.decode_seconds * decode_factor,
+                             self.context_seconds_per_token * decode_factor)
+
+
+def piecewise_linear(x: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
+    """Linear interpolation; first value below the first knot; last segment continued beyond."""
+    y = np.interp(x, knots_x, knots_y)
+    slope = (knots_y[-1] - knots_y[-2]) / (knots_x[-1] - knots_x[-2])
+    return np.where(x > knots_x[-1], knots_y[-1] + slope * (x - knots_x[-1]), y)

@@ -1,0 +1,92 @@
+"""SLO profiles: limits on P50/P90/P99 of TTFT, TBT and E2E, as slowdowns or absolute times.
+
+A slowdown profile (the Splitwise Table VI kind) compares each request with the same request
+alone on a DGX-A100; an absolute profile gives milliseconds. Any subset of the nine
+(metric, percentile) pairs may be limited.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+from hardware_catalog import InputError, read_yaml
+
+DATA_DIR = Path(__file__).resolve().parent
+METRICS = ("ttft", "tbt", "e2e")
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+KINDS = ("slowdown", "absolute_ms")
+
+__all__ = ["SloProfile", "load_slo_profile", "builtin_slo_profiles", "METRICS", "PERCENTILES"]
+
+
+@dataclass(frozen=True)
+class SloProfile:
+    name: str
+    kind: str                                   # "slowdown" or "absolute_ms"
+    limits: Mapping[tuple[str, str], float]     # (metric, "p50"/"p90"/"p99") -> limit
+    description: str = ""
+
+    def as_dict(self) -> dict:
+        nested: dict[str, dict[str, float]] = {}
+        for (metric, pct), limit in self.limits.items():
+            nested.setdefault(metric, {})[pct] = limit
+        return {"name": self.name, "kind": self.kind, "description": self.description,
+                "limits": nested}
+
+
+def parse_slo_profile(name: str, data, source: str) -> SloProfile:
+    if not isinstance(data, dict):
+        raise InputError("an SLO profile must be a mapping with 'kind' and 'limits'", source=source)
+    unknown = sorted(set(data) - {"kind", "limits", "description"})
+    if unknown:
+        raise InputError("unknown key; expected kind, limits, description", source=source,
+                         field=unknown[0])
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise InputError(f"must be one of {', '.join(KINDS)}, got {kind!r}", source=source,
+                         field="kind")
+    raw = data.get("limits")
+    if not isinstance(raw, dict) or not raw:
+        raise InputError("must map metrics (ttft, tbt, e2e) to percentile limits", source=source,
+                         field="limits")
+    limits: dict[tuple[str, str], float] = {}
+    for metric in raw:
+        if metric not in METRICS:
+            raise InputError(f"unknown metric '{metric}'; use {', '.join(METRICS)}", source=source,
+                             field="limits")
+        per_pct = raw[metric]
+        if not isinstance(per_pct, dict) or not per_pct:
+            raise InputError(f"'{metric}' must map p50/p90/p99 to limits", source=source,
+                             field=f"limits.{metric}")
+        for pct, limit in per_pct.items():
+            key = f"limits.{metric}.{pct}"
+            if pct not in PERCENTILES:
+                raise InputError(f"unknown percentile '{pct}'; use p50, p90, p99", source=source,
+                                 field=key)
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+                raise InputError(f"limit must be a number > 0, got {limit!r}", source=source,
+                                 field=key)
+            limits[(metric, pct)] = float(limit)
+    ordered = {k: limits[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in limits}
+    return SloProfile(name=name, kind=kind, limits=ordered,
+                      description=str(data.get("description", "")))
+
+
+@lru_cache(maxsize=None)
+def builtin_slo_profiles() -> dict[str, SloProfile]:
+    return {path.stem: parse_slo_profile(path.stem, read_yaml(path), str(path))
+            for path in sorted(DATA_DIR.glob("*.yaml"))}
+
+
+def load_slo_profile(name_or_path: str) -> SloProfile:
+    """A built-in profile by name, or a YAML file with the same fields."""
+    builtins = builtin_slo_profiles()
+    if name_or_path in builtins:
+        return builtins[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix.lower() in (".yaml", ".yml") or path.exists():
+        return parse_slo_profile(path.stem, read_yaml(path), str(path))
+    raise InputError(f"unknown SLO profile '{name_or_path}'; built-in: {', '.join(builtins)} "
+                     "(or give a YAML file)")
