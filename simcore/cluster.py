@@ -1,0 +1,135 @@
+"""Cluster description and the per-machine arrays both simulators run on.
+
+Machines are numbered: a Splitwise cluster has its prompt machines first (0..P-1), then its
+token machines (P..P+T-1); a baseline cluster has N machines that serve both phases.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_catalog import Catalog, Design, InputError, ModelSpec
+from simcore.latency import LatencyCurves
+
+ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A design with its machine counts (a baseline uses prompt_machines as its pool size)."""
+    design: Design
+    prompt_machines: int
+    token_machines: int = 0
+
+    def __post_init__(self):
+        if self.prompt_machines < 1:
+            raise InputError(f"{'machines' if self.design.is_baseline else 'prompt machines'} "
+                             f"must be >= 1, got {self.prompt_machines}")
+        if self.design.is_baseline and self.token_machines != 0:
+            raise InputError(f"design '{self.design.name}' is a baseline: give its pool size "
+                             "only (--machines N), not token machines")
+        if not self.design.is_baseline and self.token_machines < 1:
+            raise InputError(f"token machines must be >= 1, got {self.token_machines}")
+
+    @property
+    def skus(self) -> list[str]:
+        """The catalog SKU of every machine, by machine index."""
+        if self.design.is_baseline:
+            return [self.design.prompt_sku] * self.prompt_machines
+        return ([self.design.prompt_sku] * self.prompt_machines
+                + [self.design.token_sku] * self.token_machines)
+
+    def cost_per_hour(self, catalog: Catalog) -> float:
+        return sum(catalog.machine(s).cost_per_hour for s in self.skus)
+
+    def power_kw(self, catalog: Catalog) -> float:
+        return sum(catalog.machine(s).power_kw for s in self.skus)
+
+    def gpus(self, catalog: Catalog) -> int:
+        return sum(catalog.machine(s).gpus for s in self.skus)
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Knobs of the simulation semantics (SPEC section 4); defaults follow the paper."""
+    prompt_token_limit: int = 2048           # tokens per prompt batch (a longer prompt runs alone)
+    mixed_pool: bool | None = None           # None: the design's own setting (on for Splitwise)
+    mixed_pool_queue_threshold: int = 8192   # a prompt queue is "long" beyond this many tokens
+    layerwise_min_prompt_tokens: int = 512   # serialized KV transfer below, layer-wise from here
+    memory_reserve_fraction: float = 0.10    # HBM kept free for activations and fragmentation
+    reference_sku: str = "dgx-a100"          # slowdowns are against this machine, uncontended
+
+    def __post_init__(self):
+        if self.prompt_token_limit < 1:
+            raise InputError("prompt_token_limit must be >= 1")
+        if not 0 <= self.memory_reserve_fraction < 1:
+            raise InputError("memory_reserve_fraction must be in [0, 1)")
+
+
+@dataclass(frozen=True, eq=False)
+class MachineArrays:
+    """Everything the simulators need about the machines, as arrays indexed by machine."""
+    role: np.ndarray            # ROLE_PROMPT / ROLE_TOKEN / ROLE_BOTH
+    kind: np.ndarray            # index into `curves` (one entry per distinct SKU)
+    kv_capacity: np.ndarray     # KV tokens that fit in free HBM (int64)
+    link_bytes_per_s: np.ndarray
+    layerwise_visible_s: np.ndarray
+    curves: tuple[LatencyCurves, ...]
+    kv_bytes_per_token: int
+    layers: int
+    mixed_pool: bool
+    prompt_token_limit: int
+    queue_threshold: int
+    layerwise_min_prompt_tokens: int
+
+    @property
+    def count(self) -> int:
+        return len(self.role)
+
+
+def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float) -> int:
+    """KV tokens that fit beside the weights: GPUs x HBM x (1 - reserve) - weights."""
+    free = machine.hbm_bytes * (1.0 - reserve_fraction) - model.weight_bytes
+    return max(0, int(free // model.kv_bytes_per_token))
+
+
+def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, catalog: Catalog,
+                         options: SimOptions) -> MachineArrays:
+    skus = cluster.skus
+    distinct = list(dict.fromkeys(skus))
+    records = {name: catalog.machine(name) for name in distinct}
+    baseline = cluster.design.is_baseline
+    role = np.array([ROLE_BOTH if baseline else (ROLE_PROMPT if i < cluster.prompt_machines
+                                                 else ROLE_TOKEN) for i in range(len(skus))],
+                    dtype=np.int64)
+    mixed = (not baseline) and (cluster.design.mixed_pool if options.mixed_pool is None
+                                else options.mixed_pool)
+    return MachineArrays(
+        role=role,
+        kind=np.array([distinct.index(s) for s in skus], dtype=np.int64),
+        kv_capacity=np.array([kv_capacity_tokens(records[s], model,
+                                                 options.memory_reserve_fraction) for s in skus],
+                             dtype=np.int64),
+        link_bytes_per_s=np.array([records[s].kv_link_bytes_per_s for s in skus]),
+        layerwise_visible_s=np.array([records[s].kv_layerwise_visible_ms / 1000.0 for s in skus]),
+        curves=tuple(perf.curves(model, records[s]) for s in distinct),
+        kv_bytes_per_token=model.kv_bytes_per_token, layers=model.layers, mixed_pool=mixed,
+        prompt_token_limit=options.prompt_token_limit,
+        queue_threshold=options.mixed_pool_queue_threshold,
+        layerwise_min_prompt_tokens=options.layerwise_min_prompt_tokens)
+
+
+def kv_transfer_seconds(prompt_tokens: int, src: int, dst: int, m: MachineArrays) -> float:
+    """Time the KV transfer adds before the second token (SPEC 4).
+
+    Serialized below the layer-wise threshold: the whole cache after the prompt, at the slower
+    link. Layer-wise: overlapped with the prompt, so only the last layer's share plus the link's
+    measured fixed visible time remain.
+    """
+    size = prompt_tokens * m.kv_bytes_per_token
+    bandwidth = min(m.link_bytes_per_s[src], m.link_bytes_per_s[dst])
+    if prompt_tokens < m.layerwise_min_prompt_tokens:
+        return size / bandwidth
+    visible = max(m.layerwise_visible_s[src], m.layerwise_visible_s[dst])
+    return visible + size / (m.layers * bandwidth)

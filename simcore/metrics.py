@@ -1,0 +1,100 @@
+"""Per-request latency metrics and SLO evaluation (the nine percentiles, limits and margins)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slo_profiles import PERCENTILES, SloProfile
+from simcore.latency import LatencyCurves
+
+
+def request_latencies(arrival, prompt, output, first_token, finish):
+    """TTFT, TBT and E2E in seconds; TBT is over the output-1 gaps (NaN for 1-token outputs)."""
+    ttft = first_token - arrival
+    e2e = finish - arrival
+    gaps = (output - 1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt = np.where(gaps > 0, (finish - first_token) / np.where(gaps > 0, gaps, 1.0), np.nan)
+    return ttft, tbt, e2e
+
+
+def uncontended_latencies(prompt, output, curves: LatencyCurves):
+    """The same requests alone on one machine: no queue, batch of one, no KV transfer."""
+    ttft = curves.prompt_time(prompt)
+    gaps = (output - 1).astype(np.float64)
+    # decode k (k = 1..gaps) attends over prompt + k tokens: an arithmetic series in closed form
+    decode = (gaps * curves.token_time(1, 0)
+              + curves.context_seconds_per_token * (gaps * prompt + gaps * (gaps + 1) / 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt = np.where(gaps > 0, decode / np.where(gaps > 0, gaps, 1.0), np.nan)
+    return ttft, tbt, ttft + decode
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    metric: str          # ttft, tbt, e2e
+    percentile: str      # p50, p90, p99
+    value: float | None  # None when no request has the metric (e.g. TBT with 1-token outputs)
+    limit: float
+    unit: str            # "x" (slowdown) or "ms"
+
+    @property
+    def margin(self) -> float:
+        """1 - value/limit: positive when met, the headroom left."""
+        return 1.0 if self.value is None else 1.0 - self.value / self.limit
+
+    @property
+    def passed(self) -> bool:
+        return self.value is None or self.value <= self.limit
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "limit": self.limit, "unit": self.unit,
+                "margin": self.margin, "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class SloReport:
+    profile: str
+    feasible: bool        # the simulation completed (every request finished)
+    reason: str
+    checks: tuple[SloCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return self.feasible and all(c.passed for c in self.checks)
+
+    @property
+    def worst_margin(self) -> float:
+        if not self.feasible:
+            return float("-inf")
+        return min(c.margin for c in self.checks)
+
+    @property
+    def failing(self) -> list[SloCheck]:
+        return [c for c in self.checks if not c.passed]
+
+    def as_dict(self) -> dict:
+        return {"profile": self.profile, "passed": self.passed, "feasible": self.feasible,
+                "reason": self.reason, "worst_margin": None if not self.feasible
+                else self.worst_margin,
+                "slo": {f"{c.metric}_{c.percentile}": c.as_dict() for c in self.checks}}
+
+
+def evaluate_slos(result, profile: SloProfile) -> SloReport:
+    """Compare the run's percentiles with the profile's limits (linear-interpolated percentiles)."""
+    if not result.feasible:
+        return SloReport(profile.name, False, result.reason, ())
+    slowdown = profile.kind == "slowdown"
+    checks = []
+    for (metric, pct), limit in profile.limits.items():
+        values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
+        values = values[~np.isnan(values)]
+        value = None
+        if len(values):
+            value = float(np.percentile(values, PERCENTILES[pct]))
+            value = value if slowdown else value * 1000.0
+        checks.append(SloCheck(metric, pct, value, limit, "x" if slowdown else "ms"))
+    failing = [f"{c.metric.upper()} {c.percentile.upper()} {c.value:.4g} > {c.limit:g}{c.unit}"
+               for c in checks if not c.passed]
+    return SloReport(profile.name, True, "; ".join(failing), tuple(checks))

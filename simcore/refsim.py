@@ -1,0 +1,308 @@
+"""Reference simulator: a plain-Python event loop that advances iteration by iteration.
+
+It is written to be obviously correct, not fast; the fast core (`simcore.fastsim`) must agree
+with it request by request. The semantics both implement (SPEC section 4):
+
+Time advances to the earliest pending event. All events at the same instant are handled in a
+fixed order: (1) iterations that end, by machine index; (2) KV caches that arrive at their token
+machine, by (time, request index); (3) requests that arrive, by request index; (4) every idle
+machine with work starts its next iteration, by machine index.
+
+Routing happens on arrival (both machines at once). Splitwise: the prompt machine with the fewest
+pending prompt tokens and the token machine with the fewest committed KV tokens (prompt + output
+tokens of the unfinished requests routed to it); ties go to the lowest index. Baseline: the
+machine with the least load (pending prompt tokens + committed KV tokens) does both phases.
+With the mixed pool (Splitwise only): a prompt machine is *long* when it has queued prompts and
+its pending tokens plus the new prompt exceed the threshold; a token machine is *loaded* when the
+request's KV reservation would exceed its capacity. The router tries its own pool's best machine,
+then the best machine already in the mixed pool, then moves the best machine of the other pool
+into the mixed pool (for prompt work the token machine with the fewest committed tokens, for token
+work the prompt machine with the fewest committed tokens that can hold the request); failing all
+that, both phases run on the least-loaded machine that can hold the request. The prompt side is
+decided first. A mixed-pool machine returns to its pool after an iteration that leaves it without
+work of the other kind.
+
+An iteration: first admit waiting decodes (FCFS, stop at the first whose reservation of prompt +
+output tokens does not fit), then take queued prompts from the head while their tokens stay
+within the prompt token limit (the first always fits the limit; a prompt that will decode on this
+machine must also fit its reservation, else the queue waits). Prompt-only iterations cost
+prompt_time(tokens); decode-only token_time(batch, context); both mixed_time. At its end every
+prompt yields its first token, every decode one more token; finished requests free their memory.
+A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
+earlier than the transfer's end.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays, kv_transfer_seconds
+from simcore.workload import Workload
+
+
+@dataclass(eq=False)
+class _Request:
+    index: int
+    arrival: float
+    prompt: int
+    output: int
+    prompt_machine: int = -1
+    token_machine: int = -1
+    generated: int = 0
+    first_token: float = np.nan
+    finish: float = np.nan
+    kv_transfer: float = 0.0
+
+    @property
+    def reservation(self) -> int:
+        return self.prompt + self.output
+
+    @property
+    def context(self) -> int:
+        return self.prompt + self.generated
+
+
+@dataclass(eq=False)
+class _Machine:
+    index: int
+    role: int
+    kind: int
+    capacity: int
+    prompt_queue: deque = field(default_factory=deque)
+    decode_wait: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)
+    batch_prompts: list = field(default_factory=list)
+    batch_decodes: list = field(default_factory=list)
+    busy_until: float | None = None
+    memory_used: int = 0
+    pending_prompt_tokens: int = 0
+    committed: int = 0
+    in_mixed: bool = False
+    mixed_since: float = 0.0
+    # statistics
+    busy_time: float = 0.0
+    iterations: int = 0
+    batch_size_sum: int = 0
+    max_memory_used: int = 0
+    mixed_time: float = 0.0
+
+
+def simulate_reference(workload: Workload, machines: MachineArrays):
+    """Run the reference event loop; returns per-request arrays and per-machine statistics."""
+    sim = _ReferenceSimulation(workload, machines)
+    return sim.run()
+
+
+class _ReferenceSimulation:
+    def __init__(self, workload: Workload, m: MachineArrays):
+        self.m = m
+        self.requests = [_Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(
+            zip(workload.arrival_s, workload.prompt_tokens, workload.output_tokens))]
+        self.machines = [_Machine(i, int(m.role[i]), int(m.kind[i]), int(m.kv_capacity[i]))
+                         for i in range(m.count)]
+        self.kv_arrivals: list[tuple[float, int]] = []
+        self.next_arrival = 0
+        self.finished = 0
+
+    # ------------------------------------------------------------------ event loop
+    def run(self):
+        while self.finished < len(self.requests):
+            now = self._next_event_time()
+            for machine in self.machines:
+                if machine.busy_until == now:
+                    self._end_iteration(machine, now)
+            arrived = sorted(e for e in self.kv_arrivals if e[0] == now)
+            self.kv_arrivals = [e for e in self.kv_arrivals if e[0] != now]
+            for _, r in arrived:
+                req = self.requests[r]
+                self.machines[req.token_machine].decode_wait.append(req)
+            while (self.next_arrival < len(self.requests)
+                   and self.requests[self.next_arrival].arrival == now):
+                self._route(self.requests[self.next_arrival], now)
+                self.next_arrival += 1
+            for machine in self.machines:
+                if machine.busy_until is None:
+                    self._start_iteration(machine, now)
+        return self._results()
+
+    def _next_event_time(self) -> float:
+        times = [mc.busy_until for mc in self.machines if mc.busy_until is not None]
+        times += [t for t, _ in self.kv_arrivals]
+        if self.next_arrival < len(self.requests):
+            times.append(self.requests[self.next_arrival].arrival)
+        if not times:
+            raise RuntimeError("simulation stalled with unfinished requests")
+        return min(times)
+
+    # ------------------------------------------------------------------ routing
+    def _route(self, req: _Request, now: float) -> None:
+        ms = self.machines
+        if self.m.role[0] == ROLE_BOTH:
+            target = self._least_loaded(req)
+            req.prompt_machine = req.token_machine = target.index
+        else:
+            moved: list[_Machine] = []
+            prompt = self._choose_prompt_machine(req, now, moved)
+            token = self._choose_token_machine(req, now, moved) if prompt is not None else None
+            if prompt is None or token is None:
+                prompt = token = self._least_loaded(req)
+            req.prompt_machine, req.token_machine = prompt.index, token.index
+        ms[req.prompt_machine].prompt_queue.append(req)
+        ms[req.prompt_machine].pending_prompt_tokens += req.prompt
+        ms[req.token_machine].committed += req.reservation
+        if self.m.role[0] != ROLE_BOTH:
+            for mc in moved:  # a move the fallback made useless is undone at once
+                self._maybe_leave_mixed(mc, now)
+
+    def _least_loaded(self, req: _Request) -> _Machine:
+        fits = [mc for mc in self.machines if mc.capacity >= req.reservation]
+        return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index))
+
+    def _is_long(self, mc: _Machine, req: _Request) -> bool:
+        return (len(mc.prompt_queue) > 0
+                and mc.pending_prompt_tokens + req.prompt > self.m.queue_threshold)
+
+    def _is_loaded(self, mc: _Machine, req: _Request) -> bool:
+        return mc.committed + req.reservation > mc.capacity
+
+    def _choose_prompt_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
+        def fewest_pending(pool):
+            return min(pool, key=lambda mc: (mc.pending_prompt_tokens, mc.index), default=None)
+        own = fewest_pending([mc for mc in self.machines
+                              if mc.role == ROLE_PROMPT and not mc.in_mixed])
+        if not self.m.mixed_pool:
+            return own
+        if own is not None and not self._is_long(own, req):
+            return own
+        mixed = fewest_pending([mc for mc in self.machines if mc.in_mixed])
+        if mixed is not None and not self._is_long(mixed, req):
+            return mixed
+        other = min((mc for mc in self.machines if mc.role == ROLE_TOKEN and not mc.in_mixed),
+                    key=lambda mc: (mc.committed, mc.index), default=None)
+        if other is not None:
+            self._enter_mixed(other, now)
+            moved.append(other)
+        return other
+
+    def _choose_token_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
+        def fewest_committed(pool):
+            return min(pool, key=lambda mc: (mc.committed, mc.index), default=None)
+        own = fewest_committed([mc for mc in self.machines
+                                if mc.role == ROLE_TOKEN and not mc.in_mixed])
+        if not self.m.mixed_pool:
+            return own
+        if own is not None and not self._is_loaded(own, req):
+            return own
+        mixed = fewest_committed([mc for mc in self.machines if mc.in_mixed])
+        if mixed is not None and not self._is_loaded(mixed, req):
+            return mixed
+        other = fewest_committed([mc for mc in self.machines if mc.role == ROLE_PROMPT
+                                  and not mc.in_mixed and not self._is_loaded(mc, req)])
+        if other is not None:
+            self._enter_mixed(other, now)
+            moved.append(other)
+        return other
+
+    def _enter_mixed(self, mc: _Machine, now: float) -> None:
+        mc.in_mixed = True
+        mc.mixed_since = now
+
+    def _maybe_leave_mixed(self, mc: _Machine, now: float) -> None:
+        other_work = mc.committed if mc.role == ROLE_PROMPT else mc.pending_prompt_tokens
+        if mc.in_mixed and other_work == 0:
+            mc.in_mixed = False
+            mc.mixed_time += now - mc.mixed_since
+
+    # ------------------------------------------------------------------ iterations
+    def _start_iteration(self, mc: _Machine, now: float) -> None:
+        while mc.decode_wait and mc.memory_used + mc.decode_wait[0].reservation <= mc.capacity:
+            req = mc.decode_wait.popleft()
+            mc.memory_used += req.reservation
+            mc.running.append(req)
+        prompts, tokens = [], 0
+        while mc.prompt_queue:
+            req = mc.prompt_queue[0]
+            if prompts and tokens + req.prompt > self.m.prompt_token_limit:
+                break
+            local = req.token_machine == mc.index
+            if local and mc.memory_used + req.reservation > mc.capacity:
+                break
+            if local:
+                mc.memory_used += req.reservation
+            prompts.append(mc.prompt_queue.popleft())
+            tokens += req.prompt
+        decodes = list(mc.running)
+        if not prompts and not decodes:
+            return
+        curves = self.m.curves[mc.kind]
+        batch, context = len(decodes), sum(r.context for r in decodes)
+        if prompts and decodes:
+            duration = float(curves.mixed_time(tokens, batch, context))
+        elif prompts:
+            duration = float(curves.prompt_time(tokens))
+        else:
+            duration = float(curves.token_time(batch, context))
+        mc.batch_prompts, mc.batch_decodes = prompts, decodes
+        mc.busy_until = now + duration
+        mc.busy_time += duration
+        mc.iterations += 1
+        mc.batch_size_sum += len(prompts) + batch
+        mc.max_memory_used = max(mc.max_memory_used, mc.memory_used)
+
+    def _end_iteration(self, mc: _Machine, now: float) -> None:
+        for req in mc.batch_decodes:
+            req.generated += 1
+            if req.generated == req.output:
+                self._finish(req, mc, now)
+        for req in mc.batch_prompts:
+            req.generated = 1
+            req.first_token = now
+            mc.pending_prompt_tokens -= req.prompt
+            local = req.token_machine == mc.index
+            if req.output == 1:
+                if local:
+                    mc.memory_used -= req.reservation
+                    self._finish(req, mc, now)
+                else:
+                    self._finish(req, self.machines[req.token_machine], now)
+            elif local:
+                mc.running.append(req)
+            else:
+                req.kv_transfer = kv_transfer_seconds(req.prompt, mc.index, req.token_machine,
+                                                      self.m)
+                self.kv_arrivals.append((now + req.kv_transfer, req.index))
+        mc.batch_prompts, mc.batch_decodes = [], []
+        mc.busy_until = None
+        self._maybe_leave_mixed(mc, now)
+
+    def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
+        req.finish = now
+        token_machine.committed -= req.reservation
+        if req in token_machine.running:
+            token_machine.running.remove(req)
+            token_machine.memory_used -= req.reservation
+        self.finished += 1
+        if token_machine.index != req.prompt_machine:
+            self._maybe_leave_mixed(token_machine, now)
+
+    # ------------------------------------------------------------------ results
+    def _results(self) -> dict:
+        reqs, ms = self.requests, self.machines
+        end = max(r.finish for r in reqs) if reqs else 0.0
+        for mc in ms:
+            if mc.in_mixed:
+                mc.mixed_time += end - mc.mixed_since
+        return {
+            "first_token_s": np.array([r.first_token for r in reqs]),
+            "finish_s": np.array([r.finish for r in reqs]),
+            "prompt_machine": np.array([r.prompt_machine for r in reqs], dtype=np.int64),
+            "token_machine": np.array([r.token_machine for r in reqs], dtype=np.int64),
+            "kv_transfer_s": np.array([r.kv_transfer for r in reqs]),
+            "busy_s": np.array([mc.busy_time for mc in ms]),
+            "iterations": np.array([mc.iterations for mc in ms], dtype=np.int64),
+            "batch_size_sum": np.array([mc.batch_size_sum for mc in ms], dtype=np.int64),
+            "max_memory_tokens": np.array([mc.max_memory_used for mc in ms], dtype=np.int64),
+            "mixed_pool_s": np.array([mc.mixed_time for mc in ms]),
+        }

@@ -1,0 +1,112 @@
+"""`simulate(cluster, workload, model, perf, catalog)`: one cluster, one workload, one rate."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hardware_catalog import Catalog, InputError, ModelSpec
+from simcore.cluster import Cluster, MachineArrays, SimOptions, build_machine_arrays
+from simcore.fastsim import simulate_fast
+from simcore.metrics import request_latencies, uncontended_latencies
+from simcore.refsim import simulate_reference
+from simcore.workload import Workload
+
+SIMULATOR_VERSION = "1"  # bump when simulation semantics change (search caches key on it)
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    feasible: bool
+    reason: str
+    workload: Workload
+    ttft_s: np.ndarray
+    tbt_s: np.ndarray
+    e2e_s: np.ndarray
+    ttft_slowdown: np.ndarray
+    tbt_slowdown: np.ndarray
+    e2e_slowdown: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_machine: np.ndarray
+    token_machine: np.ndarray
+    kv_transfer_s: np.ndarray
+    machine_stats: dict = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(np.nanmax(self.finish_s)) if self.feasible and len(self.finish_s) else 0.0
+
+    def requests_frame(self):
+        """Per-request table (pandas) for CSV export."""
+        import pandas as pd
+        w = self.workload
+        return pd.DataFrame({
+            "request": np.arange(len(w)), "arrival_s": w.arrival_s,
+            "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
+            "prompt_machine": self.prompt_machine, "token_machine": self.token_machine,
+            "ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "e2e_s": self.e2e_s,
+            "kv_transfer_s": self.kv_transfer_s, "ttft_slowdown": self.ttft_slowdown,
+            "tbt_slowdown": self.tbt_slowdown, "e2e_slowdown": self.e2e_slowdown})
+
+
+def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf, catalog: Catalog,
+             options: SimOptions = SimOptions(), engine: str = "fast") -> SimResult:
+    """Simulate `workload` on `cluster`; an unservable request makes the result infeasible."""
+    if len(workload) == 0:
+        raise InputError("the workload has no requests")
+    machines = build_machine_arrays(cluster, model, perf, catalog, options)
+    reason = _unservable_reason(cluster, workload, model, machines)
+    if reason:
+        return _infeasible(workload, reason)
+    run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
+    raw = run(workload, machines)
+    reference = perf.curves(model, catalog.machine(options.reference_sku))
+    return _result(workload, raw, machines, reference, cluster)
+
+
+def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
+                       machines: MachineArrays) -> str:
+    """A request whose KV reservation exceeds every decode machine can never finish."""
+    decoders = machines.kv_capacity[machines.role != 0] if not cluster.design.is_baseline \
+        else machines.kv_capacity
+    capacity = int(decoders.max())
+    if capacity <= 0:
+        return (f"{model.name} weights ({model.weight_bytes / 1e9:.0f} GB) leave no room for KV "
+                f"cache on {cluster.skus[-1]}")
+    need = workload.prompt_tokens + workload.output_tokens
+    too_big = np.flatnonzero(need > capacity)
+    if len(too_big):
+        i = int(too_big[0])
+        return (f"{len(too_big)} request(s) never fit in KV memory, e.g. request {i} needs "
+                f"{int(need[i])} tokens, a token machine holds {capacity}")
+    return ""
+
+
+def _infeasible(workload: Workload, reason: str) -> SimResult:
+    nan = np.full(len(workload), np.nan)
+    none = np.full(len(workload), -1, dtype=np.int64)
+    return SimResult(False, reason, workload, nan, nan, nan, nan, nan, nan, nan, nan, none, none,
+                     nan)
+
+
+def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, cluster) -> SimResult:
+    w = workload
+    ttft, tbt, e2e = request_latencies(w.arrival_s, w.prompt_tokens, w.output_tokens,
+                                       raw["first_token_s"], raw["finish_s"])
+    ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(w.prompt_tokens, w.output_tokens, reference)
+    makespan = float(np.max(raw["finish_s"]))
+    iterations = raw["iterations"]
+    stats = {
+        "sku": np.array(cluster.skus), "role": machines.role,
+        "busy_s": raw["busy_s"],
+        "utilization": raw["busy_s"] / makespan if makespan > 0 else raw["busy_s"] * 0,
+        "iterations": iterations,
+        "mean_batch": np.where(iterations > 0, raw["batch_size_sum"] / np.maximum(iterations, 1), 0.0),
+        "max_memory_tokens": raw["max_memory_tokens"], "kv_capacity_tokens": machines.kv_capacity,
+        "mixed_pool_s": raw["mixed_pool_s"],
+    }
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
+                         e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],
+                         raw["prompt_machine"], raw["token_machine"], raw["kv_transfer_s"], stats)
