@@ -1,9 +1,30 @@
-"""Workloads: requests as arrays (arrival time, prompt tokens, output tokens)."""
+"""Workloads: requests as arrays (arrival time, prompt tokens, output tokens).
+
+Three ways to get one:
+- `load_trace(path)` reads a CSV trace (Azure 2023, SplitwiseSim or plain columns);
+- `synthesize(sizes, rate_rps, duration_s, seed)` draws Poisson (or gamma) arrivals and samples
+  request sizes from a built-in distribution or from another workload;
+- `resolve_workload(name_or_path, rate_rps, duration_s, seed)` applies the command-line rules.
+"""
 from __future__ import annotations
 
+import json
+import math
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from hardware_catalog.errors import InputError
+
+BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
+ARRIVAL_KINDS = ("poisson", "gamma")
+# A guard against a typo such as --rate 1e9 allocating gigabytes of arrival times.
+MAX_SYNTHESIZED_REQUESTS = 20_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -17,3 +38,338 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+
+# ------------------------------------------------------------------------------ trace loading
+@dataclass(frozen=True)
+class TraceFormat:
+    """A CSV layout: which columns hold arrival time, prompt tokens and output tokens."""
+    name: str
+    arrival: str
+    prompt: str
+    output: str
+    timestamps: bool  # arrival column holds wall-clock timestamps rather than seconds
+
+    @property
+    def columns(self) -> tuple[str, str, str]:
+        return self.arrival, self.prompt, self.output
+
+    def describe(self) -> str:
+        return f"{self.name} ({', '.join(self.columns)})"
+
+
+TRACE_FORMATS = (
+    TraceFormat("Azure 2023", "TIMESTAMP", "ContextTokens", "GeneratedTokens", timestamps=True),
+    # SplitwiseSim's request_id, request_type, application_id and batch_size are not needed.
+    TraceFormat("SplitwiseSim", "arrival_timestamp", "prompt_size", "token_size", timestamps=False),
+    TraceFormat("plain", "arrival_s", "prompt_tokens", "output_tokens", timestamps=False),
+)
+
+
+def load_trace(path: str | Path) -> Workload:
+    """Read a CSV trace; the header decides the format. Extra columns and blank lines are ignored.
+
+    Azure timestamps become seconds after the earliest request; the other formats' seconds are
+    kept as they are. Unsorted arrivals are sorted (stably) and say so in `notes`.
+    """
+    source = str(path)
+    table = _read_csv_as_text(path)
+    trace_format, columns = _detect_format(table.columns, source)
+    table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
+    if table.empty:
+        raise InputError("file has a header but no requests", source=source)
+    rows = table.index.to_numpy() + 2  # header is row 1
+    arrival_column, prompt_column, output_column = (table[columns[c]] for c in trace_format.columns)
+    if trace_format.timestamps:
+        arrival_s, notes = _timestamps_to_seconds(arrival_column, rows, source, trace_format.arrival)
+    else:
+        arrival_s, notes = _parse_seconds(arrival_column, rows, source, trace_format.arrival), []
+    prompt = _parse_tokens(prompt_column, rows, source, trace_format.prompt)
+    output = _parse_tokens(output_column, rows, source, trace_format.output)
+    return _sorted_workload(Path(path).name, arrival_s, prompt, output, notes)
+
+
+def _read_csv_as_text(path: str | Path) -> pd.DataFrame:
+    """Every cell as a string, so each bad value can be reported with its row and field."""
+    source = str(path)
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False,
+                           encoding="utf-8-sig")
+    except pd.errors.EmptyDataError:
+        raise InputError("file is empty", source=source) from None
+    except pd.errors.ParserError as err:
+        raise _malformed_csv(err, source) from None
+    except UnicodeDecodeError:
+        raise InputError("not a UTF-8 text CSV file", source=source) from None
+    except OSError as err:
+        raise InputError(f"cannot read file: {err.strerror or _one_line(err)}",
+                         source=source) from None
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+def _malformed_csv(err: pd.errors.ParserError, source: str) -> InputError:
+    """The tokenizer counts file lines from 1, header included: the same numbering as ours."""
+    ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(err))
+    if ragged is None:
+        return InputError(f"malformed CSV: {_one_line(err)}", source=source)
+    expected, row, seen = map(int, ragged.groups())
+    return InputError(f"malformed CSV: expected {expected} fields, found {seen}", source=source,
+                      row=row)
+
+
+def _detect_format(header: pd.Index, source: str) -> tuple[TraceFormat, dict[str, str]]:
+    """Pick the format whose columns the header holds (names matched ignoring case and spaces)."""
+    present = {str(name).strip().lower(): str(name) for name in header}
+    accepted = "; ".join(f.describe() for f in TRACE_FORMATS)
+
+    def found(fmt: TraceFormat) -> list[str]:
+        return [c for c in fmt.columns if c.lower() in present]
+
+    best = max(TRACE_FORMATS, key=lambda fmt: len(found(fmt)))  # first format wins a tie
+    matched = found(best)
+    if not matched:
+        shown = ", ".join(str(name) for name in header)[:120]
+        raise InputError(f"unrecognised header '{shown}'; accepted formats: {accepted}",
+                         source=source, row=1)
+    missing = [c for c in best.columns if c not in matched]
+    if missing:
+        raise InputError(f"missing column for the {best.name} format; accepted formats: {accepted}",
+                         source=source, row=1, field=missing[0])
+    return best, {c: present[c.lower()] for c in best.columns}
+
+
+def _reject(bad: np.ndarray, values: pd.Series, rows: np.ndarray, source: str, column: str,
+            problem: str) -> None:
+    """Raise for the first row flagged in `bad`, quoting its value and counting the others."""
+    if not bad.any():
+        return
+    where = np.flatnonzero(bad)
+    first = where[0]
+    value = values.iloc[first]
+    others = len(where) - 1
+    more = f" ({others} more bad row{'s' if others > 1 else ''} in this column)" if others else ""
+    shown = repr(value[:40]) if value else "an empty value"
+    raise InputError(f"{problem}, got {shown}{more}", source=source, row=int(rows[first]),
+                     field=column)
+
+
+def _parse_numbers(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    _reject(~np.isfinite(numbers), values, rows, source, column, "expected a finite number")
+    return numbers
+
+
+def _parse_tokens(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
+    numbers = _parse_numbers(values, rows, source, column)
+    _reject(numbers != np.floor(numbers), values, rows, source, column,
+            "expected a whole number of tokens")
+    _reject(numbers < 1, values, rows, source, column, "expected at least 1 token")
+    return numbers.astype(np.int64)
+
+
+def _parse_seconds(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
+    seconds = _parse_numbers(values, rows, source, column)
+    _reject(seconds < 0, values, rows, source, column, "expected an arrival time >= 0 seconds")
+    return seconds
+
+
+def _timestamps_to_seconds(values: pd.Series, rows: np.ndarray, source: str,
+                           column: str) -> tuple[np.ndarray, list[str]]:
+    """Wall-clock timestamps -> seconds after the earliest one (which is named in a note)."""
+    try:
+        stamps = pd.to_datetime(values.str.strip(), format="ISO8601", errors="coerce")
+    except (ValueError, TypeError) as err:  # e.g. a mix of time zones
+        raise InputError(f"unparseable timestamps: {_one_line(err)}", source=source,
+                         field=column) from None
+    _reject(stamps.isna().to_numpy(), values, rows, source, column, "expected a timestamp")
+    if stamps.dt.tz is not None:  # zone-aware stamps compare in UTC
+        stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
+    nanoseconds = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    first = nanoseconds.min()
+    note = f"arrival times are seconds after the first request at {pd.Timestamp(first)}"
+    return (nanoseconds - first) / 1e9, [note]
+
+
+def _sorted_workload(name: str, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+                     notes: list[str]) -> Workload:
+    if np.any(np.diff(arrival_s) < 0):
+        order = np.argsort(arrival_s, kind="stable")
+        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
+        notes = [*notes, f"arrivals were not sorted; sorted {len(order)} requests by arrival time"]
+    return Workload(name, arrival_s.astype(np.float64), prompt, output, tuple(notes))
+
+
+# ------------------------------------------------------------------------ built-in size tables
+@dataclass(frozen=True, eq=False)
+class SizeTable:
+    """A compact joint distribution of (prompt tokens, output tokens) derived from a trace.
+
+    Why this shape: the simulator's tail latencies depend on the tails of both marginals, and the
+    relation between the sizes is not captured by one coefficient: the conversation trace's rank
+    correlation is only 0.07, yet its rank cells show strong structure (the shortest prompts get
+    mid-length answers, mid-length prompts the longest, long prompts short ones), which a rank
+    correlation plus a Gaussian copula would erase. So the table keeps
+    - each marginal as a quantile function on a probability grid that is dense in the tail
+      (every 1% to P90, every 0.25% to P99, every 0.05% to the maximum), so the median, P90 and
+      P99 of the trace are knots and reproduced exactly, and
+    - the dependence as the empirical copula: request counts in a grid of rank cells (deciles,
+      refined to 90-95-99-100% in the tail), so any relation between the sizes, including one that
+      shows only among the largest requests, survives at that resolution.
+    Sampling picks a cell by its count, a uniform rank pair inside it, and maps each rank through
+    its marginal quantile function (linear between knots, rounded to whole tokens).
+    """
+    name: str
+    source: str
+    quantile_probs: np.ndarray
+    prompt_quantiles: np.ndarray
+    output_quantiles: np.ndarray
+    rank_bin_edges: np.ndarray
+    rank_cell_counts: np.ndarray   # [prompt rank bin, output rank bin]
+    native_rate_rps: float
+
+    def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """`count` (prompt, output) pairs, both int64 >= 1."""
+        bins = len(self.rank_bin_edges) - 1
+        weights = self.rank_cell_counts.ravel() / self.rank_cell_counts.sum()
+        cells = rng.choice(weights.size, size=count, p=weights)
+        prompt_rank = self._uniform_in_bins(rng, cells // bins)
+        output_rank = self._uniform_in_bins(rng, cells % bins)
+        return (_to_tokens(np.interp(prompt_rank, self.quantile_probs, self.prompt_quantiles)),
+                _to_tokens(np.interp(output_rank, self.quantile_probs, self.output_quantiles)))
+
+    def _uniform_in_bins(self, rng: np.random.Generator, bins: np.ndarray) -> np.ndarray:
+        low, high = self.rank_bin_edges[bins], self.rank_bin_edges[bins + 1]
+        return low + (high - low) * rng.random(len(bins))
+
+
+def _to_tokens(values: np.ndarray) -> np.ndarray:
+    return np.maximum(np.rint(values), 1).astype(np.int64)
+
+
+def builtin_workload_names() -> tuple[str, ...]:
+    return tuple(_builtin_tables())
+
+
+def builtin_size_table(name: str) -> SizeTable:
+    tables = _builtin_tables()
+    if name not in tables:
+        raise InputError(f"unknown built-in workload '{name}'; known: {', '.join(tables)}")
+    return tables[name]
+
+
+@lru_cache(maxsize=1)
+def _builtin_tables() -> dict[str, SizeTable]:
+    document = json.loads(BUILTIN_TABLES_PATH.read_text())
+    return {name: _size_table(name, entry) for name, entry in document["workloads"].items()}
+
+
+def _size_table(name: str, entry: dict[str, Any]) -> SizeTable:
+    source = entry["source"]
+    return SizeTable(
+        name=name, source=f"{source['dataset']}, {source['file']} ({source['licence']})",
+        quantile_probs=np.asarray(entry["quantile_probs"], dtype=np.float64),
+        prompt_quantiles=np.asarray(entry["prompt_tokens_quantiles"], dtype=np.float64),
+        output_quantiles=np.asarray(entry["output_tokens_quantiles"], dtype=np.float64),
+        rank_bin_edges=np.asarray(entry["rank_bin_edges"], dtype=np.float64),
+        rank_cell_counts=np.asarray(entry["rank_cell_counts"], dtype=np.int64),
+        native_rate_rps=float(entry["native_rate_rps"]))
+
+
+# ------------------------------------------------------------------------------------ synthesis
+def synthesize(sizes: str | Workload, rate_rps: float, duration_s: float, seed: int,
+               arrival: str = "poisson", burstiness_cv: float = 1.0) -> Workload:
+    """Arrivals at `rate_rps` over [0, duration_s) with sizes drawn from `sizes`.
+
+    `sizes` is a built-in name (sampled from its table) or a workload (its (prompt, output)
+    pairs resampled with replacement). `arrival="poisson"` has exponential gaps (cv 1);
+    `arrival="gamma"` has gamma gaps with coefficient of variation `burstiness_cv` (> 1 is
+    burstier). The same inputs give identical arrays.
+    """
+    _check_synthesis_options(rate_rps, duration_s, seed, arrival, burstiness_cv)
+    sampler, base_name, size_note = _size_sampler(sizes)
+    rng = np.random.default_rng(seed)
+    arrival_s = _arrival_times(rng, rate_rps, duration_s, arrival, burstiness_cv)
+    if len(arrival_s) == 0:
+        raise InputError(f"rate x duration ({rate_rps:g} req/s x {duration_s:g} s) is too small: "
+                         f"the arrival process produced no request with seed {seed}")
+    prompt, output = sampler(rng, len(arrival_s))
+    process = "poisson" if arrival == "poisson" else f"gamma-cv{burstiness_cv:g}"
+    name = f"{base_name}@{rate_rps:g}rps/{duration_s:g}s/" + \
+        (f"seed{seed}" if arrival == "poisson" else f"{process}/seed{seed}")
+    notes = (size_note, f"{process} arrivals at {rate_rps:g} req/s over {duration_s:g} s: "
+                        f"{len(arrival_s)} requests (seed {seed})")
+    return Workload(name, arrival_s, prompt, output, notes)
+
+
+def _check_synthesis_options(rate_rps: float, duration_s: float, seed: int, arrival: str,
+                             burstiness_cv: float) -> None:
+    for label, value in (("rate", rate_rps), ("duration", duration_s), ("burstiness cv",
+                                                                        burstiness_cv)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise InputError(f"{label} must be a finite number > 0, got {value!r}")
+    if arrival not in ARRIVAL_KINDS:
+        raise InputError(f"unknown arrival process '{arrival}'; known: {', '.join(ARRIVAL_KINDS)}")
+    if arrival == "poisson" and burstiness_cv != 1.0:
+        raise InputError(f"poisson arrivals have cv 1; use the gamma arrival process for "
+                         f"cv {burstiness_cv:g}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be a whole number >= 0, got {seed!r}")
+    if rate_rps * duration_s > MAX_SYNTHESIZED_REQUESTS:
+        raise InputError(f"rate x duration ({rate_rps:g} x {duration_s:g}) asks for more than "
+                         f"{MAX_SYNTHESIZED_REQUESTS} requests")
+
+
+def _size_sampler(sizes: str | Workload):
+    """(sampler(rng, count) -> (prompt, output), base name, note) for a built-in name or workload."""
+    if isinstance(sizes, Workload):
+        if len(sizes) == 0:
+            raise InputError(f"workload '{sizes.name}' has no requests to sample sizes from")
+
+        def resample(rng: np.random.Generator, count: int):
+            picks = rng.integers(0, len(sizes), size=count)
+            return sizes.prompt_tokens[picks], sizes.output_tokens[picks]
+        return resample, sizes.name, f"sizes resampled from the {len(sizes)} requests of {sizes.name}"
+    table = builtin_size_table(sizes)
+    return table.sample, table.name, f"sizes sampled from built-in '{table.name}': {table.source}"
+
+
+def _arrival_times(rng: np.random.Generator, rate_rps: float, duration_s: float, arrival: str,
+                   cv: float) -> np.ndarray:
+    """Cumulative gaps drawn in chunks (sized for the expected count) until the window is passed."""
+    expected = rate_rps * duration_s
+    chunk = int(expected + 8 * max(cv, 1.0) * math.sqrt(expected) + 16)
+    pieces, start = [], 0.0
+    while True:
+        if arrival == "poisson":
+            gaps = rng.exponential(1.0 / rate_rps, size=chunk)
+        else:  # gamma with mean 1/rate and the given cv: shape 1/cv^2, scale cv^2/rate
+            gaps = rng.gamma(1.0 / cv**2, cv**2 / rate_rps, size=chunk)
+        times = start + np.cumsum(gaps)
+        pieces.append(times[times < duration_s])
+        if times[-1] >= duration_s:
+            return np.concatenate(pieces)
+        start = times[-1]
+
+
+# ------------------------------------------------------------------------- command-line rules
+def resolve_workload(workload: str, rate_rps: float | None, duration_s: float, seed: int,
+                     arrival: str = "poisson", burstiness_cv: float = 1.0) -> Workload:
+    """SPEC 7: a built-in name needs a rate; a CSV is replayed as it is (whole trace, duration
+    ignored) unless a rate asks for its sizes under new arrivals over `duration_s`.
+
+    A built-in name wins over a file of the same name in the working directory (write ./coding).
+    """
+    if workload in builtin_workload_names():
+        if rate_rps is None:
+            raise InputError(f"workload '{workload}' is a distribution; give --rate")
+        return synthesize(workload, rate_rps, duration_s, seed, arrival, burstiness_cv)
+    if not Path(workload).exists():
+        raise InputError(f"workload '{workload}' is neither a built-in workload "
+                         f"({', '.join(builtin_workload_names())}) nor an existing file")
+    trace = load_trace(workload)
+    if rate_rps is None:
+        return trace
+    return synthesize(trace, rate_rps, duration_s, seed, arrival, burstiness_cv)
