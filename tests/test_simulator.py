@@ -1,0 +1,209 @@
+"""The fast core agrees with the reference simulator and both keep the simulation invariants."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hardware_catalog import Design, InputError, load_catalog
+from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
+from simcore.cluster import build_machine_arrays, kv_transfer_seconds
+
+CATALOG = load_catalog()
+MODEL = CATALOG.model("bloom-176b")
+# BLOOM-176B weights are 352.5 GB of a DGX's 640 GB: a reserve near 0.39 leaves room for only a
+# few thousand KV tokens per machine, which makes memory waits and the mixed pool common.
+TIGHT_RESERVE = st.floats(0.36, 0.40)
+
+
+class SyntheticPerf:
+    """Monotone latency curves per SKU, scaled so faster SKUs are faster (power cap included)."""
+
+    def __init__(self, prompt_y, decode_y, context_coeff):
+        self.prompt_y, self.decode_y, self.context_coeff = prompt_y, decode_y, context_coeff
+
+    def curves(self, model, machine):
+        speed = machine.fp16_tflops / 312.0
+        prompt = LatencyCurves(np.array([1.0, 512.0, 2048.0, 8192.0]),
+                               np.array(self.prompt_y) / speed * machine.prompt_slowdown,
+                               np.array([1.0, 16.0, 64.0]),
+                               np.array(self.decode_y) / speed ** 0.5,
+                               self.context_coeff)
+        return prompt
+
+
+def increasing(low, high, count):
+    return st.lists(st.floats(low, high), min_size=count, max_size=count).map(
+        lambda xs: list(np.cumsum(xs)))
+
+
+perf_models = st.builds(SyntheticPerf, increasing(0.005, 0.5, 4), increasing(0.005, 0.03, 3),
+                        st.sampled_from([0.0, 1e-7, 2e-6]))
+
+
+@st.composite
+def workloads(draw, max_requests=40):
+    n = draw(st.integers(1, max_requests))
+    # coarse arrival grid so that simultaneous arrivals (ties) are common
+    arrival = np.sort(np.array(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)))) * 0.05
+    prompt = np.array(draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n)))
+    output = np.array(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
+    return Workload("random", arrival.astype(float), prompt.astype(np.int64),
+                    output.astype(np.int64))
+
+
+@st.composite
+def clusters(draw):
+    names = list(CATALOG.designs) + ["h100-prompt-a100cap-token"]
+    name = draw(st.sampled_from(names))
+    if name == "h100-prompt-a100cap-token":
+        design = Design(name, "dgx-h100", "dgx-h100-cap", mixed_pool=draw(st.booleans()))
+    else:
+        design = CATALOG.design(name)
+    if design.is_baseline:
+        return Cluster(design, draw(st.integers(1, 4)))
+    if not draw(st.booleans()):
+        design = Design(design.name, design.prompt_sku, design.token_sku, mixed_pool=False)
+    return Cluster(design, draw(st.integers(1, 4)), draw(st.integers(1, 3)))
+
+
+options = st.builds(SimOptions, prompt_token_limit=st.sampled_from([1, 512, 2048]),
+                    mixed_pool_queue_threshold=st.sampled_from([0, 2048, 8192]),
+                    memory_reserve_fraction=TIGHT_RESERVE)
+
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@SETTINGS
+@given(cluster=clusters(), workload=workloads(), perf=perf_models, opts=options)
+def test_fast_core_agrees_with_reference(cluster, workload, perf, opts):
+    fast = simulate(cluster, workload, MODEL, perf, CATALOG, opts, engine="fast")
+    ref = simulate(cluster, workload, MODEL, perf, CATALOG, opts, engine="reference")
+    assert fast.feasible == ref.feasible and fast.reason == ref.reason
+    if not fast.feasible:
+        return
+    for name in ("first_token_s", "finish_s", "kv_transfer_s", "ttft_s", "e2e_s"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(ref, name), rtol=1e-9, atol=0)
+    np.testing.assert_array_equal(fast.prompt_machine, ref.prompt_machine)
+    np.testing.assert_array_equal(fast.token_machine, ref.token_machine)
+    for key in ("iterations", "max_memory_tokens"):
+        np.testing.assert_array_equal(fast.machine_stats[key], ref.machine_stats[key])
+    for key in ("busy_s", "mixed_pool_s", "mean_batch"):
+        np.testing.assert_allclose(fast.machine_stats[key], ref.machine_stats[key], rtol=1e-9,
+                                   atol=1e-12)
+
+
+@SETTINGS
+@given(cluster=clusters(), workload=workloads(), perf=perf_models, opts=options)
+def test_invariants(cluster, workload, perf, opts):
+    result = simulate(cluster, workload, MODEL, perf, CATALOG, opts)
+    if not result.feasible:
+        need = workload.prompt_tokens + workload.output_tokens
+        machines = build_machine_arrays(cluster, MODEL, perf, CATALOG, opts)
+        decoders = machines.kv_capacity if cluster.design.is_baseline \
+            else machines.kv_capacity[machines.role != 0]
+        assert need.max() > decoders.max(), "infeasible only when a request can never fit"
+        return
+    w, stats = workload, result.machine_stats
+    # every request gets exactly one first token and finishes once, in order
+    assert np.all(np.isfinite(result.first_token_s)) and np.all(np.isfinite(result.finish_s))
+    assert np.all(result.first_token_s >= w.arrival_s)
+    assert np.all(result.finish_s >= result.first_token_s)
+    assert np.array_equal(result.finish_s == result.first_token_s, w.output_tokens == 1)
+    # output tokens are conserved: each request is in exactly one prompt batch and output-1 decodes
+    assert stats["iterations"] @ stats["mean_batch"] == pytest.approx(w.output_tokens.sum())
+    # KV memory in use never exceeds capacity
+    assert np.all(stats["max_memory_tokens"] <= stats["kv_capacity_tokens"])
+    # no request is faster than it would be alone on the machines it ran on
+    machines = build_machine_arrays(cluster, MODEL, perf, CATALOG, opts)
+    for i in range(len(w)):
+        pm, tm = result.prompt_machine[i], result.token_machine[i]
+        prompt_curves = machines.curves[machines.kind[pm]]
+        token_curves = machines.curves[machines.kind[tm]]
+        alone_ttft = float(prompt_curves.prompt_time(w.prompt_tokens[i]))
+        gaps = int(w.output_tokens[i]) - 1
+        contexts = w.prompt_tokens[i] + np.arange(1, gaps + 1)
+        alone_decode = float(np.sum(token_curves.token_time(1, contexts))) if gaps else 0.0
+        transfer = kv_transfer_seconds(int(w.prompt_tokens[i]), pm, tm, machines) \
+            if pm != tm and gaps else 0.0
+        assert result.ttft_s[i] >= alone_ttft * (1 - 1e-12)
+        assert result.e2e_s[i] >= (alone_ttft + transfer + alone_decode) * (1 - 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(slots=st.lists(st.integers(0, 12), min_size=1, max_size=40),
+       prompt_machines=st.integers(1, 4), service=st.sampled_from([0.0625, 0.125, 0.25, 1.0]))
+def test_more_prompt_machines_never_delay_first_tokens(slots, prompt_machines, service):
+    """Theory case: a FCFS pool where the router's choice is the earliest-free machine.
+
+    With equal prompts, one prompt per batch, a constant service time and arrivals on multiples
+    of it, every iteration ends exactly when requests arrive, so the fewest pending tokens is the
+    shortest queue is the machine free first: the c-server FCFS queue, in which an added server
+    never delays any job. (Outside this case routing by pending tokens counts a running prompt in
+    full, and an added machine can delay a request: the router is not work-conserving.)
+    Service times are powers of two so that sums of iterations hit the arrival instants exactly.
+    """
+    arrival = np.sort(np.array(slots, dtype=float)) * service
+    n = len(arrival)
+    w = Workload("slotted", arrival, np.full(n, 100, dtype=np.int64), np.full(n, 3, dtype=np.int64))
+
+    class ConstantPrompt(SyntheticPerf):
+        def curves(self, model, machine):
+            return LatencyCurves(np.array([1.0, 2.0]), np.array([service, service]),
+                                 np.array([1.0, 2.0]), np.array([0.02, 0.021]), 0.0)
+
+    perf = ConstantPrompt(None, None, None)
+    opts = SimOptions(prompt_token_limit=1, mixed_pool=False)
+    design = CATALOG.design("splitwise-hh")
+    fewer = simulate(Cluster(design, prompt_machines, 2), w, MODEL, perf, CATALOG, opts)
+    more = simulate(Cluster(design, prompt_machines + 1, 2), w, MODEL, perf, CATALOG, opts)
+    assert np.all(more.first_token_s <= fewer.first_token_s * (1 + 1e-12))
+
+
+def test_unservable_request_makes_run_infeasible():
+    perf = SyntheticPerf([0.05, 0.1, 0.3, 1.0], [0.02, 0.03, 0.05], 0.0)
+    opts = SimOptions(memory_reserve_fraction=0.38)
+    w = Workload("big", np.array([0.0, 1.0]), np.array([100, 20000]), np.array([10, 10]))
+    result = simulate(Cluster(CATALOG.design("splitwise-aa"), 1, 1), w, MODEL, perf, CATALOG, opts)
+    assert not result.feasible
+    assert "request 1" in result.reason and "never fit" in result.reason
+
+
+def test_tbt_divides_by_gaps_and_kv_transfer_delays_second_token_only():
+    perf = SyntheticPerf([0.1, 0.2, 0.5, 2.0], [0.02, 0.03, 0.05], 0.0)
+    w = Workload("one", np.array([0.0]), np.array([100], dtype=np.int64),
+                 np.array([5], dtype=np.int64))
+    cluster = Cluster(CATALOG.design("splitwise-aa"), 1, 1)
+    result = simulate(cluster, w, MODEL, perf, CATALOG)
+    curves = perf.curves(MODEL, CATALOG.machine("dgx-a100"))
+    machines = build_machine_arrays(cluster, MODEL, perf, CATALOG, SimOptions())
+    transfer = kv_transfer_seconds(100, 0, 1, machines)
+    assert result.ttft_s[0] == pytest.approx(float(curves.prompt_time(100)))
+    decode = float(curves.token_time(1, 0))
+    assert result.e2e_s[0] == pytest.approx(result.ttft_s[0] + transfer + 4 * decode)
+    assert result.tbt_s[0] == pytest.approx((transfer + 4 * decode) / 4)
+    # alone on a DGX-A100 with the same curves (no transfer): slowdowns reflect only the transfer
+    assert result.ttft_slowdown[0] == pytest.approx(1.0)
+    assert result.tbt_slowdown[0] == pytest.approx((transfer + 4 * decode) / (4 * decode))
+
+
+def test_kv_transfer_serialized_below_threshold_and_layerwise_above():
+    perf = SyntheticPerf([0.1, 0.2, 0.5, 2.0], [0.02, 0.03, 0.05], 0.0)
+    machines = build_machine_arrays(Cluster(CATALOG.design("splitwise-ha"), 1, 1), MODEL, perf,
+                                    CATALOG, SimOptions())
+    a100_link = CATALOG.machine("dgx-a100").kv_link_bytes_per_s
+    small = kv_transfer_seconds(511, 0, 1, machines)
+    assert small == pytest.approx(511 * MODEL.kv_bytes_per_token / a100_link)
+    large = kv_transfer_seconds(4096, 0, 1, machines)
+    assert large == pytest.approx(0.008 + 4096 * MODEL.kv_bytes_per_token / (70 * a100_link))
+
+
+def test_cluster_rejects_bad_counts():
+    with pytest.raises(InputError):
+        Cluster(CATALOG.design("splitwise-hh"), 0, 3)
+    with pytest.raises(InputError):
+        Cluster(CATALOG.design("splitwise-hh"), 3, 0)
+    with pytest.raises(InputError):
+        Cluster(CATALOG.design("baseline-a100"), 3, 2)
