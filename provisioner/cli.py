@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+
+import numpy as np
 from pathlib import Path
 from typing import Optional
 
@@ -84,6 +86,152 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
                         "-" if d.is_baseline else ("on" if d.mixed_pool else "off"))
     for table in (machines, models, slos, designs):
         console.print(table)
+
+
+# --------------------------------------------------------------------------------- simulate
+@app.command()
+def simulate(
+    design: str = typer.Option(..., "--design", "-d",
+                               help="Design name (see `provision catalog`) or PROMPT_SKU/TOKEN_SKU."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt machines (Splitwise designs)."),
+    token: Optional[int] = typer.Option(None, "--token", help="Token machines (Splitwise designs)."),
+    machines: Optional[int] = typer.Option(None, "--machines", help="Pool size (baseline designs)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second (Poisson). "
+                                         "Default 70 for the default workload; a CSV trace is "
+                                         "replayed as it is unless --rate is given."),
+    workload: str = typer.Option("coding", "--workload", "-w",
+                                 help="Built-in name (coding, conversation) or a CSV trace."),
+    model: str = typer.Option("bloom-176b", "--model", "-m", help="Model name."),
+    duration: float = typer.Option(120.0, "--duration", help="Seconds of synthesized arrivals."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for synthesized arrivals and sizes."),
+    slo: str = typer.Option("splitwise", "--slo", help="SLO profile name or YAML file."),
+    perf_model: Optional[str] = typer.Option(None, "--perf-model",
+                                             help="Latency tables or calibrated coefficients file."),
+    mixed_pool: Optional[bool] = typer.Option(None, "--mixed-pool/--no-mixed-pool",
+                                              help="Override the design's mixed-pool setting."),
+    requests_csv: Optional[Path] = typer.Option(None, "--requests-csv",
+                                                help="Write per-request latencies to this CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+):
+    """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
+    from provisioner.inputs import resolve_design, resolve_perf_model
+    from simcore import Cluster, SimOptions, evaluate_slos, simulate as run_simulation
+    from simcore.workload import builtin_workload_names, resolve_workload
+    from slo_profiles import load_slo_profile
+
+    cat = load_catalog()
+    chosen = resolve_design(design, cat)
+    cluster = _cluster_from_counts(chosen, prompt, token, machines)
+    if rate is None and workload in builtin_workload_names():
+        if workload != "coding":
+            raise InputError(f"workload '{workload}' is a distribution; give --rate")
+        rate = 70.0
+    model_spec = cat.model(model)
+    profile = load_slo_profile(slo)
+    perf = resolve_perf_model(perf_model)
+    requests = resolve_workload(workload, rate, duration, seed)
+    result = run_simulation(cluster, requests, model_spec, perf, cat,
+                            SimOptions(mixed_pool=mixed_pool))
+    report = evaluate_slos(result, profile)
+    if requests_csv is not None and result.feasible:
+        _write_atomically(requests_csv, result.requests_frame().to_csv(index=False))
+    summary = _simulation_summary(cluster, cat, requests, result, report, model_spec)
+    if as_json:
+        print_json(summary)
+    else:
+        _print_simulation(summary, report, requests.notes)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _cluster_from_counts(design, prompt, token, machines):
+    from simcore import Cluster
+    if design.is_baseline:
+        if prompt is not None or token is not None:
+            raise InputError(f"design '{design.name}' is a baseline: give --machines N, "
+                             "not --prompt/--token")
+        if machines is None:
+            raise InputError(f"design '{design.name}' needs --machines N")
+        return Cluster(design, machines)
+    if machines is not None:
+        raise InputError(f"design '{design.name}' splits the phases: give --prompt N --token M, "
+                         "not --machines")
+    if prompt is None or token is None:
+        raise InputError(f"design '{design.name}' needs --prompt N and --token M")
+    return Cluster(design, prompt, token)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    import os
+    import tempfile
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise InputError(f"directory does not exist: {path.parent}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _simulation_summary(cluster, cat, requests, result, report, model_spec) -> dict:
+    stats = result.machine_stats
+    pools = {}
+    if result.feasible:
+        for role, label in ((0, "prompt"), (1, "token"), (2, "machines")):
+            mask = stats["role"] == role
+            if mask.any():
+                pools[label] = {
+                    "count": int(mask.sum()), "sku": str(stats["sku"][mask][0]),
+                    "utilization": round(float(stats["utilization"][mask].mean()), 4),
+                    "mean_batch": round(float(stats["mean_batch"][mask].mean()), 3),
+                    "peak_kv_fraction": round(float((stats["max_memory_tokens"][mask]
+                                                     / np.maximum(stats["kv_capacity_tokens"][mask], 1)).max()), 4),
+                    "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
+    return {
+        "design": cluster.design.name, "prompt_machines": cluster.prompt_machines,
+        "token_machines": cluster.token_machines, "model": model_spec.name,
+        "workload": requests.name, "requests": len(requests),
+        "cost_per_hour": round(cluster.cost_per_hour(cat), 4),
+        "power_kw": round(cluster.power_kw(cat), 4), "gpus": cluster.gpus(cat),
+        "makespan_s": round(result.makespan_s, 6),
+        "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
+        if result.feasible else None,
+        "pools": pools, **report.as_dict()}
+
+
+def _print_simulation(summary: dict, report, notes) -> None:
+    for note in notes:
+        err_console.print(f"note: {note}", highlight=False)
+    counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
+              else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
+    console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
+                  f"{summary['workload']}: {summary['requests']} requests, "
+                  f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
+                  f"{summary['gpus']} GPUs", highlight=False)
+    if not report.feasible:
+        console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
+        return
+    table = Table(title=f"SLO profile '{report.profile}'")
+    for col in ("metric", "percentile", "value", "limit", "margin", "status"):
+        table.add_column(col, justify="left" if col in ("metric", "percentile") else "right")
+    for check in report.checks:
+        value = "-" if check.value is None else f"{check.value:.3f}{check.unit}"
+        table.add_row(check.metric.upper(), check.percentile.upper(), value,
+                      f"{check.limit:g}{check.unit}", f"{check.margin:+.1%}",
+                      "[green]pass[/]" if check.passed else "[bold red]FAIL[/]")
+    console.print(table)
+    for label, pool in summary["pools"].items():
+        console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
+                      f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, peak KV "
+                      f"{pool['peak_kv_fraction']:.0%}, mixed pool {pool['mixed_pool_s']:.1f} s",
+                      highlight=False)
+    verdict = "[green]all SLOs met[/]" if report.passed else \
+        f"[bold red]{len(report.failing)} SLO(s) missed[/]"
+    console.print(verdict)
 
 
 def main() -> None:
