@@ -134,9 +134,10 @@ class Catalog:
     def design(self, name: str) -> Design:
         return _lookup(self.designs, name, "design")
 
-    def with_designs(self, extra: Mapping[str, Design]) -> "Catalog":
+    def with_designs(self, extra: Mapping[str, Design], source: str = "spec") -> "Catalog":
+        """This catalog plus more designs, each checked to name known machine SKUs."""
         for design in extra.values():
-            self._check_design(design, "spec")
+            self._check_design(design, source)
         return Catalog(self.machines, self.models, {**self.designs, **extra})
 
     def _check_design(self, design: Design, source: str) -> None:
@@ -291,4 +292,4 @@ def load_catalog(directory: str | None = None) -> Catalog:
     models = _parse_table(base / "models.yaml", parse_model)
     designs = _parse_table(base / "designs.yaml", parse_design)
     catalog = Catalog(machines, models, {})
-    return catalog.with_designs(designs)
+    return catalog.with_designs(designs, str(base / "designs.yaml"))
