@@ -1,0 +1,615 @@
+"""Search engine: the cheapest, least-power or highest-throughput cluster of every design.
+
+Feasibility (all SLOs met) is assumed (nearly) monotone: more machines never hurt, a higher rate
+never helps. So instead of the full (P, T) grid the engine
+- grows a feasible corner by doubling both pools, bisects the smallest prompt pool that works with
+  the full token pool and vice versa, then walks the staircase of the feasibility frontier corner
+  by corner (min-cost / min-power: the frontier does not depend on the objective, so both goals
+  share every simulation);
+- for max-rate, lists the budget's maximal (P, T) candidates and finds the best one by a pattern
+  search over them, each candidate tested first at just above the best rate so far (one
+  simulation to rule it out), with galloping + bisection on the rate;
+- picks the optimum among the evaluated feasible points with OR-Tools CP-SAT, which also applies
+  the extra linear constraints (machines, GPUs, per-pool limits, budget). The optimum is always a
+  simulated point.
+`exhaustive` evaluates every grid point instead and reports non-monotone cells.
+
+Each design's search is a generator that yields the points it needs and receives their metrics;
+`drive` runs the generators of all designs in lockstep, so a batch holds one step of every design
+and is evaluated in parallel, in a fixed order: results never depend on the backend or job count.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Iterable, Sequence
+
+import numpy as np
+
+from hardware_catalog import Design, InputError
+from provisioner.evaluate import Metrics, Point, Pools, Runner
+
+GOALS = ("min-cost", "min-power", "max-rate")
+BUDGET_KINDS = {"power": "kW", "cost": "$/h"}
+
+Search = Generator[list[Point], list[Metrics], Any]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A power (kW) or cost ($/h) budget, optionally stated as the draw of N machines of a SKU."""
+    kind: str
+    value: float
+    like: str | None = None   # e.g. "dgx-h100:40"
+
+    def of(self, cost_per_hour: float, power_kw: float) -> float:
+        return power_kw if self.kind == "power" else cost_per_hour
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "value": self.value, "unit": BUDGET_KINDS[self.kind],
+                "like": self.like}
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str                       # min-cost, min-power or max-rate
+    rate_rps: float | None = None   # min-cost / min-power (None: replay a trace as it is)
+    budget: Budget | None = None    # max-rate
+
+    def __post_init__(self):
+        if self.name not in GOALS:
+            raise InputError(f"unknown goal '{self.name}'; use {', '.join(GOALS)}", field="goal")
+        if self.name == "max-rate" and self.budget is None:
+            raise InputError("--goal max-rate needs a budget: --power-budget-kw, "
+                             "--cost-budget-per-hour or --budget-like SKU:N", field="goal")
+        if self.name != "max-rate" and self.budget is not None:
+            raise InputError(f"a budget applies to --goal max-rate, not {self.name}; limit "
+                             "min-cost/min-power with --max-machines/--max-gpus", field="goal")
+
+    @property
+    def paper_name(self) -> str:
+        if self.name == "max-rate":
+            return f"iso-{self.budget.kind} throughput-optimized"
+        return f"iso-throughput {self.name.split('-')[1]}-optimized"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Upper limits applied by the OR-Tools selection (and used to bound the search)."""
+    max_machines: int | None = None
+    max_gpus: int | None = None
+    max_prompt: int | None = None   # Splitwise designs only
+    max_token: int | None = None    # Splitwise designs only
+
+    def __post_init__(self):
+        for name, value in self.as_dict().items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InputError(f"--{name.replace('_', '-')} must be a whole number >= 1, "
+                                 f"got {value!r}", field=name)
+
+    def as_dict(self) -> dict:
+        return {"max_machines": self.max_machines, "max_gpus": self.max_gpus,
+                "max_prompt": self.max_prompt, "max_token": self.max_token}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    exhaustive: bool = False
+    search_limit: int = 256        # largest pool the automatic growth tries
+    rate_tolerance: float = 0.02   # max-rate: relative width of the final rate bracket
+    start_rate: float = 8.0        # max-rate: first rate tried
+    min_rate: float = 0.05
+    max_rate: float = 100_000.0
+    load_sweep: tuple[float, ...] = (0.5, 0.75, 1.25)  # extra rates (x optimum) for the figure
+
+    def __post_init__(self):
+        if self.search_limit < 1:
+            raise InputError(f"--search-limit must be >= 1, got {self.search_limit}",
+                             field="search_limit")
+        if not 0 < self.rate_tolerance < 1:
+            raise InputError(f"--rate-tolerance must be in (0, 1), got {self.rate_tolerance}",
+                             field="rate_tolerance")
+
+    def as_dict(self) -> dict:
+        return {"exhaustive": self.exhaustive, "search_limit": self.search_limit,
+                "rate_tolerance": self.rate_tolerance, "start_rate": self.start_rate,
+                "load_sweep": list(self.load_sweep)}
+
+
+@dataclass
+class DesignResult:
+    design: Design
+    goal: Goal
+    optimum: Metrics | None
+    reason: str                                  # why nothing is feasible (optimum None)
+    points: list[Metrics]                        # every point this search evaluated
+    frontier: list[tuple[int, int]] = field(default_factory=list)  # corners or budget candidates
+    non_monotone: list[dict] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return self.optimum is not None
+
+
+# ------------------------------------------------------------------------------------ probing
+def round_rate(rate: float) -> float:
+    """Rates are kept to 4 significant digits: readable reports, stable cache keys."""
+    return float(f"{rate:.4g}")
+
+
+def _rate_covers(known: float | None, asked: float | None) -> bool:
+    """Is `known` >= `asked` (None = the trace's own rate, equal only to itself)?"""
+    if known is None or asked is None:
+        return known is asked
+    return known >= asked
+
+
+class Probe:
+    """Asks for evaluations by yielding points; remembers answers and infers by monotonicity."""
+
+    def __init__(self, design: str, infer: bool = True):
+        self.design = design
+        self.infer = infer
+        self.seen: dict[Point, Metrics] = {}
+
+    def point(self, prompt: int, token: int, rate: float | None) -> Point:
+        return Point(self.design, prompt, token, rate)
+
+    def measure_all(self, points: Sequence[Point]):
+        todo = list(dict.fromkeys(p for p in points if p not in self.seen))
+        if todo:
+            answers = yield todo
+            self.seen.update(zip(todo, answers))
+        return [self.seen[p] for p in points]
+
+    def measure(self, prompt: int, token: int, rate: float | None):
+        (metrics,) = yield from self.measure_all([self.point(prompt, token, rate)])
+        return metrics
+
+    def feasible(self, prompt: int, token: int, rate: float | None):
+        known = self.inferred(prompt, token, rate)
+        if known is not None:
+            return known
+        return (yield from self.measure(prompt, token, rate)).feasible
+
+    def inferred(self, prompt: int, token: int, rate: float | None) -> bool | None:
+        exact = self.seen.get(self.point(prompt, token, rate))
+        if exact is not None:
+            return exact.feasible
+        if not self.infer:
+            return None
+        for point, m in self.seen.items():
+            if (m.feasible and point.prompt_machines <= prompt and point.token_machines <= token
+                    and _rate_covers(point.rate_rps, rate)):
+                return True   # a smaller cluster already held a higher load
+            if (not m.feasible and point.prompt_machines >= prompt
+                    and point.token_machines >= token and _rate_covers(rate, point.rate_rps)):
+                return False  # a larger cluster already failed a lower load
+        return None
+
+
+def lowest(pred, lo: int, hi: int):
+    """Smallest x in [lo, hi] with pred(x), given pred(hi) and monotone pred: bisection."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (yield from pred(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def lowest_galloping(pred, lo: int, hi: int):
+    """As `lowest`, probing lo, lo+1, lo+3, lo+7, ... first: cheap when the answer is near lo."""
+    offset, failed = 0, lo - 1
+    while lo + offset < hi:
+        if (yield from pred(lo + offset)):
+            hi = lo + offset
+            break
+        failed = lo + offset
+        offset = 2 * offset + 1
+    return (yield from lowest(pred, failed + 1, hi))
+
+
+# ---------------------------------------------------------------------- fixed rate: frontier
+def _pool_caps(pools: Pools, constraints: Constraints, limit: int) -> tuple[int, int]:
+    """Largest prompt and token pools any allowed configuration can have (baseline: (N, 0))."""
+    c = constraints
+    if pools.token is None:
+        cap = min(limit, c.max_machines or limit)
+        if c.max_gpus:
+            cap = min(cap, c.max_gpus // pools.prompt.gpus)
+        return cap, 0
+    p_cap = min(limit, c.max_prompt or limit, (c.max_machines or limit + 1) - 1)
+    t_cap = min(limit, c.max_token or limit, (c.max_machines or limit + 1) - 1)
+    if c.max_gpus:
+        p_cap = min(p_cap, (c.max_gpus - pools.token.gpus) // pools.prompt.gpus)
+        t_cap = min(t_cap, (c.max_gpus - pools.prompt.gpus) // pools.token.gpus)
+    return p_cap, t_cap
+
+
+def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool):
+    """Double the pools from (1, 1) until feasible; None when even the caps fail."""
+    p, t = 1, 0 if baseline else 1
+    while not (yield from probe.feasible(p, t, rate)):
+        if p >= p_cap and t >= t_cap:
+            return None
+        p, t = min(2 * p, p_cap), (0 if baseline else min(2 * t, t_cap))
+    return p, t
+
+
+def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
+    """Corners of the feasibility staircase below a feasible corner (p_hi, t_hi).
+
+    For each prompt pool P the smallest feasible token pool f(P) is non-increasing; only the
+    corners (where f drops) can be optimal, and each costs O(log) evaluations to find.
+    """
+    def at_token(t):
+        return lambda p: probe.feasible(p, t, rate)
+
+    def at_prompt(p):
+        return lambda t: probe.feasible(p, t, rate)
+
+    p_min = yield from lowest(at_token(t_hi), 1, p_hi)
+    t_min = yield from lowest(at_prompt(p_hi), 1, t_hi)
+    p = p_min
+    t = yield from lowest(at_prompt(p), t_min, t_hi)
+    corners = [(p, t)]
+    while t > t_min:
+        p = yield from lowest_galloping(at_token(t - 1), p + 1, p_hi)
+        t = yield from lowest(at_prompt(p), t_min, t - 1)
+        corners.append((p, t))
+    return corners
+
+
+def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+                settings: SearchSettings):
+    """min-cost / min-power at the goal's rate; returns (candidates, frontier, reason)."""
+    rate, baseline = goal.rate_rps, pools.token is None
+    p_cap, t_cap = _pool_caps(pools, constraints, settings.search_limit)
+    if p_cap < 1 or (not baseline and t_cap < 1):
+        return [], [], "the constraints leave no room for a machine in every pool"
+    corner = yield from _grow(probe, rate, p_cap, t_cap, baseline)
+    if corner is None:
+        return [], [], (f"infeasible even with {_describe(p_cap, t_cap, baseline)} "
+                        f"(raise --search-limit or the --max-* limits)")
+    if settings.exhaustive:
+        p_hi, t_hi = corner
+        grid = [probe.point(p, t, rate) for p in range(1, p_hi + 1)
+                for t in ([0] if baseline else range(1, t_hi + 1))]
+        measured = yield from probe.measure_all(grid)
+        frontier = _frontier_of([m for m in measured if m.feasible])
+    elif baseline:
+        n = yield from lowest(lambda k: probe.feasible(k, 0, rate), corner[0] // 2 + 1, corner[0])
+        frontier = [(n, 0)]
+    else:
+        frontier = yield from frontier_walk(probe, rate, *corner)
+    yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
+    at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
+    return at_rate, frontier, ""
+
+
+def _frontier_of(feasible: Iterable[Metrics]) -> list[tuple[int, int]]:
+    """Minimal (P, T) pairs: those no other feasible pair is below-left of."""
+    cells = sorted({(m.prompt_machines, m.token_machines) for m in feasible})
+    frontier, best_t = [], math.inf
+    for p, t in cells:
+        if t < best_t:
+            frontier.append((p, t))
+            best_t = t
+    return frontier
+
+
+def _describe(p: int, t: int, baseline: bool) -> str:
+    return f"{p} machines" if baseline else f"{p} prompt + {t} token machines"
+
+
+# ------------------------------------------------------------------------- budget: max rate
+def budget_candidates(pools: Pools, budget: Budget, constraints: Constraints,
+                      limit: int) -> list[tuple[int, int]]:
+    """The maximal allowed configurations: for each prompt pool, the largest token pool."""
+    p_cap, t_cap = _pool_caps(pools, constraints, limit)
+    unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
+    slack = 1e-9 * max(1.0, budget.value)  # 40 x 5.6 kW is 224 kW, not 223.99999
+    if pools.token is None:
+        n = min(p_cap, math.floor((budget.value + slack) / unit(pools.prompt)))
+        return [(n, 0)] if n >= 1 else []
+    candidates = []
+    for p in range(1, p_cap + 1):
+        room = budget.value - p * unit(pools.prompt) + slack
+        t = min(t_cap, math.floor(room / unit(pools.token)))
+        if constraints.max_machines:
+            t = min(t, constraints.max_machines - p)
+        if constraints.max_gpus:
+            t = min(t, (constraints.max_gpus - p * pools.prompt.gpus) // pools.token.gpus)
+        if t < 1:
+            break
+        candidates.append((p, t))
+    # (p, t) is below (p + 1, t) when the extra prompt machine still leaves t: drop it
+    return [c for i, c in enumerate(candidates)
+            if i + 1 == len(candidates) or candidates[i + 1][1] < c[1]]
+
+
+class RateSearch:
+    """Rate galloping and bisection for one design (feasibility falls as the rate grows)."""
+
+    def __init__(self, probe: Probe, settings: SearchSettings):
+        self.probe, self.s = probe, settings
+
+    def ok(self, cell, rate):
+        return self.probe.feasible(cell[0], cell[1], rate)
+
+    def above(self, rate: float) -> float:
+        up = round_rate(rate * (1 + self.s.rate_tolerance))
+        return up if up > rate else round_rate(rate * (1 + 2 * self.s.rate_tolerance))
+
+    def limit(self, cell, start: float):
+        """Highest feasible rate of `cell` (to the tolerance) starting from `start`; None if
+        even the minimum rate fails."""
+        start = round_rate(start)
+        if (yield from self.ok(cell, start)):
+            return (yield from self.climb(cell, start, factor=1.0))
+        hi = start
+        while True:
+            lo = round_rate(hi / 2)
+            if lo < self.s.min_rate:
+                return None
+            if (yield from self.ok(cell, lo)):
+                return (yield from self.refine(cell, lo, hi))
+            hi = lo
+
+    def climb(self, cell, lo: float, factor: float):
+        """From a feasible `lo`, gallop up by growing factors until a rate fails, then refine."""
+        while True:
+            rate = round_rate(lo * (1 + factor))
+            if rate > self.s.max_rate:
+                return lo
+            if not (yield from self.ok(cell, rate)):
+                return (yield from self.refine(cell, lo, rate))
+            lo, factor = rate, factor * 2
+
+    def refine(self, cell, lo: float, hi: float):
+        """Geometric bisection: lo feasible, hi not, until hi <= lo x (1 + tolerance)."""
+        while hi > lo * (1 + self.s.rate_tolerance):
+            mid = round_rate(math.sqrt(lo * hi))
+            if not lo < mid < hi:
+                break
+            if (yield from self.ok(cell, mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def beat(self, cell, best: float | None):
+        """`cell`'s rate if it beats `best` (one simulation when it does not), else None."""
+        target = self.s.min_rate if best is None else self.above(best)
+        if not (yield from self.ok(cell, target)):
+            return None
+        return (yield from self.climb(cell, target, factor=2 * self.s.rate_tolerance))
+
+
+def _max_rate_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+                     settings: SearchSettings):
+    """max-rate under the goal's budget; returns (candidates, frontier, reason)."""
+    cells = budget_candidates(pools, goal.budget, constraints, settings.search_limit)
+    if not cells:
+        return [], [], "the budget and constraints leave no room for a machine in every pool"
+    rates = RateSearch(probe, settings)
+    if settings.exhaustive:
+        best_i, best = yield from _every_candidate(rates, cells, settings)
+    else:
+        best_i, best = yield from _pattern_search(rates, cells, settings)
+    if best is None:
+        return [], cells, (f"infeasible at {settings.min_rate:g} req/s for every configuration "
+                           f"within the budget")
+    yield from probe.measure(*cells[best_i], best)
+    if settings.exhaustive:
+        yield from _audit_budget_grid(probe, pools, goal, constraints, settings, best)
+    return list(probe.seen.values()), cells, ""
+
+
+def _pattern_search(rates: RateSearch, cells, settings: SearchSettings):
+    """Start mid-way along the budget line, then probe +-step neighbours, halving the step."""
+    best_i = len(cells) // 2
+    best = yield from rates.limit(cells[best_i], settings.start_rate)
+    step = max(1, len(cells) // 4)
+    while True:
+        for j in (best_i - step, best_i + step):
+            if 0 <= j < len(cells):
+                rate = yield from rates.beat(cells[j], best)
+                if rate is not None:
+                    best_i, best = j, rate
+                    break
+        else:
+            if step == 1:
+                return best_i, best
+            step //= 2
+
+
+def _every_candidate(rates: RateSearch, cells, settings: SearchSettings):
+    best_i, best = 0, None
+    for i, cell in enumerate(cells):
+        rate = yield from rates.limit(cell, best or settings.start_rate)
+        if rate is not None and (best is None or rate > best):
+            best_i, best = i, rate
+    return best_i, best
+
+
+def _audit_budget_grid(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+                       settings: SearchSettings, rate: float):
+    """Exhaustive mode: every allowed cell at the optimum rate, for the monotonicity audit."""
+    cells = budget_candidates(pools, goal.budget, constraints, settings.search_limit)
+    grid = [probe.point(p, t, rate) for cp, ct in cells for p, t in _cells_below(cp, ct)]
+    yield from probe.measure_all(list(dict.fromkeys(grid)))
+
+
+def _cells_below(p_max: int, t_max: int):
+    if t_max == 0:
+        return [(p, 0) for p in range(1, p_max + 1)]
+    return [(p, t) for p in range(1, p_max + 1) for t in range(1, t_max + 1)]
+
+
+# ------------------------------------------------------------------------- OR-Tools selection
+def select_optimum(points: Sequence[Metrics], goal: Goal, constraints: Constraints,
+                   pools: Pools) -> Metrics | None:
+    """The best feasible point under the goal and every linear constraint, or None.
+
+    CP-SAT picks exactly one evaluated point; ties on the objective are broken by a fixed rank
+    (the other resource, GPUs, machines, P, T), so the choice is deterministic.
+    """
+    from ortools.sat.python import cp_model
+
+    feasible = sorted((m for m in points if m.feasible), key=lambda m: m.point)
+    if not feasible:
+        return None
+    model = cp_model.CpModel()
+    chosen = [model.NewBoolVar(f"x{i}") for i in range(len(feasible))]
+    model.AddExactlyOne(chosen)
+
+    def total(values):
+        return cp_model.LinearExpr.WeightedSum(chosen, [int(v) for v in values])
+
+    prompt = total(m.prompt_machines for m in feasible)
+    token = total(m.token_machines for m in feasible)
+    milli_cost = [round(m.cost_per_hour * 1000) for m in feasible]
+    watts = [round(m.power_kw * 1000) for m in feasible]
+    c = constraints
+    if c.max_machines:
+        model.Add(prompt + token <= c.max_machines)
+    if c.max_gpus:
+        model.Add(total(m.gpus for m in feasible) <= c.max_gpus)
+    if pools.token is not None and c.max_prompt:
+        model.Add(prompt <= c.max_prompt)
+    if pools.token is not None and c.max_token:
+        model.Add(token <= c.max_token)
+    if goal.budget is not None:
+        scaled = milli_cost if goal.budget.kind == "cost" else watts
+        model.Add(total(scaled) <= math.floor(goal.budget.value * 1000 + 1e-6))
+    primary, secondary = _objectives(goal, feasible, milli_cost, watts)
+    solved = _solve(model, total(primary), chosen)
+    if solved is None:
+        return None
+    model.Add(total(primary) == solved[0])
+    _, pick = _solve(model, total(_tie_break_ranks(feasible, secondary)), chosen)
+    return feasible[pick]
+
+
+def _objectives(goal: Goal, points, milli_cost, watts):
+    """(values to minimise, secondary key) for the goal."""
+    if goal.name == "min-cost":
+        return milli_cost, watts
+    if goal.name == "min-power":
+        return watts, milli_cost
+    rate = [-round(m.rate_rps * 1000) for m in points]
+    return rate, (milli_cost if goal.budget.kind == "cost" else watts)
+
+
+def _tie_break_ranks(points, secondary) -> list[int]:
+    order = sorted(range(len(points)), key=lambda i: (
+        secondary[i], points[i].gpus, points[i].prompt_machines + points[i].token_machines,
+        points[i].prompt_machines, points[i].token_machines, points[i].rate_rps or 0.0))
+    ranks = [0] * len(points)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
+
+
+def _solve(model, objective, chosen) -> tuple[int, int] | None:
+    """(objective value, index of the chosen point), or None when nothing is allowed."""
+    from ortools.sat.python import cp_model
+    model.ClearObjective()
+    model.Minimize(objective)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1     # single-threaded search is deterministic
+    solver.parameters.random_seed = 0
+    if solver.Solve(model) != cp_model.OPTIMAL:
+        return None
+    pick = next(i for i, x in enumerate(chosen) if solver.BooleanValue(x))
+    return round(solver.ObjectiveValue()), pick
+
+
+# ------------------------------------------------------------------------------ the driver
+def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[Metrics]],
+          on_batch: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
+    """Run search generators in lockstep: each round batches every search's next request."""
+    pending: dict[str, list[Point]] = {}
+    results: dict[str, Any] = {}
+    asked = {name: 0 for name in searches}
+
+    def advance(name: str, answer) -> None:
+        try:
+            pending[name] = searches[name].send(answer)
+            asked[name] += len(pending[name])
+        except StopIteration as stop:
+            pending.pop(name, None)
+            results[name] = stop.value
+
+    for name in searches:
+        advance(name, None)
+    while pending:
+        order = [name for name in searches if name in pending]
+        sizes = [len(pending[name]) for name in order]
+        answers = run_batch([p for name in order for p in pending[name]])
+        start = 0
+        for name, size in zip(order, sizes):
+            advance(name, answers[start:start + size])
+            start += size
+        if on_batch is not None:
+            on_batch(dict(asked))
+    return results
+
+
+def design_search(design: Design, pools: Pools, goal: Goal, constraints: Constraints,
+                  settings: SearchSettings):
+    """One design's whole search (a generator for `drive`); returns a DesignResult."""
+    probe = Probe(design.name, infer=not settings.exhaustive)
+    run = _max_rate_search if goal.name == "max-rate" else _min_search
+    candidates, frontier, reason = yield from run(probe, pools, goal, constraints, settings)
+    optimum = select_optimum(candidates, goal, constraints, pools) if candidates else None
+    if optimum is None and not reason:
+        reason = "no evaluated configuration meets the SLOs within the constraints"
+    if optimum is not None and optimum.rate_rps is not None and settings.load_sweep:
+        sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
+                             round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
+        yield from probe.measure_all(sweep)
+    points = sorted(probe.seen.values(), key=_point_order)
+    return DesignResult(design, goal, optimum, reason, points, frontier,
+                        non_monotone_cells(points))
+
+
+def _point_order(m: Metrics):
+    return (m.rate_rps if m.rate_rps is not None else -1.0, m.prompt_machines, m.token_machines)
+
+
+def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
+    """Infeasible points with a feasible point below-left of them at the same rate."""
+    found = []
+    by_rate: dict[Any, list[Metrics]] = {}
+    for m in points:
+        by_rate.setdefault(m.rate_rps, []).append(m)
+    for rate, group in by_rate.items():
+        ok = sorted((m.prompt_machines, m.token_machines) for m in group if m.feasible)
+        if not ok:
+            continue
+        ok_p, ok_t = np.array(ok).T
+        for m in sorted(group, key=_point_order):
+            if m.feasible:
+                continue
+            below = np.flatnonzero((ok_p <= m.prompt_machines) & (ok_t <= m.token_machines))
+            if len(below):
+                p, t = ok[below[0]]
+                found.append({"rate_rps": rate,
+                              "infeasible": [m.prompt_machines, m.token_machines],
+                              "feasible_below": [int(p), int(t)]})
+    return found
+
+
+def search_designs(designs: Sequence[Design], goal: Goal, constraints: Constraints,
+                   settings: SearchSettings, runner: Runner,
+                   on_batch: Callable[[dict[str, int]], None] | None = None) -> list[DesignResult]:
+    """Search every design at once (their steps batched together); results in design order."""
+    searches = {d.name: design_search(d, runner.pools(d.name), goal, constraints, settings)
+                for d in designs}
+    results = drive(searches, runner.run, on_batch)
+    return [results[d.name] for d in designs]
