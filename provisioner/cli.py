@@ -234,6 +234,71 @@ def _print_simulation(summary: dict, report, notes) -> None:
     console.print(verdict)
 
 
+# -------------------------------------------------------------------------------- calibrate
+@app.command()
+def calibrate(
+    profile: Path = typer.Argument(..., help="Profile CSV (SplitwiseSim format: model, hardware, "
+                                   "tensor_parallel, prompt_size, batch_size, token_size, "
+                                   "prompt_time, token_time in ms)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the coefficients file "
+                                       "(JSON; YAML if FILE ends .yaml) that --perf-model reads."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random 80:20 held-out split."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Fit only rows of this tensor parallelism."),
+    exclude_hardware: list[str] = typer.Option([], "--exclude-hardware", help="Skip rows of this "
+                                               "hardware (repeatable), e.g. synthetic rows."),
+):
+    """Fit the performance model to measured latencies and report held-out error."""
+    from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
+    from simcore.perfmodel import coefficients_document
+
+    rows = select_rows(read_profile_csv(profile), tp, tuple(exclude_hardware), str(profile))
+    result = fit_profile(rows, seed=seed)
+    command = " ".join(["provision calibrate", str(profile)]
+                       + ([f"--tp {tp}"] if tp is not None else [])
+                       + [f"--exclude-hardware {h}" for h in exclude_hardware])
+    document = coefficients_document(
+        result.groups, command=command,
+        source=f"{profile.name} (sha256 {_sha256(profile)[:16]}, {result.rows} rows fitted)")
+    if out is not None:
+        _write_coefficients(out, document)
+    if as_json:
+        print_json({"profile": str(profile), "seed": seed, "test_fraction": 0.2,
+                    "rows": result.rows, "duplicates_dropped": result.duplicates_dropped,
+                    "artefacts_dropped": result.artefacts_dropped,
+                    "held_out": [e.as_dict() for e in result.errors],
+                    "coefficients": document})
+        return
+    table = Table(title=f"Held-out error (random 80:20 split, seed {seed})")
+    for col in ("model", "hardware", "TP", "phase", "fit", "held out", "MAPE %", "max %"):
+        text = col in ("model", "hardware", "phase")
+        table.add_column(col, justify="left" if text else "right", no_wrap=text)
+    for e in result.errors:
+        table.add_row(e.model, e.hardware, str(e.tensor_parallel), e.phase, str(e.train_rows),
+                      str(e.test_rows), "-" if e.mape_pct is None else f"{e.mape_pct:.2f}",
+                      "-" if e.max_ape_pct is None else f"{e.max_ape_pct:.1f}")
+    console.print(table)
+    console.print(f"{result.rows} rows fitted; {result.duplicates_dropped} duplicate rows counted "
+                  f"once; {result.artefacts_dropped} preemption artefacts dropped.")
+    if out is not None:
+        console.print(f"wrote coefficients of {len(result.groups)} groups to {out}")
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_coefficients(path: Path, document: dict) -> None:
+    import yaml
+    text = (yaml.safe_dump(document, sort_keys=False) if path.suffix.lower() in (".yaml", ".yml")
+            else json.dumps(document, indent=2) + "\n")
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise InputError(f"cannot write file: {err.strerror}", source=str(path)) from None
+
+
 def main() -> None:
     """Entry point: turns bad input anywhere into one line on stderr and exit code 2."""
     try:
