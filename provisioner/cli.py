@@ -299,6 +299,151 @@ def _write_coefficients(path: Path, document: dict) -> None:
         raise InputError(f"cannot write file: {err.strerror}", source=str(path)) from None
 
 
+# ----------------------------------------------------------------------------- search, check
+@app.command()
+def search(
+    spec: Optional[Path] = typer.Option(None, "--spec", help="YAML file whose keys mirror these "
+                                        "options, plus custom_designs: {NAME: {prompt_sku, "
+                                        "token_sku}}; options given here override it."),
+    model: Optional[str] = typer.Option(None, "--model", "-m",
+                                        help="Model name (default: bloom-176b)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w",
+                                           help="Built-in name (coding, conversation) or a CSV "
+                                                "trace (default: coding)."),
+    designs: Optional[str] = typer.Option(None, "--designs", "-d",
+                                          help="all, or D1,D2 (catalog names or "
+                                               "PROMPT_SKU/TOKEN_SKU) (default: all)."),
+    goal: Optional[str] = typer.Option(None, "--goal", "-g",
+                                       help="min-cost | min-power (with --rate) | max-rate "
+                                            "(with a budget) (default: min-cost)."),
+    rate: Optional[float] = typer.Option(None, "--rate", "-r",
+                                         help="Requests per second for min-cost/min-power "
+                                              "(default: 70 for a built-in workload)."),
+    power_budget_kw: Optional[float] = typer.Option(None, "--power-budget-kw",
+                                                    help="max-rate under this provisioned power."),
+    cost_budget_per_hour: Optional[float] = typer.Option(None, "--cost-budget-per-hour",
+                                                         help="max-rate under this $/h."),
+    budget_like: Optional[str] = typer.Option(None, "--budget-like",
+                                              help="SKU:N, power:SKU:N or cost:SKU:N: the power (default) or "
+                                                   "cost of N machines of SKU, e.g. dgx-h100:40 "
+                                                   "or cost:dgx-h100:40."),
+    slo: Optional[str] = typer.Option(None, "--slo",
+                                      help="SLO profile name or YAML (default: splitwise)."),
+    perf_model: Optional[str] = typer.Option(None, "--perf-model",
+                                             help="Latency tables or calibrated coefficients."),
+    duration: Optional[float] = typer.Option(None, "--duration",
+                                             help="Seconds of Poisson arrivals (default: 120)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: 0)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Report directory (default: provision-report)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j",
+                                       help="Parallel evaluations (default: one per core)."),
+    backend: Optional[str] = typer.Option(None, "--backend",
+                                          help="loky | dask | ray (default: loky)."),
+    address: Optional[str] = typer.Option(None, "--address",
+                                          help="Scheduler of a dask or ray cluster (dask "
+                                               "without it: a local cluster)."),
+    exhaustive: Optional[bool] = typer.Option(None, "--exhaustive/--no-exhaustive",
+                                              help="Evaluate every grid point and report "
+                                                   "non-monotone cells."),
+    max_machines: Optional[int] = typer.Option(None, "--max-machines",
+                                               help="At most this many machines in all."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="At most this many GPUs."),
+    max_prompt: Optional[int] = typer.Option(None, "--max-prompt",
+                                             help="At most this many prompt machines."),
+    max_token: Optional[int] = typer.Option(None, "--max-token",
+                                            help="At most this many token machines."),
+    search_limit: Optional[int] = typer.Option(None, "--search-limit",
+                                               help="Largest pool the search grows to (default: 256)."),
+    rate_tolerance: Optional[float] = typer.Option(None, "--rate-tolerance",
+                                                   help="max-rate: relative precision (default: 0.02)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir",
+                                             help="Evaluation cache (default: ~/.cache/provision)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    catalog_dir: Optional[Path] = typer.Option(None, "--catalog",
+                                               help="Catalog directory (machines.yaml, "
+                                                    "models.yaml, designs.yaml) (default: built-in)."),
+    as_json: bool = typer.Option(False, "--json", help="Print report.json on stdout."),
+):
+    """Find the optimal prompt/token pools of every design (writes report.json, evaluations.csv,
+    report.html). With no options: BLOOM-176B, coding at 70 req/s, all designs, min-cost."""
+    from provisioner.config import merge_options, plan_search, run_plan
+    from provisioner.reports import (SearchProgress, non_monotone_lines, optimum_table,
+                                     render_reports, write_reports)
+
+    given = {"model": model, "workload": workload, "designs": designs, "goal": goal,
+             "rate": rate, "power_budget_kw": power_budget_kw,
+             "cost_budget_per_hour": cost_budget_per_hour, "budget_like": budget_like,
+             "slo": slo, "perf_model": perf_model, "duration": duration, "seed": seed,
+             "out": _text(out), "jobs": jobs, "backend": backend, "address": address,
+             "exhaustive": exhaustive, "max_machines": max_machines, "max_gpus": max_gpus,
+             "max_prompt": max_prompt, "max_token": max_token, "search_limit": search_limit,
+             "rate_tolerance": rate_tolerance, "cache_dir": _text(cache_dir),
+             "no_cache": no_cache or None, "catalog": _text(catalog_dir)}
+    plan = plan_search(merge_options(given, spec))
+    with SearchProgress([d.name for d in plan.designs], enabled=not as_json) as progress:
+        run = run_plan(plan, progress.update)
+    write_reports(plan.out, render_reports(run.document, run.results))
+    if as_json:
+        print_json(run.document)
+    else:
+        console.print(optimum_table(run.document))
+        console.print(f"{run.stats.simulated} simulations, {run.stats.cache_hits} from the cache "
+                      f"({run.document['summary']['evaluations']} points evaluated); reports in "
+                      f"{plan.out}/", highlight=False)
+    for line in non_monotone_lines(run.document):
+        err_console.print(f"[yellow]non-monotone:[/] {line}", highlight=False, soft_wrap=True)
+    if not run.document["summary"]["feasible_designs"]:
+        err_console.print("[bold red]no feasible configuration[/] for any design: "
+                          + "; ".join(f"{d['design']}: {d['reason']}"
+                                      for d in run.document["designs"]),
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    report: Path = typer.Argument(..., help="A report.json written by `provision search`."),
+    catalog_dir: Optional[Path] = typer.Option(None, "--catalog",
+                                               help="Catalog directory to check against "
+                                                    "[built-in]."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel evaluations."),
+    backend: str = typer.Option("loky", "--backend", help="loky | dask | ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="dask/ray scheduler."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Evaluation cache."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Simulate everything afresh."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+):
+    """Re-derive the optimum from the inputs echoed in REPORT.json on the current catalog and
+    code; exit 1 with a diff (design, field, old -> new) if it moved."""
+    from provisioner.check import check_report
+    from provisioner.config import default_jobs
+    from provisioner.evaluate import default_cache_dir
+
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs must be >= 1, got {jobs}")
+    result = check_report(report, catalog_dir=_text(catalog_dir), jobs=jobs or default_jobs(),
+                          backend=backend, address=address,
+                          cache_dir=None if no_cache else (cache_dir or default_cache_dir()))
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        for note in result.notes:
+            console.print(f"[yellow]input changed:[/] {note}", highlight=False)
+        for design, key, old, new in result.changes:
+            console.print(f"[red]moved:[/] {design} {key}: {old} -> {new}", highlight=False)
+        designs = len(result.run.document["designs"])
+        console.print(f"optimum unchanged for {designs} designs" if result.unchanged else
+                      f"[bold red]optimum moved[/] ({len(result.changes)} changes)",
+                      highlight=False)
+    if not result.unchanged:
+        raise typer.Exit(1)
+
+
+def _text(path: Optional[Path]) -> Optional[str]:
+    return None if path is None else str(path)
+
+
 def main() -> None:
     """Entry point: turns bad input anywhere into one line on stderr and exit code 2."""
     try:

@@ -144,14 +144,13 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
 @dataclass(frozen=True)
 class PerfSource:
     """The default performance model, or a user's file identified by its content."""
-    path: str | None = None
+    path: str | None = None     # the file to read
     sha256: str | None = None
-    name: str = "default"
+    name: str = "default"       # as the user wrote it
 
     def identity(self) -> dict:
-        from simcore import perfmodel
-        version = getattr(perfmodel, "PERF_MODEL_VERSION", None) or getattr(perfmodel, "VERSION", None)
-        return {"name": self.name, "sha256": self.sha256, "version": version}
+        from simcore.perfmodel import PERF_MODEL_VERSION
+        return {"name": self.name, "sha256": self.sha256, "version": PERF_MODEL_VERSION}
 
 
 def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
@@ -162,7 +161,7 @@ def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
         resolved = base_dir / path
     if not resolved.is_file():
         raise InputError(f"performance model file not found: {path}", field="perf_model")
-    return PerfSource(str(resolved), file_sha256(resolved), name=Path(path).name)
+    return PerfSource(str(resolved), file_sha256(resolved), name=path)
 
 
 def file_sha256(path: str | Path) -> str:
@@ -306,6 +305,10 @@ class DiskCache:
                              source=str(self.directory), field="cache_dir") from None
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (the only portable way is to set and restore it)
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Temp file in the same directory + os.replace: readers see the old file or the new one."""
     path = Path(path)
@@ -313,6 +316,7 @@ def write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,217 @@
+"""Search reports: report.json, evaluations.csv, report.html (plotly), the terminal table and
+progress bars (SPEC section 6).
+
+Every file is a pure function of the search inputs and results: no timestamps, wall times or
+cache paths, floats rounded to 6 significant digits, keys in a fixed order. All three texts are
+rendered before anything is written, and each file is replaced atomically.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hardware_catalog import InputError
+from provisioner.evaluate import SLO_KEYS, Metrics, write_atomically
+from provisioner.search import DesignResult
+
+SCHEMA = "provision.search-report"
+SCHEMA_VERSION = 1
+REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
+
+
+def num(value: Any) -> Any:
+    """Floats to 6 significant digits (None for NaN/inf); everything else unchanged."""
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    value = float(value)
+    if not math.isfinite(value):
+        return None
+    return float(f"{value:.6g}")
+
+
+# --------------------------------------------------------------------------------- report.json
+def machines_of(m: Metrics, baseline: bool) -> dict:
+    if baseline:
+        return {"machines": m.prompt_machines}
+    return {"prompt_machines": m.prompt_machines, "token_machines": m.token_machines}
+
+
+def optimum_dict(m: Metrics, baseline: bool) -> dict:
+    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps),
+            "cost_per_hour": num(m.cost_per_hour), "power_kw": num(m.power_kw), "gpus": m.gpus,
+            "worst_margin": num(m.outcome.worst_margin),
+            "slo": {key: {"value": num(value), "limit": num(limit)}
+                    for key, value, limit in m.outcome.slo}}
+
+
+def point_dict(m: Metrics, baseline: bool) -> dict:
+    o = m.outcome
+    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps), "feasible": o.feasible,
+            "completed": o.completed, "cost_per_hour": num(m.cost_per_hour),
+            "power_kw": num(m.power_kw), "gpus": m.gpus, "worst_margin": num(o.worst_margin),
+            "slo": {key: num(value) for key, value, _ in o.slo}, "reason": o.reason}
+
+
+def design_dict(result: DesignResult) -> dict:
+    d, baseline = result.design, result.design.is_baseline
+    return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku,
+            "feasible": result.feasible, "reason": result.reason,
+            "optimum": optimum_dict(result.optimum, baseline) if result.optimum else None,
+            "frontier": [list(cell) for cell in result.frontier],
+            "non_monotone": [{**cell, "rate_rps": num(cell["rate_rps"])}
+                             for cell in result.non_monotone],
+            "evaluations": len(result.points),
+            "evaluated": [point_dict(m, baseline) for m in result.points]}
+
+
+def report_document(inputs: dict, results: Sequence[DesignResult], versions: dict) -> dict:
+    """The report.json content: schema, versions, echoed inputs, per-design results, summary."""
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "versions": versions,
+            "inputs": inputs, "designs": [design_dict(r) for r in results],
+            "summary": summary_dict(results, inputs["goal"]["name"])}
+
+
+def summary_dict(results: Sequence[DesignResult], goal: str) -> dict:
+    feasible = [r for r in results if r.feasible]
+    best = None
+    if feasible:
+        key = {"min-cost": lambda r: (r.optimum.cost_per_hour, r.optimum.power_kw),
+               "min-power": lambda r: (r.optimum.power_kw, r.optimum.cost_per_hour),
+               "max-rate": lambda r: (-r.optimum.rate_rps, r.optimum.cost_per_hour)}[goal]
+        best = min(feasible, key=key).design.name
+    return {"best_design": best, "feasible_designs": len(feasible), "designs": len(results),
+            "evaluations": sum(len(r.points) for r in results),
+            "non_monotone_cells": sum(len(r.non_monotone) for r in results)}
+
+
+def json_text(document: dict) -> str:
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+# ----------------------------------------------------------------------------- evaluations.csv
+CSV_COLUMNS = ("design", "prompt_machines", "token_machines", "machines", "rate_rps", "feasible",
+               "completed", "cost_per_hour", "power_kw", "gpus", *SLO_KEYS, "worst_margin",
+               "reason")
+
+
+def csv_text(results: Sequence[DesignResult]) -> str:
+    """One row per simulated (design, P, T, rate); baselines put their pool in prompt_machines."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for result in results:
+        for m in result.points:
+            values = {key: value for key, value, _ in m.outcome.slo}
+            writer.writerow([result.design.name, m.prompt_machines, m.token_machines,
+                             m.prompt_machines + m.token_machines, _cell(m.rate_rps),
+                             m.outcome.feasible, m.outcome.completed, _cell(m.cost_per_hour),
+                             _cell(m.power_kw), m.gpus, *(_cell(values[k]) for k in SLO_KEYS),
+                             _cell(m.outcome.worst_margin), m.outcome.reason])
+    return buffer.getvalue()
+
+
+def _cell(value) -> str:
+    value = num(value)
+    return "" if value is None else repr(value)
+
+
+# -------------------------------------------------------------------------------- writing
+def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str, str]:
+    """All three files as text; nothing is written until every one of them rendered."""
+    from provisioner.figures import html_report
+    return {"report.json": json_text(document), "evaluations.csv": csv_text(results),
+            "report.html": html_report(document, results)}
+
+
+def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("exists and is not a directory", source=str(out_dir), field="out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the report directory: {err.strerror}",
+                         source=str(out_dir), field="out") from None
+    written = []
+    for name in REPORT_FILES:
+        write_atomically(out_dir / name, texts[name])
+        written.append(out_dir / name)
+    return written
+
+
+# -------------------------------------------------------------------------------- terminal
+@dataclass
+class SearchProgress:
+    """Rich progress on stderr: one spinner per design with its evaluation count."""
+    designs: Sequence[str]
+    enabled: bool = True
+
+    def __enter__(self) -> "SearchProgress":
+        self._progress = None
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      TextColumn("{task.completed:>4.0f} evaluations"),
+                                      TimeElapsedColumn(), console=Console(stderr=True),
+                                      transient=False)
+            self._progress.__enter__()
+            self._tasks = {name: self._progress.add_task(name, total=None)
+                           for name in self.designs}
+        return self
+
+    def update(self, asked: dict[str, int]) -> None:
+        if self._progress is None:
+            return
+        for name, count in asked.items():
+            self._progress.update(self._tasks[name], completed=count)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            for task in self._tasks.values():
+                self._progress.update(task, total=self._progress.tasks[task].completed or 1)
+            self._progress.__exit__(*exc)
+
+
+def optimum_table(document: dict) -> Table:
+    goal = document["inputs"]["goal"]
+    table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
+                        "* best", caption="P prompt / T token machines (baselines: P machines); "
+                        "SLO margin: worst 1 - value/limit")
+    table.add_column("design", no_wrap=True)
+    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "SLO margin"):
+        table.add_column(column, justify="right")
+    best = document["summary"]["best_design"]
+    for entry in document["designs"]:
+        name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
+        o = entry["optimum"]
+        if o is None:
+            table.add_row(name, "-", "-", "-", "-", "-", "-", f"[red]infeasible[/]: {entry['reason']}")
+            continue
+        p = o.get("machines", o.get("prompt_machines"))
+        t = "-" if "machines" in o else str(o["token_machines"])
+        table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
+                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]),
+                      _fmt(o["worst_margin"], "+.1%"))
+    return table
+
+
+def _fmt(value, spec: str) -> str:
+    return "trace" if value is None else format(value, spec)
+
+
+def non_monotone_lines(document: dict) -> list[str]:
+    lines = []
+    for entry in document["designs"]:
+        for cell in entry["non_monotone"]:
+            rate = "trace rate" if cell["rate_rps"] is None else f"{cell['rate_rps']:g} req/s"
+            lines.append(f"{entry['design']}: {tuple(cell['infeasible'])} is infeasible although "
+                         f"{tuple(cell['feasible_below'])} is feasible at {rate}")
+    return lines
