@@ -70,6 +70,7 @@ latencies; `curves()` applies the power cap on top.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, fields, replace
@@ -82,14 +83,17 @@ import numpy as np
 from hardware_catalog import InputError, MachineSku, ModelSpec, read_yaml
 from simcore.latency import LatencyCurves
 
-__all__ = ["PERF_MODEL_VERSION", "COEFFICIENTS_FORMAT", "PromptCoefficients",
+__all__ = ["PERF_MODEL_VERSION", "CLOSED_FORM_VERSION", "COEFFICIENTS_FORMAT", "PromptCoefficients",
            "DecodeCoefficients", "Reference", "PairCoefficients", "PerformanceModel",
            "default_performance_model", "load_performance_model", "coefficients_document",
            "parse_coefficients_document", "tabulate", "PROMPT_KNOTS", "DECODE_KNOTS"]
 
-PERF_MODEL_VERSION = "1"
+CLOSED_FORM_VERSION = "1"  # bump when the formulas change
 COEFFICIENTS_FORMAT = "provision-perf-coefficients/1"
 DEFAULT_COEFFICIENTS = Path(__file__).resolve().parent / "data" / "perf_coefficients.json"
+# Identifies the default model for result caches: the formulas and the packaged coefficients.
+PERF_MODEL_VERSION = (f"{CLOSED_FORM_VERSION}-"
+                      f"{hashlib.sha256(DEFAULT_COEFFICIENTS.read_bytes()).hexdigest()[:12]}")
 
 # Base knots of the tabulated curves, refined where the closed form bends (see `tabulate`).
 PROMPT_KNOTS = np.concatenate(([1.0], np.arange(16.0, 32768.0 + 1, 16.0)))
@@ -361,7 +365,7 @@ def _read_document(path: Path) -> Any:
 def coefficients_document(groups: Iterable[PairCoefficients], *, source: str,
                           command: str) -> dict[str, Any]:
     """The coefficients file `provision calibrate --out` writes and `load_performance_model` reads."""
-    return {"format": COEFFICIENTS_FORMAT, "perf_model_version": PERF_MODEL_VERSION,
+    return {"format": COEFFICIENTS_FORMAT, "closed_form_version": CLOSED_FORM_VERSION,
             "source": source, "command": command, "units": "seconds; tokens; requests",
             "groups": [g.as_dict() for g in groups]}
 
