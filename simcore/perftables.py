@@ -86,7 +86,9 @@ def read_table_csv(path: str | Path, catalog: Catalog | None = None) -> dict[Key
     points: dict[Key, dict[str, list]] = defaultdict(lambda: {"prefill": [], "decode": [],
                                                              "context": []})
     for row, record in _csv_records(path):
-        fail = lambda f, m, r=row: _raise(m, source, row=r, field=f)
+        def fail(field: str, message: str, row: int = row) -> None:
+            raise InputError(message, source=source, row=row, field=field)
+
         key = _names(record["machine"], record.get("model") or None, catalog, fail)
         phase = record["phase"].lower()
         if phase not in ("prefill", "decode", "context"):
