@@ -309,17 +309,28 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask (the only portable way is to set and restore it)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same directory + os.replace: readers see the old file or the new one."""
+def stage_file(path: Path, text: str) -> Path:
+    """Write `text` to a temp file in `path`'s directory (same file system, so os.replace onto
+    `path` is atomic) and return the temp file's path."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same directory + os.replace: readers see the old file or the new one."""
+    tmp = stage_file(path, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

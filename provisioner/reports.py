@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +21,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hardware_catalog import InputError
-from provisioner.evaluate import SLO_KEYS, Metrics, write_atomically
+from provisioner.evaluate import SLO_KEYS, Metrics, stage_file
 from provisioner.search import DesignResult
 
 SCHEMA = "provision.search-report"
@@ -133,6 +134,8 @@ def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str,
 
 
 def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:
+    """Stage every file as a temp file beside its target, then rename them all into place: a
+    failure while writing leaves the previous reports (or none) and no temp files behind."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("exists and is not a directory", source=str(out_dir), field="out")
@@ -141,11 +144,16 @@ def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:
     except OSError as err:
         raise InputError(f"cannot create the report directory: {err.strerror}",
                          source=str(out_dir), field="out") from None
-    written = []
-    for name in REPORT_FILES:
-        write_atomically(out_dir / name, texts[name])
-        written.append(out_dir / name)
-    return written
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name in REPORT_FILES:
+            staged.append((stage_file(out_dir / name, texts[name]), out_dir / name))
+        for temp, target in staged:
+            os.replace(temp, target)
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+    return [target for _, target in staged]
 
 
 # -------------------------------------------------------------------------------- terminal

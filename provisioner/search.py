@@ -274,8 +274,8 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
     if corner is None:
         return [], [], (f"infeasible even with {_describe(p_cap, t_cap, baseline)} "
                         f"(raise --search-limit or the --max-* limits)")
+    p_hi, t_hi = corner if baseline else _search_box(pools, corner, constraints, p_cap, t_cap)
     if settings.exhaustive:
-        p_hi, t_hi = corner
         grid = [probe.point(p, t, rate) for p in range(1, p_hi + 1)
                 for t in ([0] if baseline else range(1, t_hi + 1))]
         measured = yield from probe.measure_all(grid)
@@ -284,10 +284,41 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
         n = yield from lowest(lambda k: probe.feasible(k, 0, rate), corner[0] // 2 + 1, corner[0])
         frontier = [(n, 0)]
     else:
-        frontier = yield from frontier_walk(probe, rate, *corner)
+        frontier = yield from frontier_walk(probe, rate, p_hi, t_hi)
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
     at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
     return at_rate, frontier, ""
+
+
+def _search_box(pools: Pools, corner: tuple[int, int], constraints: Constraints, p_cap: int,
+                t_cap: int) -> tuple[int, int]:
+    """The (P, T) box that holds every configuration worth considering.
+
+    The frontier can reach beyond the feasible corner the growth found (fewer prompt machines
+    with more token machines). Beyond the largest pools that still cost or draw no more than the
+    corner (with one machine in the other pool), every point is worse than the corner in both
+    cost and power, so the box ends there; when the corner breaks a constraint it is no such
+    witness and the box is the constraints' caps.
+    """
+    p, t = corner
+    if not _allowed(pools, p, t, constraints):
+        return p_cap, t_cap
+    cost, power = pools.cost(p, t), pools.power(p, t)
+
+    def widest(own, other) -> int:
+        by_cost = (cost - other.cost_per_hour) / own.cost_per_hour
+        by_power = (power - other.power_kw) / own.power_kw
+        return math.floor(max(by_cost, by_power) + 1e-9)
+
+    return (min(p_cap, widest(pools.prompt, pools.token)),
+            min(t_cap, widest(pools.token, pools.prompt)))
+
+
+def _allowed(pools: Pools, prompt: int, token: int, c: Constraints) -> bool:
+    return ((c.max_machines is None or prompt + token <= c.max_machines)
+            and (c.max_gpus is None or pools.gpus(prompt, token) <= c.max_gpus)
+            and (c.max_prompt is None or prompt <= c.max_prompt)
+            and (c.max_token is None or token <= c.max_token))
 
 
 def _frontier_of(feasible: Iterable[Metrics]) -> list[tuple[int, int]]:

@@ -1,0 +1,243 @@
+"""Search engine against synthetic feasibility oracles (no simulator): the frontier walk finds
+the same optimum as exhaustive enumeration, constraints hold, rate search meets its tolerance."""
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings as hyp_settings, strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import oracles  # noqa: E402
+from oracles import OracleEvaluator  # noqa: E402
+
+from hardware_catalog import InputError, load_catalog  # noqa: E402
+from provisioner.evaluate import Point, Pools, Runner  # noqa: E402
+from provisioner.search import (Budget, Constraints, Goal, SearchSettings,  # noqa: E402
+                                budget_candidates, drive, search_designs, select_optimum)
+
+CATALOG = load_catalog()
+DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
+                                       "splitwise-hhcap")]
+NO_SWEEP = dict(load_sweep=(), search_limit=48)
+
+
+def run(rule, goal, constraints=Constraints(), designs=DESIGNS, jobs=1, **settings):
+    runner = Runner(OracleEvaluator(CATALOG, rule, rule.__name__), jobs=jobs)
+    results = search_designs(designs, goal, constraints, SearchSettings(**{**NO_SWEEP,
+                                                                           **settings}), runner)
+    return results, runner.stats
+
+
+def optima(results):
+    return {r.design.name: None if r.optimum is None else
+            (r.optimum.prompt_machines, r.optimum.token_machines, r.optimum.rate_rps)
+            for r in results}
+
+
+def brute_force_min(rule, design, rate, objective, constraints=Constraints(), limit=48):
+    """The optimum by plain enumeration of the grid (independent of the engine)."""
+    pools = Pools.of(design, CATALOG)
+    tokens = [0] if design.is_baseline else range(1, limit + 1)
+    best = None
+    for p, t in itertools.product(range(1, limit + 1), tokens):
+        if not rule(design.name, p, t, rate) or not _allowed(pools, p, t, constraints):
+            continue
+        key = (objective(pools, p, t), )
+        if best is None or key < best[0]:
+            best = (key, (p, t))
+    return None if best is None else best[1]
+
+
+def _allowed(pools, p, t, c: Constraints) -> bool:
+    baseline = pools.token is None
+    return ((c.max_machines is None or p + t <= c.max_machines)
+            and (c.max_gpus is None or pools.gpus(p, t) <= c.max_gpus)
+            and (baseline or c.max_prompt is None or p <= c.max_prompt)
+            and (baseline or c.max_token is None or t <= c.max_token))
+
+
+COST = (lambda pools, p, t: round(pools.cost(p, t), 6))
+POWER = (lambda pools, p, t: round(pools.power(p, t), 6))
+
+
+@pytest.mark.parametrize("rule", [oracles.l_shape, oracles.diagonal, oracles.hyperbola])
+@pytest.mark.parametrize("goal", ["min-cost", "min-power"])
+def test_frontier_walk_matches_exhaustive_grid(rule, goal):
+    frontier, walked = run(rule, Goal(goal, 10.0))
+    grid, enumerated = run(rule, Goal(goal, 10.0), exhaustive=True)
+    assert optima(frontier) == optima(grid)
+    objective = COST if goal == "min-cost" else POWER
+    for result in frontier:
+        pools = Pools.of(result.design, CATALOG)
+        expected = brute_force_min(rule, result.design, 10.0, objective)
+        got = (result.optimum.prompt_machines, result.optimum.token_machines)
+        assert objective(pools, *got) == objective(pools, *expected)
+    assert walked.simulated < enumerated.simulated / 2
+
+
+def test_optimum_on_the_edge_of_the_grid():
+    """Feasible only with the full prompt pool the search may use: found, not missed."""
+    def edge(design, p, t, rate):
+        return p >= 16 and t >= 2 if t else p >= 16
+    results, _ = run(edge, Goal("min-cost", 10.0), search_limit=16)
+    assert optima(results) == {"baseline-a100": (16, 0, 10.0), "splitwise-aa": (16, 2, 10.0),
+                               "splitwise-ha": (16, 2, 10.0), "splitwise-hhcap": (16, 2, 10.0)}
+
+
+def test_no_feasible_point_says_so():
+    results, stats = run(oracles.never, Goal("min-cost", 10.0), search_limit=8)
+    assert all(r.optimum is None for r in results)
+    assert all("infeasible even with 8" in r.reason for r in results)
+    assert stats.simulated > 0
+
+
+def test_exhaustive_reports_the_non_monotone_cell():
+    results, _ = run(oracles.hole, Goal("min-cost", 10.0), designs=DESIGNS[1:2], exhaustive=True)
+    (aa,) = results
+    assert [c["infeasible"] for c in aa.non_monotone] == [[6, 8]]
+    below = aa.non_monotone[0]["feasible_below"]
+    assert below[0] <= 6 and below[1] <= 8 and oracles.hole("x", *below, 10.0)
+
+
+@pytest.mark.parametrize("constraints", [
+    Constraints(max_prompt=4), Constraints(max_token=5), Constraints(max_machines=13),
+    Constraints(max_gpus=104), Constraints(max_prompt=6, max_token=7)])
+def test_constraints_are_respected(constraints):
+    results, _ = run(oracles.hyperbola, Goal("min-cost", 10.0), constraints)
+    for result in results:
+        expected = brute_force_min(oracles.hyperbola, result.design, 10.0, COST, constraints)
+        if expected is None:
+            assert result.optimum is None
+            continue
+        o = result.optimum
+        pools = Pools.of(result.design, CATALOG)
+        assert _allowed(pools, o.prompt_machines, o.token_machines, constraints)
+        assert COST(pools, o.prompt_machines, o.token_machines) == COST(pools, *expected)
+
+
+def test_constraint_that_excludes_everything():
+    results, _ = run(oracles.hyperbola, Goal("min-cost", 10.0), Constraints(max_machines=5))
+    assert all(r.optimum is None for r in results)
+
+
+def test_select_optimum_breaks_ties_by_power_then_size():
+    design = CATALOG.design("splitwise-hh")
+    pools = Pools.of(design, CATALOG)
+    runner = Runner(OracleEvaluator(CATALOG, oracles.diagonal, "diagonal"))
+    points = runner.run([Point(design.name, p, 12 - p, 10.0) for p in range(2, 11)])
+    best = select_optimum(points, Goal("min-cost", 10.0), Constraints(), pools)
+    assert (best.prompt_machines, best.token_machines) == (2, 10)  # all cost the same
+
+
+def true_max_rate(design, budget, constraints=Constraints()):
+    pools = Pools.of(design, CATALOG)
+    cells = budget_candidates(pools, budget, constraints, 256)
+    return max(4.5 * p if t == 0 else min(10.0 * p, 7.0 * t) for p, t in cells)
+
+
+@pytest.mark.parametrize("budget", [Budget("power", 224.0, "dgx-h100:40"), Budget("cost", 1520.0)])
+def test_rate_search_finds_the_max_rate_within_tolerance(budget):
+    tolerance = 0.02
+    results, stats = run(oracles.capacity, Goal("max-rate", budget=budget),
+                         rate_tolerance=tolerance, search_limit=256)
+    for result in results:
+        best = true_max_rate(result.design, budget)
+        o = result.optimum
+        assert best / (1 + tolerance) ** 2 <= o.rate_rps <= best
+        assert o.feasible
+        assert budget.of(o.cost_per_hour, o.power_kw) <= budget.value + 1e-9
+    # far fewer than a bisection of every budget candidate (about 7 each)
+    candidates = sum(len(budget_candidates(Pools.of(d, CATALOG), budget, Constraints(), 256))
+                     for d in DESIGNS)
+    assert stats.simulated < 7 * candidates / 2
+
+
+def test_max_rate_exhaustive_agrees_with_pattern_search():
+    budget = Budget("power", 100.0)
+    fast, _ = run(oracles.capacity, Goal("max-rate", budget=budget), search_limit=256)
+    full, _ = run(oracles.capacity, Goal("max-rate", budget=budget), search_limit=256,
+                  exhaustive=True)
+    for a, b in zip(fast, full):
+        assert a.optimum.rate_rps == pytest.approx(b.optimum.rate_rps, rel=0.045)
+
+
+def test_budget_candidates_are_maximal_and_within_budget():
+    pools = Pools.of(CATALOG.design("splitwise-ha"), CATALOG)
+    budget = Budget("power", 224.0)
+    cells = budget_candidates(pools, budget, Constraints(max_token=30), 256)
+    for p, t in cells:
+        assert pools.power(p, t) <= 224.0 + 1e-9 and t <= 30
+        assert pools.power(p, t + 1) > 224.0 or t + 1 > 30     # no room for one more token machine
+    assert [t for _, t in cells] == sorted({t for _, t in cells}, reverse=True)
+
+
+@hyp_settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=14), st.integers(1, 6),
+       st.sampled_from(["min-cost", "min-power"]))
+def test_random_staircases(drops, start, goal):
+    """Any monotone staircase: the walk's optimum costs what brute force finds."""
+    need = {}  # smallest feasible T for each P (non-increasing), infeasible below p0
+    t = start + sum(drops)
+    for i, drop in enumerate(drops):
+        need[start + i] = t
+        t -= drop
+    rule = _Staircase(tuple(sorted(need.items())))
+    design = CATALOG.design("splitwise-ha")
+    results, _ = run(rule, Goal(goal, 10.0), designs=[design], search_limit=32)
+    objective = COST if goal == "min-cost" else POWER
+    expected = brute_force_min(rule, design, 10.0, objective, limit=32)
+    got = results[0].optimum
+    pools = Pools.of(design, CATALOG)
+    assert objective(pools, got.prompt_machines, got.token_machines) == objective(pools, *expected)
+
+
+class _Staircase:
+    def __init__(self, need):
+        self.need = dict(need)
+        self.__name__ = f"staircase{need}"
+
+    def __call__(self, design, p, t, rate):
+        known = [q for q in self.need if q <= p]
+        return bool(known) and t >= self.need[max(known)]
+
+
+def test_driver_batches_every_design_step_in_a_fixed_order():
+    batches = []
+
+    def search(name, steps):
+        for i in range(steps):
+            yield [Point(name, i + 1, 1, 1.0)]
+        return name
+
+    def run_batch(points):
+        batches.append([p.design for p in points])
+        return [None] * len(points)
+
+    results = drive({"a": search("a", 2), "b": search("b", 3)}, run_batch)
+    assert batches == [["a", "b"], ["a", "b"], ["b"]]
+    assert results == {"a": "a", "b": "b"}
+
+
+def test_parallel_jobs_give_the_same_results():
+    goal = Goal("min-cost", 10.0)
+    serial, _ = run(oracles.hyperbola, goal, jobs=1)
+    parallel, _ = run(oracles.hyperbola, goal, jobs=2)
+    assert optima(serial) == optima(parallel)
+    assert [[m.point for m in r.points] for r in serial] == \
+        [[m.point for m in r.points] for r in parallel]
+
+
+def test_goal_and_budget_must_match():
+    with pytest.raises(InputError, match="needs a budget"):
+        Goal("max-rate")
+    with pytest.raises(InputError, match="applies to --goal max-rate"):
+        Goal("min-cost", 10.0, Budget("power", 10.0))
+    with pytest.raises(InputError, match="unknown goal"):
+        Goal("fastest", 10.0)
+    with pytest.raises(InputError, match="max-gpus"):
+        Constraints(max_gpus=0)
+    assert math.isfinite(true_max_rate(DESIGNS[0], Budget("power", 224.0)))
