@@ -207,3 +207,32 @@ def test_cluster_rejects_bad_counts():
         Cluster(CATALOG.design("splitwise-hh"), 3, 0)
     with pytest.raises(InputError):
         Cluster(CATALOG.design("baseline-a100"), 3, 2)
+
+
+def test_uncompiled_fast_core_gives_the_same_answer():
+    """PROVISION_NO_JIT=1 runs the fast core as plain Python (for debugging, or without numba)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import json, numpy as np\n"
+        "from hardware_catalog import load_catalog\n"
+        "from simcore import Cluster, simulate\n"
+        "from simcore.fastsim import JIT\n"
+        "from simcore.perfmodel import default_performance_model\n"
+        "from simcore.workload import synthesize\n"
+        "c = load_catalog()\n"
+        "w = synthesize('conversation', 20.0, 10.0, seed=3)\n"
+        "r = simulate(Cluster(c.design('splitwise-ha'), 2, 2), w, c.model('llama2-70b'),\n"
+        "             default_performance_model(), c)\n"
+        "print(json.dumps({'jit': JIT, 'finish': r.finish_s.tolist()}))\n")
+    results = {}
+    for flag in ("", "1"):
+        env = {**os.environ, "PROVISION_NO_JIT": flag}
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert run.returncode == 0, run.stderr
+        results[flag] = json.loads(run.stdout)
+    assert results[""]["jit"] is True and results["1"]["jit"] is False
+    np.testing.assert_allclose(results["1"]["finish"], results[""]["finish"], rtol=1e-12)
