@@ -133,7 +133,7 @@ def plan_search(options: dict[str, Any]) -> SearchPlan:
 
     catalog = load_catalog(options.get("catalog"))
     catalog = catalog.with_designs(parse_custom_designs(options.get("custom_designs") or {}))
-    designs = resolve_designs(options.get("designs", ["all"]), catalog, options.get("custom_designs"))
+    designs = resolve_designs(options.get("designs", ["all"]), catalog)
     catalog = catalog.with_designs({d.name: d for d in designs if d.name not in catalog.designs})
     goal_name = options.get("goal", "min-cost")
     if goal_name not in GOALS:
@@ -177,8 +177,7 @@ def parse_custom_designs(entries: dict) -> dict[str, Design]:
             for name, entry in entries.items()}
 
 
-def resolve_designs(names: Sequence[str], catalog: Catalog,
-                    custom: dict | None = None) -> tuple[Design, ...]:
+def resolve_designs(names: Sequence[str], catalog: Catalog) -> tuple[Design, ...]:
     """'all' (catalog designs, then the spec's own) or names; PROMPT_SKU/TOKEN_SKU is ad hoc."""
     from provisioner.inputs import resolve_design
     if list(names) == ["all"]:

@@ -187,7 +187,8 @@ def _trace(path: str, sha256: str):
 
 @dataclass(frozen=True)
 class SimulationEvaluator:
-    """Binds the simulator to one study: catalog, model, workload, window, seed, SLOs, perf model."""
+    """Binds the simulator to one study: catalog, model, workload, window, seed, SLOs and
+    performance model."""
     catalog: Catalog
     model: str
     workload: WorkloadSource

@@ -67,6 +67,7 @@ def design_dict(result: DesignResult) -> dict:
     return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku,
             "feasible": result.feasible, "reason": result.reason,
             "optimum": optimum_dict(result.optimum, baseline) if result.optimum else None,
+            "search_box": list(result.box) if result.box else None,
             "frontier": [list(cell) for cell in result.frontier],
             "non_monotone": [{**cell, "rate_rps": num(cell["rate_rps"])}
                              for cell in result.non_monotone],
@@ -201,7 +202,8 @@ def optimum_table(document: dict) -> Table:
         name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
         o = entry["optimum"]
         if o is None:
-            table.add_row(name, "-", "-", "-", "-", "-", "-", f"[red]infeasible[/]: {entry['reason']}")
+            table.add_row(name, "-", "-", "-", "-", "-", "-",
+                          f"[red]infeasible[/]: {entry['reason']}")
             continue
         p = o.get("machines", o.get("prompt_machines"))
         t = "-" if "machines" in o else str(o["token_machines"])

@@ -126,6 +126,7 @@ class DesignResult:
     points: list[Metrics]                        # every point this search evaluated
     frontier: list[tuple[int, int]] = field(default_factory=list)  # corners or budget candidates
     non_monotone: list[dict] = field(default_factory=list)
+    box: tuple[int, int] | None = None          # largest (P, T) the search considered
 
     @property
     def feasible(self) -> bool:
@@ -265,15 +266,16 @@ def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
 
 def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
                 settings: SearchSettings):
-    """min-cost / min-power at the goal's rate; returns (candidates, frontier, reason)."""
+    """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason)."""
     rate, baseline = goal.rate_rps, pools.token is None
     p_cap, t_cap = _pool_caps(pools, constraints, settings.search_limit)
     if p_cap < 1 or (not baseline and t_cap < 1):
-        return [], [], "the constraints leave no room for a machine in every pool"
+        return [], [], None, "the constraints leave no room for a machine in every pool"
     corner = yield from _grow(probe, rate, p_cap, t_cap, baseline)
     if corner is None:
-        return [], [], (f"infeasible even with {_describe(p_cap, t_cap, baseline)} "
-                        f"(raise --search-limit or the --max-* limits)")
+        reason = (f"infeasible even with {_describe(p_cap, t_cap, baseline)} "
+                  "(raise --search-limit or the --max-* limits)")
+        return [], [], (p_cap, t_cap), reason
     p_hi, t_hi = corner if baseline else _search_box(pools, corner, constraints, p_cap, t_cap)
     if settings.exhaustive:
         grid = [probe.point(p, t, rate) for p in range(1, p_hi + 1)
@@ -287,7 +289,7 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
         frontier = yield from frontier_walk(probe, rate, p_hi, t_hi)
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
     at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
-    return at_rate, frontier, ""
+    return at_rate, frontier, (p_hi, t_hi), ""
 
 
 def _search_box(pools: Pools, corner: tuple[int, int], constraints: Constraints, p_cap: int,
@@ -422,22 +424,24 @@ class RateSearch:
 
 def _max_rate_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
                      settings: SearchSettings):
-    """max-rate under the goal's budget; returns (candidates, frontier, reason)."""
+    """max-rate under the goal's budget; returns (candidates, frontier, box, reason)."""
     cells = budget_candidates(pools, goal.budget, constraints, settings.search_limit)
     if not cells:
-        return [], [], "the budget and constraints leave no room for a machine in every pool"
+        return [], [], None, "the budget and constraints leave no room for a machine in every pool"
+    box = (max(p for p, _ in cells), max(t for _, t in cells))
     rates = RateSearch(probe, settings)
     if settings.exhaustive:
         best_i, best = yield from _every_candidate(rates, cells, settings)
     else:
         best_i, best = yield from _pattern_search(rates, cells, settings)
     if best is None:
-        return [], cells, (f"infeasible at {settings.min_rate:g} req/s for every configuration "
-                           f"within the budget")
+        reason = (f"infeasible at {settings.min_rate:g} req/s for every configuration "
+                  "within the budget")
+        return [], cells, box, reason
     yield from probe.measure(*cells[best_i], best)
     if settings.exhaustive:
         yield from _audit_budget_grid(probe, pools, goal, constraints, settings, best)
-    return list(probe.seen.values()), cells, ""
+    return list(probe.seen.values()), cells, box, ""
 
 
 def _pattern_search(rates: RateSearch, cells, settings: SearchSettings):
@@ -596,7 +600,7 @@ def design_search(design: Design, pools: Pools, goal: Goal, constraints: Constra
     """One design's whole search (a generator for `drive`); returns a DesignResult."""
     probe = Probe(design.name, infer=not settings.exhaustive)
     run = _max_rate_search if goal.name == "max-rate" else _min_search
-    candidates, frontier, reason = yield from run(probe, pools, goal, constraints, settings)
+    candidates, frontier, box, reason = yield from run(probe, pools, goal, constraints, settings)
     optimum = select_optimum(candidates, goal, constraints, pools) if candidates else None
     if optimum is None and not reason:
         reason = "no evaluated configuration meets the SLOs within the constraints"
@@ -606,7 +610,7 @@ def design_search(design: Design, pools: Pools, goal: Goal, constraints: Constra
         yield from probe.measure_all(sweep)
     points = sorted(probe.seen.values(), key=_point_order)
     return DesignResult(design, goal, optimum, reason, points, frontier,
-                        non_monotone_cells(points))
+                        non_monotone_cells(points), box)
 
 
 def _point_order(m: Metrics):

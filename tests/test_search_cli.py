@@ -172,7 +172,8 @@ def test_no_feasible_configuration_exits_1(tmp_path):
     run = provision("search", "--rate", "70", "--duration", "20", "--search-limit", "1",
                     "--designs", "splitwise-aa", "--no-cache", "--out", str(tmp_path / "o"))
     assert run.returncode == 1, run.stderr
-    assert "no feasible configuration" in run.stderr and "infeasible even with 1 prompt" in run.stderr
+    assert "no feasible configuration" in run.stderr
+    assert "infeasible even with 1 prompt" in run.stderr
 
 
 # ------------------------------------------------------------------------------ validation

@@ -1,0 +1,104 @@
+"""The full example study: 2 models x 2 workloads x 6 designs x 4 goals (examples/specs/*.yaml).
+
+Runs every spec file as `provision search --spec` would, with one fresh, empty evaluation cache
+for the whole study (so min-power reuses the min-cost simulations of the same model and
+workload, as back-to-back runs of a user would). Prints the wall time and the number of
+simulations against the full grid's count, per model, with the BLOOM-176B half timed on its own.
+
+The full grid: min-cost / min-power, every (P, T) cell of the box the search considered (the
+largest pools that can still beat the first feasible corner) at the goal's rate (baselines: every
+pool size up to that corner); max-rate, every cell within the budget at each rate the search
+probed for that design.
+
+    python bench/study_bench.py                    # both models, one job per core
+    python bench/study_bench.py --models bloom-176b --jobs 2
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "examples" / "specs"
+sys.path.insert(0, str(ROOT))
+
+from provisioner.config import default_jobs, merge_options, plan_search, run_plan  # noqa: E402
+from provisioner.evaluate import Pools  # noqa: E402
+from provisioner.search import DesignResult  # noqa: E402
+
+
+def grid_count(result: DesignResult, pools: Pools) -> int:
+    if result.box is None:
+        return 0
+    if result.goal.name != "max-rate":
+        p_hi, t_hi = result.box
+        return p_hi * max(t_hi, 1)
+    rates = len({m.rate_rps for m in result.points})
+    return cells_in_budget(pools, result.goal.budget) * rates
+
+
+def cells_in_budget(pools: Pools, budget) -> int:
+    unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
+    if pools.token is None:
+        return math.floor(budget.value / unit(pools.prompt) + 1e-9)
+    cells, p = 0, 1
+    while (room := budget.value - p * unit(pools.prompt)) >= unit(pools.token) - 1e-9:
+        cells += math.floor(room / unit(pools.token) + 1e-9)
+        p += 1
+    return cells
+
+
+def run_spec(spec: Path, jobs: int, cache_dir: str) -> dict:
+    options = merge_options({"jobs": jobs, "cache_dir": cache_dir}, spec)
+    plan = plan_search(options)
+    start = time.perf_counter()
+    run = run_plan(plan)
+    wall = time.perf_counter() - start
+    grid = sum(grid_count(r, Pools.of(r.design, plan.catalog)) for r in run.results)
+    best = run.document["summary"]["best_design"]
+    return {"spec": spec.stem, "wall_s": wall, "simulated": run.stats.simulated,
+            "cache_hits": run.stats.cache_hits, "points": len(run.document["designs"]) and
+            run.document["summary"]["evaluations"], "grid": grid, "best": best}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=default_jobs())
+    parser.add_argument("--models", default="bloom-176b,llama2-70b")
+    args = parser.parse_args()
+    _warm_up()
+    print(f"{'spec':34} {'wall s':>7} {'sims':>6} {'cached':>7} {'grid':>8}  best design")
+    totals = {}
+    with tempfile.TemporaryDirectory(prefix="provision-study-cache-") as cache_dir:
+        for model in args.models.split(","):
+            rows = [run_spec(spec, args.jobs, cache_dir)
+                    for spec in sorted(SPECS.glob(f"{model}-*.yaml"))]
+            for row in rows:
+                print(f"{row['spec']:34} {row['wall_s']:>7.1f} {row['simulated']:>6} "
+                      f"{row['cache_hits']:>7} {row['grid']:>8}  {row['best']}")
+            totals[model] = {key: sum(r[key] for r in rows)
+                             for key in ("wall_s", "simulated", "grid")}
+    for model, t in totals.items():
+        print(f"{model}: {t['wall_s']:.1f} s wall, {t['simulated']} simulations "
+              f"vs {t['grid']} full-grid evaluations ({t['simulated'] / max(t['grid'], 1):.1%})")
+    print(f"study: {sum(t['wall_s'] for t in totals.values()):.1f} s wall, "
+          f"{sum(t['simulated'] for t in totals.values())} simulations, {args.jobs} jobs")
+
+
+def _warm_up() -> None:
+    """Load the compiled simulator once so the first spec does not pay for it."""
+    from hardware_catalog import load_catalog
+    from simcore import Cluster, simulate
+    from simcore.perfmodel import default_performance_model
+    from simcore.workload import synthesize
+    catalog = load_catalog()
+    simulate(Cluster(catalog.design("splitwise-hh"), 2, 2), synthesize("coding", 2.0, 5.0, 0),
+             catalog.model("llama2-70b"), default_performance_model(), catalog)
+
+
+if __name__ == "__main__":
+    main()
