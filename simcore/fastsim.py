@@ -117,6 +117,41 @@ def _best(keys1, keys2, eligible):
 
 
 @njit(cache=True)
+def _append_running(r, m, run_head, run_tail, run_next, run_prev):
+    """Append request r to machine m's running list (doubly linked, for O(1) removal)."""
+    run_next[r] = NONE
+    run_prev[r] = run_tail[m]
+    if run_tail[m] != NONE:
+        run_next[run_tail[m]] = r
+    else:
+        run_head[m] = r
+    run_tail[m] = r
+
+
+@njit(cache=True)
+def _remove_running(r, m, run_head, run_tail, run_next, run_prev):
+    if run_prev[r] != NONE:
+        run_next[run_prev[r]] = run_next[r]
+    else:
+        run_head[m] = run_next[r]
+    if run_next[r] != NONE:
+        run_prev[run_next[r]] = run_prev[r]
+    else:
+        run_tail[m] = run_prev[r]
+
+
+@njit(cache=True)
+def _leave_mixed_if_done(m, now, role, committed, pending, in_mixed, mixed_since, mixed_s):
+    """A mixed-pool machine returns to its pool once it has no work of the other kind."""
+    if not in_mixed[m]:
+        return
+    other = committed[m] if role[m] == ROLE_PROMPT else pending[m]
+    if other == 0:
+        in_mixed[m] = False
+        mixed_s[m] += now - mixed_since[m]
+
+
+@njit(cache=True)
 def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes, layers,
          mixed_pool, limit, threshold, layerwise_min, px, py, pn, dx, dy, dn, ctx):
     n, M = len(arrival), len(role)
@@ -199,19 +234,10 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
                         memory[m] -= reservation[r]
                         run_context[m] -= prompt[r] + output[r]
                         run_count[m] -= 1
-                        if run_prev[r] != NONE:
-                            run_next[run_prev[r]] = run_next[r]
-                        else:
-                            run_head[m] = run_next[r]
-                        if run_next[r] != NONE:
-                            run_prev[run_next[r]] = run_prev[r]
-                        else:
-                            run_tail[m] = run_prev[r]
-                        if pm[r] != m and in_mixed[m]:
-                            other = committed[m] if role[m] == ROLE_PROMPT else pending[m]
-                            if other == 0:
-                                in_mixed[m] = False
-                                mixed_s[m] += now - mixed_since[m]
+                        _remove_running(r, m, run_head, run_tail, run_next, run_prev)
+                        if pm[r] != m:
+                            _leave_mixed_if_done(m, now, role, committed, pending, in_mixed,
+                                                 mixed_since, mixed_s)
                     r = nxt
             r = batch_head[m]
             while r != NONE:
@@ -226,19 +252,11 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
                     finish[r] = now
                     finished += 1
                     committed[t] -= reservation[r]
-                    if t != m and in_mixed[t]:
-                        other = committed[t] if role[t] == ROLE_PROMPT else pending[t]
-                        if other == 0:
-                            in_mixed[t] = False
-                            mixed_s[t] += now - mixed_since[t]
+                    if t != m:
+                        _leave_mixed_if_done(t, now, role, committed, pending, in_mixed,
+                                             mixed_since, mixed_s)
                 elif t == m:
-                    run_next[r] = NONE
-                    run_prev[r] = run_tail[m]
-                    if run_tail[m] != NONE:
-                        run_next[run_tail[m]] = r
-                    else:
-                        run_head[m] = r
-                    run_tail[m] = r
+                    _append_running(r, m, run_head, run_tail, run_next, run_prev)
                     run_count[m] += 1
                     run_context[m] += prompt[r] + 1
                 else:
@@ -248,11 +266,7 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
                 r = nxt
             batch_head[m] = NONE
             busy[m] = False
-            if in_mixed[m]:
-                other = committed[m] if role[m] == ROLE_PROMPT else pending[m]
-                if other == 0:
-                    in_mixed[m] = False
-                    mixed_s[m] += now - mixed_since[m]
+            _leave_mixed_if_done(m, now, role, committed, pending, in_mixed, mixed_since, mixed_s)
         # (2) KV caches that arrive
         while hsize > 0 and ht[0] == now:
             r, hsize = _heap_pop(ht, hr, hsize)
@@ -327,13 +341,10 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
             pq_len[p_choice] += 1
             pending[p_choice] += prompt[r]
             committed[t_choice] += reservation[r]
-            if not baseline:
-                for mv in (moved1, moved2):
-                    if mv != NONE and in_mixed[mv]:
-                        other = committed[mv] if role[mv] == ROLE_PROMPT else pending[mv]
-                        if other == 0:
-                            in_mixed[mv] = False
-                            mixed_s[mv] += now - mixed_since[mv]
+            for mv in (moved1, moved2):  # a move the fallback made useless is undone at once
+                if mv != NONE:
+                    _leave_mixed_if_done(mv, now, role, committed, pending, in_mixed,
+                                         mixed_since, mixed_s)
         # (4) idle machines start their next iteration
         for m in range(M):
             if busy[m]:
@@ -344,13 +355,7 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
                 if dw_head[m] == NONE:
                     dw_tail[m] = NONE
                 memory[m] += reservation[r]
-                run_next[r] = NONE
-                run_prev[r] = run_tail[m]
-                if run_tail[m] != NONE:
-                    run_next[run_tail[m]] = r
-                else:
-                    run_head[m] = r
-                run_tail[m] = r
+                _append_running(r, m, run_head, run_tail, run_next, run_prev)
                 run_count[m] += 1
                 run_context[m] += prompt[r] + generated[r]
             tokens = 0
