@@ -393,6 +393,10 @@ def search(
                       f"{plan.out}/", highlight=False)
     for line in non_monotone_lines(run.document):
         err_console.print(f"[yellow]non-monotone:[/] {line}", highlight=False, soft_wrap=True)
+    if plan.settings.exhaustive:
+        cells = run.document["summary"]["non_monotone_cells"]
+        err_console.print(f"exhaustive audit: every grid point evaluated, {cells} non-monotone "
+                          "cell(s)", highlight=False)
     if not run.document["summary"]["feasible_designs"]:
         err_console.print("[bold red]no feasible configuration[/] for any design: "
                           + "; ".join(f"{d['design']}: {d['reason']}"

@@ -96,7 +96,7 @@ def _non_monotone_html(document: dict) -> str:
         for cell in entry["non_monotone"]:
             items.append(f"<li>{html.escape(entry['design'])}: {tuple(cell['infeasible'])} "
                          f"infeasible although {tuple(cell['feasible_below'])} is feasible "
-                         f"at {cell['rate_rps']} req/s</li>")
+                         f"at {_rate_text(cell['rate_rps'])}</li>")
     if not items:
         return ""
     return f"<h2 class=\"warn\">Non-monotone cells</h2><ul class=\"warn\">{''.join(items)}</ul>"

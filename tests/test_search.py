@@ -241,3 +241,18 @@ def test_goal_and_budget_must_match():
     with pytest.raises(InputError, match="max-gpus"):
         Constraints(max_gpus=0)
     assert math.isfinite(true_max_rate(DESIGNS[0], Budget("power", 224.0)))
+
+
+def test_non_monotone_cells_reach_the_terminal_and_the_html():
+    from provisioner.figures import html_report
+    from provisioner.reports import non_monotone_lines, report_document
+    results, _ = run(oracles.hole, Goal("min-cost", 10.0), designs=DESIGNS[1:2], exhaustive=True)
+    inputs = {"model": {"name": "m"}, "workload": {"name": "w"}, "duration_s": 1.0, "seed": 0,
+              "goal": {"name": "min-cost", "paper_name": "p", "rate_rps": 10.0, "budget": None},
+              "constraints": Constraints().as_dict(), "perf_model": {"name": "default"},
+              "slo_profile": {"name": "oracle", "kind": "slowdown"}}
+    document = report_document(inputs, results, {})
+    assert document["summary"]["non_monotone_cells"] == 1
+    (line,) = non_monotone_lines(document)
+    assert line.startswith("splitwise-aa: (6, 8) is infeasible although") and "10 req/s" in line
+    assert "Non-monotone cells" in html_report(document, results)
