@@ -437,7 +437,8 @@ def check(
         for design, key, old, new in result.changes:
             console.print(f"[red]moved:[/] {design} {key}: {old} -> {new}", highlight=False)
         designs = len(result.run.document["designs"])
-        console.print(f"optimum unchanged for {designs} designs" if result.unchanged else
+        plural = "s" if designs != 1 else ""
+        console.print(f"optimum unchanged for {designs} design{plural}" if result.unchanged else
                       f"[bold red]optimum moved[/] ({len(result.changes)} changes)",
                       highlight=False)
     if not result.unchanged:

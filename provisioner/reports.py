@@ -174,18 +174,20 @@ class SearchProgress:
             self._progress.__enter__()
             self._tasks = {name: self._progress.add_task(name, total=None)
                            for name in self.designs}
+        self._counts = {name: 0 for name in self.designs}
         return self
 
     def update(self, asked: dict[str, int]) -> None:
         if self._progress is None:
             return
+        self._counts.update(asked)
         for name, count in asked.items():
             self._progress.update(self._tasks[name], completed=count)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
-            for task in self._tasks.values():
-                self._progress.update(task, total=self._progress.tasks[task].completed or 1)
+            for name, task in self._tasks.items():  # a known total stops the spinner
+                self._progress.update(task, total=max(1, self._counts[name]))
             self._progress.__exit__(*exc)
 
 
