@@ -134,7 +134,11 @@ def simulate(
                             SimOptions(mixed_pool=mixed_pool))
     report = evaluate_slos(result, profile)
     if requests_csv is not None and result.feasible:
-        _write_atomically(requests_csv, result.requests_frame().to_csv(index=False))
+        from provisioner.evaluate import write_atomically
+        if not requests_csv.parent.is_dir():
+            raise InputError(f"directory does not exist: {requests_csv.parent}",
+                             field="--requests-csv")
+        write_atomically(requests_csv, result.requests_frame().to_csv(index=False))
     summary = _simulation_summary(cluster, cat, requests, result, report, model_spec)
     if as_json:
         print_json(summary)
@@ -159,22 +163,6 @@ def _cluster_from_counts(design, prompt, token, machines):
     if prompt is None or token is None:
         raise InputError(f"design '{design.name}' needs --prompt N and --token M")
     return Cluster(design, prompt, token)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    import os
-    import tempfile
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise InputError(f"directory does not exist: {path.parent}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _simulation_summary(cluster, cat, requests, result, report, model_spec) -> dict:
