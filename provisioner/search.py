@@ -273,7 +273,9 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
         return [], [], None, "the constraints leave no room for a machine in every pool"
     corner = yield from _grow(probe, rate, p_cap, t_cap, baseline)
     if corner is None:
-        reason = (f"infeasible even with {_describe(p_cap, t_cap, baseline)} "
+        largest = probe.seen.get(probe.point(p_cap, 0 if baseline else t_cap, rate))
+        why = f": {largest.outcome.reason}" if largest is not None and largest.outcome.reason else ""
+        reason = (f"infeasible even with {_describe(p_cap, t_cap, baseline)}{why} "
                   "(raise --search-limit or the --max-* limits)")
         return [], [], (p_cap, t_cap), reason
     p_hi, t_hi = corner if baseline else _search_box(pools, corner, constraints, p_cap, t_cap)

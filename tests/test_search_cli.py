@@ -174,6 +174,7 @@ def test_no_feasible_configuration_exits_1(tmp_path):
     assert run.returncode == 1, run.stderr
     assert "no feasible configuration" in run.stderr
     assert "infeasible even with 1 prompt" in run.stderr
+    assert re.search(r"(TTFT|TBT|E2E) P(50|90|99) [0-9.]+ > ", run.stderr), "names the SLOs missed"
 
 
 # ------------------------------------------------------------------------------ validation
