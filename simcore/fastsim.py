@@ -178,7 +178,6 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
     run_count = np.zeros(M, np.int64)
     run_context = np.zeros(M, np.int64)
     batch_head = np.full(M, NONE, np.int64)
-    batch_has_decodes = np.zeros(M, np.bool_)
     busy = np.zeros(M, np.bool_)
     busy_until = np.zeros(M)
     memory = np.zeros(M, np.int64)
@@ -221,24 +220,24 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
         for m in range(M):
             if not (busy[m] and busy_until[m] == now):
                 continue
-            if batch_has_decodes[m]:
-                r = run_head[m]
-                while r != NONE:
-                    nxt = run_next[r]
-                    generated[r] += 1
-                    run_context[m] += 1
-                    if generated[r] == output[r]:
-                        finish[r] = now
-                        finished += 1
-                        committed[m] -= reservation[r]
-                        memory[m] -= reservation[r]
-                        run_context[m] -= prompt[r] + output[r]
-                        run_count[m] -= 1
-                        _remove_running(r, m, run_head, run_tail, run_next, run_prev)
-                        if pm[r] != m:
-                            _leave_mixed_if_done(m, now, role, committed, pending, in_mixed,
-                                                 mixed_since, mixed_s)
-                    r = nxt
+            # the running list only changes at iteration boundaries: all of it was in this batch
+            r = run_head[m]
+            while r != NONE:
+                nxt = run_next[r]
+                generated[r] += 1
+                run_context[m] += 1
+                if generated[r] == output[r]:
+                    finish[r] = now
+                    finished += 1
+                    committed[m] -= reservation[r]
+                    memory[m] -= reservation[r]
+                    run_context[m] -= prompt[r] + output[r]
+                    run_count[m] -= 1
+                    _remove_running(r, m, run_head, run_tail, run_next, run_prev)
+                    if pm[r] != m:
+                        _leave_mixed_if_done(m, now, role, committed, pending, in_mixed,
+                                             mixed_since, mixed_s)
+                r = nxt
             r = batch_head[m]
             while r != NONE:
                 nxt = batch_next[r]
@@ -385,7 +384,6 @@ def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes,
                 continue
             duration = _iteration_time(kind[m], tokens, run_count[m], run_context[m],
                                        px, py, pn, dx, dy, dn, ctx)
-            batch_has_decodes[m] = run_count[m] > 0
             busy[m] = True
             busy_until[m] = now + duration
             busy_s[m] += duration

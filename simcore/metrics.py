@@ -9,14 +9,15 @@ from slo_profiles import PERCENTILES, SloProfile
 from simcore.latency import LatencyCurves
 
 
-def request_latencies(arrival, prompt, output, first_token, finish):
-    """TTFT, TBT and E2E in seconds; TBT is over the output-1 gaps (NaN for 1-token outputs)."""
-    ttft = first_token - arrival
-    e2e = finish - arrival
+def _per_gap(total, output):
+    """Mean time between output tokens: over output - 1 gaps, NaN for 1-token outputs."""
     gaps = (output - 1).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tbt = np.where(gaps > 0, (finish - first_token) / np.where(gaps > 0, gaps, 1.0), np.nan)
-    return ttft, tbt, e2e
+    return np.where(gaps > 0, total / np.where(gaps > 0, gaps, 1.0), np.nan)
+
+
+def request_latencies(arrival, output, first_token, finish):
+    """TTFT, TBT and E2E in seconds."""
+    return first_token - arrival, _per_gap(finish - first_token, output), finish - arrival
 
 
 def uncontended_latencies(prompt, output, curves: LatencyCurves):
@@ -26,9 +27,7 @@ def uncontended_latencies(prompt, output, curves: LatencyCurves):
     # decode k (k = 1..gaps) attends over prompt + k tokens: an arithmetic series in closed form
     decode = (gaps * curves.token_time(1, 0)
               + curves.context_seconds_per_token * (gaps * prompt + gaps * (gaps + 1) / 2))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tbt = np.where(gaps > 0, decode / np.where(gaps > 0, gaps, 1.0), np.nan)
-    return ttft, tbt, ttft + decode
+    return ttft, _per_gap(decode, output), ttft + decode
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def _infeasible(workload: Workload, reason: str) -> SimResult:
 
 def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, cluster) -> SimResult:
     w = workload
-    ttft, tbt, e2e = request_latencies(w.arrival_s, w.prompt_tokens, w.output_tokens,
+    ttft, tbt, e2e = request_latencies(w.arrival_s, w.output_tokens,
                                        raw["first_token_s"], raw["finish_s"])
     ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(w.prompt_tokens, w.output_tokens, reference)
     makespan = float(np.max(raw["finish_s"]))
