@@ -115,7 +115,7 @@ def simulate(
 ):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
     from provisioner.inputs import resolve_design, resolve_perf_model
-    from simcore import Cluster, SimOptions, evaluate_slos, simulate as run_simulation
+    from simcore import SimOptions, evaluate_slos, simulate as run_simulation
     from simcore.workload import builtin_workload_names, resolve_workload
     from slo_profiles import load_slo_profile
 
@@ -169,7 +169,9 @@ def _simulation_summary(cluster, cat, requests, result, report, model_spec) -> d
     stats = result.machine_stats
     pools = {}
     if result.feasible:
-        for role, label in ((0, "prompt"), (1, "token"), (2, "machines")):
+        from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
+        for role, label in ((ROLE_PROMPT, "prompt"), (ROLE_TOKEN, "token"),
+                            (ROLE_BOTH, "machines")):
             mask = stats["role"] == role
             if mask.any():
                 pools[label] = {

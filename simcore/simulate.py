@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hardware_catalog import Catalog, InputError, ModelSpec
-from simcore.cluster import Cluster, MachineArrays, SimOptions, build_machine_arrays
+from simcore.cluster import ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays
 from simcore.fastsim import simulate_fast
 from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.refsim import simulate_reference
@@ -68,8 +68,7 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf, catal
 def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
                        machines: MachineArrays) -> str:
     """A request whose KV reservation exceeds every decode machine can never finish."""
-    decoders = machines.kv_capacity[machines.role != 0] if not cluster.design.is_baseline \
-        else machines.kv_capacity
+    decoders = machines.kv_capacity[machines.role != ROLE_PROMPT]
     capacity = int(decoders.max())
     if capacity <= 0:
         return (f"{model.name} weights ({model.weight_bytes / 1e9:.0f} GB) leave no room for KV "

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hardware_catalog import Design, InputError, load_catalog
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
-from simcore.cluster import build_machine_arrays, kv_transfer_seconds
+from simcore.cluster import ROLE_PROMPT, build_machine_arrays, kv_transfer_seconds
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("bloom-176b")
@@ -102,8 +102,7 @@ def test_invariants(cluster, workload, perf, opts):
     if not result.feasible:
         need = workload.prompt_tokens + workload.output_tokens
         machines = build_machine_arrays(cluster, MODEL, perf, CATALOG, opts)
-        decoders = machines.kv_capacity if cluster.design.is_baseline \
-            else machines.kv_capacity[machines.role != 0]
+        decoders = machines.kv_capacity[machines.role != ROLE_PROMPT]
         assert need.max() > decoders.max(), "infeasible only when a request can never fit"
         return
     w, stats = workload, result.machine_stats
