@@ -17,6 +17,7 @@ from provisioner.search import DesignResult
 
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
 METRIC_TITLES = {"ttft": "TTFT", "tbt": "TBT", "e2e": "E2E"}
+FEASIBLE_LEGEND_COLOUR = "#21918c"          # Viridis' midpoint: the design-space legend symbol
 
 
 def html_report(document: dict, results: Sequence[DesignResult]) -> str:
@@ -140,9 +141,14 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
     here = [m for m in result.points if m.rate_rps == rate]
     ok = [m for m in here if m.feasible]
     bad = [m for m in here if not m.feasible]
+    # plotly.js styles a legend symbol with the trace's first raw marker.color value and does
+    # not map it through a coloraxis, so a legend entry of the cost-coloured trace logs "Invalid
+    # color specifier: number …" (twice per draw) and falls back to black. The coloured points
+    # therefore stay out of the legend; an empty proxy trace of the same legendgroup, with a
+    # fixed colour, stands for them there (clicking it still toggles the whole group).
     traces = [
         go.Scatter(x=[m.prompt_machines for m in ok], y=[m.token_machines for m in ok],
-                   mode="markers", name="feasible", legendgroup="feasible", showlegend=first,
+                   mode="markers", name="feasible", legendgroup="feasible", showlegend=False,
                    marker={"size": 9, "color": [m.power_kw if by_power else m.cost_per_hour
                                                 for m in ok], "coloraxis": "coloraxis"},
                    text=[_hover(m) for m in ok], hoverinfo="text"),
@@ -150,6 +156,10 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
                    mode="markers", name="infeasible", legendgroup="infeasible", showlegend=first,
                    marker={"size": 8, "symbol": "x", "color": "#b0b0b0"},
                    text=[_hover(m) for m in bad], hoverinfo="text")]
+    if first:
+        traces.insert(1, go.Scatter(x=[None], y=[None], mode="markers", name="feasible",
+                                    legendgroup="feasible", hoverinfo="skip",
+                                    marker={"size": 9, "color": FEASIBLE_LEGEND_COLOUR}))
     if result.goal.name == "max-rate" and result.frontier:
         traces.append(go.Scatter(x=[p for p, _ in result.frontier],
                                  y=[t for _, t in result.frontier], mode="lines",
