@@ -22,11 +22,11 @@ from slo_profiles import load_slo_profile
 
 
 def timed_runs(cluster, workload, model, perf, catalog, runs=5):
-    simulate(cluster, workload, model, perf, catalog)  # warm-up (JIT, caches)
+    simulate(cluster, workload, model, perf, catalog.machine("dgx-a100"))  # warm-up (JIT, caches)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        result = simulate(cluster, workload, model, perf, catalog)
+        result = simulate(cluster, workload, model, perf, catalog.machine("dgx-a100"))
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
 
@@ -41,7 +41,7 @@ CORE_BYTES_PER_MACHINE = 30 * 8
 def peak_memory(cluster, workload, model, perf, catalog) -> int:
     """Peak bytes of one run: tracemalloc's peak (Python, numpy) plus the core's working arrays."""
     tracemalloc.start()
-    simulate(cluster, workload, model, perf, catalog)
+    simulate(cluster, workload, model, perf, catalog.machine("dgx-a100"))
     traced = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     machines = cluster.prompt_machines + cluster.token_machines
@@ -68,7 +68,7 @@ def main() -> None:
             reference = ""
             if window == 120.0:
                 start = time.perf_counter()
-                simulate(cluster, workload, model, perf, catalog, engine="reference")
+                simulate(cluster, workload, model, perf, catalog.machine("dgx-a100"), engine="reference")
                 reference = f"{time.perf_counter() - start:.2f}"
             verdict = "pass" if evaluate_slos(result, profile).passed else "fail"
             print(f"{name:13} {window / 60:>5.0f}min {len(workload):>9} {median * 1000:>10.1f} "

@@ -97,7 +97,7 @@ def _warm_up() -> None:
     from simcore.workload import synthesize
     catalog = load_catalog()
     simulate(Cluster(catalog.design("splitwise-hh"), 2, 2), synthesize("coding", 2.0, 5.0, 0),
-             catalog.model("llama2-70b"), default_performance_model(), catalog)
+             catalog.model("llama2-70b"), default_performance_model(), catalog.machine("dgx-a100"))
 
 
 if __name__ == "__main__":

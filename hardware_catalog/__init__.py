@@ -5,7 +5,6 @@ everything downstream trusts the records it returns.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from hardware_catalog.checks import Flag, Invalid, Number, Text
 from hardware_catalog.errors import InputError
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -104,15 +104,51 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Design:
-    """A cluster design: a baseline (one pool, token_sku None) or a Splitwise prompt/token split."""
+    """A cluster design: a baseline (one pool, token None) or a Splitwise prompt/token split.
+
+    It holds its machine records, so whoever has a design has everything needed to price and
+    simulate it; no name is looked up again downstream.
+    """
     name: str
-    prompt_sku: str
-    token_sku: str | None = None
+    prompt: MachineSku
+    token: MachineSku | None = None
     mixed_pool: bool = True
+
+    def __post_init__(self):
+        for role, machine in (("prompt", self.prompt), ("token", self.token)):
+            if machine is not None and not isinstance(machine, MachineSku):
+                raise TypeError(f"design '{self.name}': {role} must be a MachineSku record "
+                                f"(catalog.machine(name)), got {machine!r}")
 
     @property
     def is_baseline(self) -> bool:
-        return self.token_sku is None
+        return self.token is None
+
+    @property
+    def prompt_sku(self) -> str:
+        return self.prompt.name
+
+    @property
+    def token_sku(self) -> str | None:
+        return self.token.name if self.token is not None else None
+
+    def machines(self) -> tuple[MachineSku, ...]:
+        """The distinct machine records of the design (prompt first)."""
+        return (self.prompt,) if self.token is None else tuple(dict.fromkeys((self.prompt,
+                                                                              self.token)))
+
+    def _sum(self, attr: str, prompt: int, token: int) -> float:
+        total = prompt * getattr(self.prompt, attr)
+        return total + (token * getattr(self.token, attr) if self.token is not None else 0)
+
+    def cost_per_hour(self, prompt: int, token: int = 0) -> float:
+        return self._sum("cost_per_hour", prompt, token)
+
+    def power_kw(self, prompt: int, token: int = 0) -> float:
+        return self._sum("power_kw", prompt, token)
+
+    def gpus(self, prompt: int, token: int = 0) -> int:
+        return int(self._sum("gpus", prompt, token))
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "prompt_sku": self.prompt_sku, "token_sku": self.token_sku,
@@ -134,18 +170,13 @@ class Catalog:
     def design(self, name: str) -> Design:
         return _lookup(self.designs, name, "design")
 
-    def with_designs(self, extra: Mapping[str, Design], source: str = "spec") -> "Catalog":
-        """This catalog plus more designs, each checked to name known machine SKUs."""
-        for design in extra.values():
-            self._check_design(design, source)
+    def with_designs(self, extra: Mapping[str, Design]) -> "Catalog":
+        """This catalog plus more design records (a custom design may not take a catalog name)."""
+        for name in extra:
+            if name in self.designs and extra[name] != self.designs[name]:
+                raise InputError(f"design '{name}' redefines a catalog design; give it "
+                                 "another name", field="custom_designs")
         return Catalog(self.machines, self.models, {**self.designs, **extra})
-
-    def _check_design(self, design: Design, source: str) -> None:
-        for role, sku in (("prompt_sku", design.prompt_sku), ("token_sku", design.token_sku)):
-            if sku is not None and sku not in self.machines:
-                raise InputError(f"unknown machine SKU '{sku}' in design '{design.name}'; "
-                                 f"known: {', '.join(sorted(self.machines))}",
-                                 source=source, field=role)
 
 
 def _lookup(table: Mapping[str, Any], name: str, what: str):
@@ -191,34 +222,25 @@ class _Fields:
             return default
         return self.entry[key]
 
+    def _checked(self, key: str, check, default: Any):
+        value = self.raw(key, default)
+        if value is None and default is None:
+            return None
+        try:
+            return check(value)
+        except Invalid as err:
+            raise self._err(key, str(err)) from None
+
     def number(self, key: str, default: Any = ..., *, positive: bool = True,
                integer: bool = False, at_most: float | None = None):
-        value = self.raw(key, default)
-        if value is None and default is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise self._err(key, f"must be a number, got {value!r}")
-        if integer and int(value) != value:
-            raise self._err(key, f"must be a whole number, got {value!r}")
-        if positive and value <= 0:
-            raise self._err(key, f"must be > 0, got {value!r}")
-        if at_most is not None and value > at_most:
-            raise self._err(key, f"must be <= {at_most}, got {value!r}")
-        return int(value) if integer else float(value)
+        check = Number(0, at_most, integer=integer, low_open=positive)
+        return self._checked(key, check, default)
 
     def text(self, key: str, default: Any = ...):
-        value = self.raw(key, default)
-        if value is None and default is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self._err(key, f"must be a non-empty string, got {value!r}")
-        return value
+        return self._checked(key, Text(), default)
 
     def flag(self, key: str, default: Any = ...):
-        value = self.raw(key, default)
-        if not isinstance(value, bool):
-            raise self._err(key, f"must be true or false, got {value!r}")
-        return value
+        return self._checked(key, Flag(), default)
 
     def reject_unknown(self, known: set[str]) -> None:
         unknown = sorted(set(self.entry) - known)
@@ -270,10 +292,21 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
     return model
 
 
-def parse_design(name: str, entry: Any, source: str) -> Design:
+def parse_design(name: str, entry: Any, source: str,
+                 machines: Mapping[str, MachineSku]) -> Design:
+    """A design entry ({prompt_sku, token_sku, mixed_pool}) with its SKUs resolved to records."""
     f = _Fields(entry, source, name)
     f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool"})
-    return Design(name=name, prompt_sku=f.text("prompt_sku"), token_sku=f.text("token_sku", None),
+
+    def machine(key: str, default: Any = ...) -> MachineSku | None:
+        sku = f.text(key, default)
+        if sku is None:
+            return None
+        if sku not in machines:
+            raise f._err(key, f"unknown machine SKU '{sku}'; known: {', '.join(sorted(machines))}")
+        return machines[sku]
+
+    return Design(name=name, prompt=machine("prompt_sku"), token=machine("token_sku", None),
                   mixed_pool=f.flag("mixed_pool", True))
 
 
@@ -290,6 +323,6 @@ def load_catalog(directory: str | None = None) -> Catalog:
     base = Path(directory) if directory else DATA_DIR
     machines = _parse_table(base / "machines.yaml", parse_machine)
     models = _parse_table(base / "models.yaml", parse_model)
-    designs = _parse_table(base / "designs.yaml", parse_design)
-    catalog = Catalog(machines, models, {})
-    return catalog.with_designs(designs, str(base / "designs.yaml"))
+    designs = _parse_table(base / "designs.yaml",
+                           lambda name, entry, source: parse_design(name, entry, source, machines))
+    return Catalog(machines, models, designs)

@@ -1,2 +1,21 @@
-"""provision: size disaggregated LLM inference clusters (search engine, reports, CLI)."""
+"""provision: size disaggregated LLM inference clusters (search engine, reports, CLI).
+
+    import provisioner
+    result = provisioner.search(designs="splitwise-hh", rate=70)
+
+`search`, `simulate` and `SearchResult` live in `provisioner.api`; they are loaded on first use
+so that `provision --version` and `--help` start without numpy, pandas or numba (~0.5 s).
+"""
 __version__ = "0.1.0"
+
+_API = ("search", "simulate", "SearchResult", "SimulationRun")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from provisioner import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'provisioner' has no attribute {name!r}")
+
+
+__all__ = ["__version__", *_API]

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hardware_catalog import Design, InputError, load_catalog
-from provisioner.config import SearchPlan, SearchRun, budget_like, run_plan
-from provisioner.evaluate import (PerfSource, SimulationEvaluator, WorkloadSource, file_sha256,
-                                  perf_source, workload_source)
+from hardware_catalog import Catalog, Design, InputError
+from provisioner.api import (SLO_REFERENCE_SKU, SearchResult, budget_like, resolve_catalog,
+                             run_study)
+from provisioner.files import file_sha256
+from provisioner.options import Constraints, Execution, SearchSettings, from_echo
 from provisioner.reports import SCHEMA, SCHEMA_VERSION
-from provisioner.search import Budget, Constraints, Goal, SearchSettings
+from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, perf_source,
+                               workload_source)
+from slo_profiles import parse_slo_profile
 
 COMPARED = ("feasible", "machines", "prompt_machines", "token_machines", "rate_rps",
             "cost_per_hour", "power_kw", "gpus")
@@ -29,11 +32,26 @@ COMPARED = ("feasible", "machines", "prompt_machines", "token_machines", "rate_r
 class CheckResult:
     changes: list[tuple[str, str, Any, Any]]       # (design, field, old, new)
     notes: list[str] = field(default_factory=list)  # inputs that changed since the report
-    run: SearchRun | None = None
+    run: SearchResult | None = None
+    document: dict | None = None   # the re-derived report
 
     @property
     def unchanged(self) -> bool:
         return not self.changes
+
+    def lines(self) -> list[str]:
+        """The verdict for the terminal: changed inputs, then what moved, then a summary."""
+        lines = [f"[yellow]input changed:[/] {note}" for note in self.notes]
+        for design, key, old, new in self.changes:
+            if key == "best_design":
+                lines.append(f"[bold red]best design changed:[/] {old} -> {new}")
+            else:
+                lines.append(f"[red]moved:[/] {design} {key}: {old} -> {new}")
+        designs = len(self.document["designs"]) if self.document else 0
+        plural = "s" if designs != 1 else ""
+        lines.append(f"optimum unchanged for {designs} design{plural}" if self.unchanged else
+                     f"[bold red]optimum moved[/] ({len(self.changes)} changes)")
+        return lines
 
     def as_dict(self) -> dict:
         return {"unchanged": self.unchanged,
@@ -60,50 +78,45 @@ def read_report(path: str | Path) -> dict:
     return document
 
 
-def plan_from_report(document: dict, report_path: Path, *, catalog_dir: str | None = None,
-                     jobs: int = 1, backend: str = "loky", address: str | None = None,
-                     cache_dir: Path | None = None) -> tuple[SearchPlan, list[str]]:
-    """The search plan the report describes, on the current catalog; plus notes on inputs
-    (catalog entries, workload or perf model files) that changed since."""
+def study_from_report(document: dict, report_path: Path, *,
+                      catalog_dir: str | None = None) -> tuple[Study, list[str]]:
+    """The study the report describes, on the current catalog; plus notes on inputs (catalog
+    entries, workload or perf model files, budgets) that changed since."""
     source = str(report_path)
     try:
         inputs = document["inputs"]
-        designs = tuple(Design(d["name"], d["prompt_sku"], d["token_sku"], d["mixed_pool"])
-                        for d in inputs["designs"])
-        catalog = load_catalog(catalog_dir)
-        catalog = catalog.with_designs({d.name: d for d in designs})
+        catalog = resolve_catalog(catalog_dir)
         notes = catalog_notes(inputs["catalog"]["machines"], catalog)
+        designs = tuple(_design(d, catalog) for d in inputs["designs"])
         workload, note = _workload(inputs["workload"], report_path.parent)
         notes += note
         perf, note = _perf(inputs["perf_model"], report_path.parent)
         notes += note
         goal_echo = inputs["goal"]
-        budget = _budget(goal_echo["budget"], catalog, notes)
-        goal = Goal(goal_echo["name"], goal_echo["rate_rps"], budget)
-        from slo_profiles import parse_slo_profile
+        goal = Goal(goal_echo["name"], goal_echo["rate_rps"],
+                    _budget(goal_echo["budget"], catalog, notes))
         profile_echo = inputs["slo_profile"]
         profile = parse_slo_profile(profile_echo["name"], {
             "kind": profile_echo["kind"], "limits": profile_echo["limits"],
             "description": profile_echo["description"]}, f"{source} inputs.slo_profile")
-        search = inputs["search"]
-        settings = SearchSettings(exhaustive=search["exhaustive"],
-                                  search_limit=search["search_limit"],
-                                  rate_tolerance=search["rate_tolerance"],
-                                  start_rate=search["start_rate"],
-                                  load_sweep=tuple(search["load_sweep"]))
         model = catalog.model(inputs["model"]["name"])
         if model.as_dict() != inputs["model"]:
             notes.append(f"model {model.name} record changed since the report")
-        evaluator = SimulationEvaluator(catalog, model.name, workload, inputs["duration_s"],
-                                        inputs["seed"], profile, perf)
-        constraints = Constraints(**inputs["constraints"])
-    except (KeyError, TypeError) as err:
+        study = Study(catalog=catalog, model=model, workload=workload,
+                      duration_s=inputs["duration_s"], seed=inputs["seed"], slo=profile,
+                      perf=perf, reference=catalog.machine(SLO_REFERENCE_SKU), designs=designs,
+                      goal=goal, constraints=from_echo(Constraints, inputs["constraints"], source),
+                      settings=from_echo(SearchSettings, inputs["search"], source))
+    except (KeyError, TypeError, AttributeError) as err:
         raise InputError(f"report inputs incomplete or malformed ({err!r})", source=source,
                          field="inputs") from None
-    plan = SearchPlan(catalog, designs, goal, constraints, settings, evaluator,
-                      out=report_path.parent, jobs=jobs, backend=backend, address=address,
-                      cache_dir=cache_dir)
-    return plan, notes
+    return study, notes
+
+
+def _design(echo: dict, catalog: Catalog) -> Design:
+    token = catalog.machine(echo["token_sku"]) if echo["token_sku"] is not None else None
+    return Design(echo["name"], catalog.machine(echo["prompt_sku"]), token,
+                  echo["mixed_pool"])
 
 
 def catalog_notes(echoed: dict, catalog) -> list[str]:
@@ -171,16 +184,19 @@ def _flat(entry: dict) -> dict:
     return {"feasible": entry["feasible"], **(entry["optimum"] or {})}
 
 
-def check_report(path: str | Path, *, catalog_dir: str | None = None, jobs: int = 1,
-                 backend: str = "loky", address: str | None = None,
-                 cache_dir: Path | None = None, on_batch=None) -> CheckResult:
+def check_report(path: str | Path, execution: Execution = Execution(), *,
+                 catalog_dir: str | None = None, on_batch=None) -> CheckResult:
     path = Path(path)
     old = read_report(path)
-    plan, notes = plan_from_report(old, path, catalog_dir=catalog_dir, jobs=jobs,
-                                   backend=backend, address=address, cache_dir=cache_dir)
-    run = run_plan(plan, on_batch)
+    study, notes = study_from_report(old, path, catalog_dir=catalog_dir)
+    run = run_study(study, execution, on_batch)
+    new = run.to_dict()
     for key, value in old.get("versions", {}).items():
-        now = run.document["versions"].get(key)
+        now = new["versions"].get(key)
         if now != value:
             notes.append(f"{key} version: {value} -> {now}")
-    return CheckResult(optimum_changes(old, run.document), notes, run)
+    changes = optimum_changes(old, new)
+    before, after = old.get("summary", {}).get("best_design"), new["summary"]["best_design"]
+    if before != after:
+        changes.insert(0, ("(summary)", "best_design", before, after))
+    return CheckResult(changes, notes, run, new)

@@ -12,8 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from provisioner.evaluate import Metrics
-from provisioner.search import DesignResult
+from provisioner.study import DesignResult, Metrics
 
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
 METRIC_TITLES = {"ttft": "TTFT", "tbt": "TBT", "e2e": "E2E"}
@@ -139,8 +138,8 @@ def design_space_figure(results: Sequence[DesignResult], inputs: dict):
 def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> list:
     rate = _reference_rate(result)
     here = [m for m in result.points if m.rate_rps == rate]
-    ok = [m for m in here if m.feasible]
-    bad = [m for m in here if not m.feasible]
+    ok = [m for m in here if m.meets_slos]
+    bad = [m for m in here if not m.meets_slos]
     # plotly.js styles a legend symbol with the trace's first raw marker.color value and does
     # not map it through a coloraxis, so a legend entry of the cost-coloured trace logs "Invalid
     # color specifier: number …" (twice per draw) and falls back to black. The coloured points
@@ -177,7 +176,7 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
 
 def _hover(m: Metrics) -> str:
     margin = m.outcome.worst_margin
-    verdict = "feasible" if m.feasible else (m.outcome.reason or "infeasible")
+    verdict = "feasible" if m.meets_slos else (m.outcome.reason or "infeasible")
     return (f"P={m.prompt_machines} T={m.token_machines}<br>{_rate_text(m.rate_rps)}<br>"
             f"${m.cost_per_hour:,.2f}/h, {m.power_kw:,.1f} kW, {m.gpus} GPUs<br>"
             f"worst margin {'' if margin is None else f'{margin:+.1%}'}<br>{verdict}")

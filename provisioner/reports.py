@@ -1,5 +1,4 @@
-"""Search reports: report.json, evaluations.csv, report.html (plotly), the terminal table and
-progress bars (SPEC section 6).
+"""Search reports: report.json, evaluations.csv, report.html (plotly) (SPEC section 6).
 
 Every file is a pure function of the search inputs and results: no timestamps, wall times or
 cache paths, floats rounded to 6 significant digits, keys in a fixed order. All three texts are
@@ -11,18 +10,11 @@ import csv
 import io
 import json
 import math
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from hardware_catalog import InputError
-from provisioner.evaluate import SLO_KEYS, Metrics, stage_file
-from provisioner.search import DesignResult
+from provisioner.files import write_files_atomically
+from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
 SCHEMA_VERSION = 1
@@ -56,7 +48,7 @@ def optimum_dict(m: Metrics, baseline: bool) -> dict:
 
 def point_dict(m: Metrics, baseline: bool) -> dict:
     o = m.outcome
-    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps), "feasible": o.feasible,
+    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps), "feasible": o.meets_slos,
             "completed": o.completed, "cost_per_hour": num(m.cost_per_hour),
             "power_kw": num(m.power_kw), "gpus": m.gpus, "worst_margin": num(o.worst_margin),
             "slo": {key: num(value) for key, value, _ in o.slo}, "reason": o.reason}
@@ -115,7 +107,7 @@ def csv_text(results: Sequence[DesignResult]) -> str:
             values = {key: value for key, value, _ in m.outcome.slo}
             writer.writerow([result.design.name, m.prompt_machines, m.token_machines,
                              m.prompt_machines + m.token_machines, _cell(m.rate_rps),
-                             m.outcome.feasible, m.outcome.completed, _cell(m.cost_per_hour),
+                             m.outcome.meets_slos, m.outcome.completed, _cell(m.cost_per_hour),
                              _cell(m.power_kw), m.gpus, *(_cell(values[k]) for k in SLO_KEYS),
                              _cell(m.outcome.worst_margin), m.outcome.reason])
     return buffer.getvalue()
@@ -135,88 +127,8 @@ def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str,
 
 
 def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:
-    """Stage every file as a temp file beside its target, then rename them all into place: a
-    failure while writing leaves the previous reports (or none) and no temp files behind."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("exists and is not a directory", source=str(out_dir), field="out")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the report directory: {err.strerror}",
-                         source=str(out_dir), field="out") from None
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for name in REPORT_FILES:
-            staged.append((stage_file(out_dir / name, texts[name]), out_dir / name))
-        for temp, target in staged:
-            os.replace(temp, target)
-    finally:
-        for temp, _ in staged:
-            temp.unlink(missing_ok=True)
-    return [target for _, target in staged]
-
-
-# -------------------------------------------------------------------------------- terminal
-@dataclass
-class SearchProgress:
-    """Rich progress on stderr: one spinner per design with its evaluation count."""
-    designs: Sequence[str]
-    enabled: bool = True
-
-    def __enter__(self) -> "SearchProgress":
-        self._progress = None
-        if self.enabled:
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                      TextColumn("{task.completed:>4.0f} evaluations"),
-                                      TimeElapsedColumn(), console=Console(stderr=True),
-                                      transient=False)
-            self._progress.__enter__()
-            self._tasks = {name: self._progress.add_task(name, total=None)
-                           for name in self.designs}
-        self._counts = {name: 0 for name in self.designs}
-        return self
-
-    def update(self, asked: dict[str, int]) -> None:
-        if self._progress is None:
-            return
-        self._counts.update(asked)
-        for name, count in asked.items():
-            self._progress.update(self._tasks[name], completed=count)
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            for name, task in self._tasks.items():  # a known total stops the spinner
-                self._progress.update(task, total=max(1, self._counts[name]))
-            self._progress.__exit__(*exc)
-
-
-def optimum_table(document: dict) -> Table:
-    goal = document["inputs"]["goal"]
-    table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
-                        "* best", caption="P prompt / T token machines (baselines: P machines); "
-                        "SLO margin: worst 1 - value/limit")
-    table.add_column("design", no_wrap=True)
-    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "SLO margin"):
-        table.add_column(column, justify="right")
-    best = document["summary"]["best_design"]
-    for entry in document["designs"]:
-        name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
-        o = entry["optimum"]
-        if o is None:
-            table.add_row(name, "-", "-", "-", "-", "-", "-",
-                          f"[red]infeasible[/]: {entry['reason']}")
-            continue
-        p = o.get("machines", o.get("prompt_machines"))
-        t = "-" if "machines" in o else str(o["token_machines"])
-        table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
-                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]),
-                      _fmt(o["worst_margin"], "+.1%"))
-    return table
-
-
-def _fmt(value, spec: str) -> str:
-    return "trace" if value is None else format(value, spec)
+    """All report files at once: the previous reports (or none) stay if anything fails."""
+    return write_files_atomically(Path(out_dir), {name: texts[name] for name in REPORT_FILES})
 
 
 def non_monotone_lines(document: dict) -> list[str]:

@@ -21,116 +21,17 @@ and is evaluated in parallel, in a fixed order: results never depend on the back
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
 
-from hardware_catalog import Design, InputError
-from provisioner.evaluate import Metrics, Point, Pools, Runner
-
-GOALS = ("min-cost", "min-power", "max-rate")
-BUDGET_KINDS = {"power": "kW", "cost": "$/h"}
+from hardware_catalog import Design
+from provisioner.options import Constraints, SearchSettings
+from provisioner.select import select_optimum
+from provisioner.study import Budget, DesignResult, Goal, Metrics, Point
 
 Search = Generator[list[Point], list[Metrics], Any]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A power (kW) or cost ($/h) budget, optionally stated as the draw of N machines of a SKU."""
-    kind: str
-    value: float
-    like: str | None = None   # e.g. "dgx-h100:40"
-
-    def of(self, cost_per_hour: float, power_kw: float) -> float:
-        return power_kw if self.kind == "power" else cost_per_hour
-
-    def as_dict(self) -> dict:
-        return {"kind": self.kind, "value": self.value, "unit": BUDGET_KINDS[self.kind],
-                "like": self.like}
-
-
-@dataclass(frozen=True)
-class Goal:
-    name: str                       # min-cost, min-power or max-rate
-    rate_rps: float | None = None   # min-cost / min-power (None: replay a trace as it is)
-    budget: Budget | None = None    # max-rate
-
-    def __post_init__(self):
-        if self.name not in GOALS:
-            raise InputError(f"unknown goal '{self.name}'; use {', '.join(GOALS)}", field="goal")
-        if self.name == "max-rate" and self.budget is None:
-            raise InputError("--goal max-rate needs a budget: --power-budget-kw, "
-                             "--cost-budget-per-hour or --budget-like SKU:N", field="goal")
-        if self.name != "max-rate" and self.budget is not None:
-            raise InputError(f"a budget applies to --goal max-rate, not {self.name}; limit "
-                             "min-cost/min-power with --max-machines/--max-gpus", field="goal")
-
-    @property
-    def paper_name(self) -> str:
-        if self.name == "max-rate":
-            return f"iso-{self.budget.kind} throughput-optimized"
-        return f"iso-throughput {self.name.split('-')[1]}-optimized"
-
-
-@dataclass(frozen=True)
-class Constraints:
-    """Upper limits applied by the OR-Tools selection (and used to bound the search)."""
-    max_machines: int | None = None
-    max_gpus: int | None = None
-    max_prompt: int | None = None   # Splitwise designs only
-    max_token: int | None = None    # Splitwise designs only
-
-    def __post_init__(self):
-        for name, value in self.as_dict().items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise InputError(f"--{name.replace('_', '-')} must be a whole number >= 1, "
-                                 f"got {value!r}", field=name)
-
-    def as_dict(self) -> dict:
-        return {"max_machines": self.max_machines, "max_gpus": self.max_gpus,
-                "max_prompt": self.max_prompt, "max_token": self.max_token}
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    exhaustive: bool = False
-    search_limit: int = 256        # largest pool the automatic growth tries
-    rate_tolerance: float = 0.02   # max-rate: relative width of the final rate bracket
-    start_rate: float = 8.0        # max-rate: first rate tried
-    min_rate: float = 0.05
-    max_rate: float = 100_000.0
-    load_sweep: tuple[float, ...] = (0.5, 0.75, 1.25)  # extra rates (x optimum) for the figure
-
-    def __post_init__(self):
-        if self.search_limit < 1:
-            raise InputError(f"--search-limit must be >= 1, got {self.search_limit}",
-                             field="search_limit")
-        if not 0 < self.rate_tolerance < 1:
-            raise InputError(f"--rate-tolerance must be in (0, 1), got {self.rate_tolerance}",
-                             field="rate_tolerance")
-
-    def as_dict(self) -> dict:
-        return {"exhaustive": self.exhaustive, "search_limit": self.search_limit,
-                "rate_tolerance": self.rate_tolerance, "start_rate": self.start_rate,
-                "load_sweep": list(self.load_sweep)}
-
-
-@dataclass
-class DesignResult:
-    design: Design
-    goal: Goal
-    optimum: Metrics | None
-    reason: str                                  # why nothing is feasible (optimum None)
-    points: list[Metrics]                        # every point this search evaluated
-    frontier: list[tuple[int, int]] = field(default_factory=list)  # corners or budget candidates
-    non_monotone: list[dict] = field(default_factory=list)
-    box: tuple[int, int] | None = None          # largest (P, T) the search considered
-
-    @property
-    def feasible(self) -> bool:
-        return self.optimum is not None
+RunBatch = Callable[[list[Point]], list[Metrics]]  # "evaluate these points", in order
 
 
 # ------------------------------------------------------------------------------------ probing
@@ -149,7 +50,7 @@ def _rate_covers(known: float | None, asked: float | None) -> bool:
 class Probe:
     """Asks for evaluations by yielding points; remembers answers and infers by monotonicity."""
 
-    def __init__(self, design: str, infer: bool = True):
+    def __init__(self, design: Design, infer: bool = True):
         self.design = design
         self.infer = infer
         self.seen: dict[Point, Metrics] = {}
@@ -168,23 +69,23 @@ class Probe:
         (metrics,) = yield from self.measure_all([self.point(prompt, token, rate)])
         return metrics
 
-    def feasible(self, prompt: int, token: int, rate: float | None):
+    def meets_slos(self, prompt: int, token: int, rate: float | None):
         known = self.inferred(prompt, token, rate)
         if known is not None:
             return known
-        return (yield from self.measure(prompt, token, rate)).feasible
+        return (yield from self.measure(prompt, token, rate)).meets_slos
 
     def inferred(self, prompt: int, token: int, rate: float | None) -> bool | None:
         exact = self.seen.get(self.point(prompt, token, rate))
         if exact is not None:
-            return exact.feasible
+            return exact.meets_slos
         if not self.infer:
             return None
         for point, m in self.seen.items():
-            if (m.feasible and point.prompt_machines <= prompt and point.token_machines <= token
+            if (m.meets_slos and point.prompt_machines <= prompt and point.token_machines <= token
                     and _rate_covers(point.rate_rps, rate)):
                 return True   # a smaller cluster already held a higher load
-            if (not m.feasible and point.prompt_machines >= prompt
+            if (not m.meets_slos and point.prompt_machines >= prompt
                     and point.token_machines >= token and _rate_covers(rate, point.rate_rps)):
                 return False  # a larger cluster already failed a lower load
         return None
@@ -214,26 +115,26 @@ def lowest_galloping(pred, lo: int, hi: int):
 
 
 # ---------------------------------------------------------------------- fixed rate: frontier
-def _pool_caps(pools: Pools, constraints: Constraints, limit: int) -> tuple[int, int]:
+def _pool_caps(design: Design, constraints: Constraints, limit: int) -> tuple[int, int]:
     """Largest prompt and token pools any allowed configuration can have (baseline: (N, 0))."""
     c = constraints
-    if pools.token is None:
+    if design.is_baseline:
         cap = min(limit, c.max_machines or limit)
         if c.max_gpus:
-            cap = min(cap, c.max_gpus // pools.prompt.gpus)
+            cap = min(cap, c.max_gpus // design.prompt.gpus)
         return cap, 0
     p_cap = min(limit, c.max_prompt or limit, (c.max_machines or limit + 1) - 1)
     t_cap = min(limit, c.max_token or limit, (c.max_machines or limit + 1) - 1)
     if c.max_gpus:
-        p_cap = min(p_cap, (c.max_gpus - pools.token.gpus) // pools.prompt.gpus)
-        t_cap = min(t_cap, (c.max_gpus - pools.prompt.gpus) // pools.token.gpus)
+        p_cap = min(p_cap, (c.max_gpus - design.token.gpus) // design.prompt.gpus)
+        t_cap = min(t_cap, (c.max_gpus - design.prompt.gpus) // design.token.gpus)
     return p_cap, t_cap
 
 
 def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool):
     """Double the pools from (1, 1) until feasible; None when even the caps fail."""
     p, t = 1, 0 if baseline else 1
-    while not (yield from probe.feasible(p, t, rate)):
+    while not (yield from probe.meets_slos(p, t, rate)):
         if p >= p_cap and t >= t_cap:
             return None
         p, t = min(2 * p, p_cap), (0 if baseline else min(2 * t, t_cap))
@@ -247,10 +148,10 @@ def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
     corners (where f drops) can be optimal, and each costs O(log) evaluations to find.
     """
     def at_token(t):
-        return lambda p: probe.feasible(p, t, rate)
+        return lambda p: probe.meets_slos(p, t, rate)
 
     def at_prompt(p):
-        return lambda t: probe.feasible(p, t, rate)
+        return lambda t: probe.meets_slos(p, t, rate)
 
     p_min = yield from lowest(at_token(t_hi), 1, p_hi)
     t_min = yield from lowest(at_prompt(p_hi), 1, t_hi)
@@ -264,11 +165,11 @@ def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
     return corners
 
 
-def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
                 settings: SearchSettings):
     """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason)."""
-    rate, baseline = goal.rate_rps, pools.token is None
-    p_cap, t_cap = _pool_caps(pools, constraints, settings.search_limit)
+    rate, baseline = goal.rate_rps, design.is_baseline
+    p_cap, t_cap = _pool_caps(design, constraints, settings.search_limit)
     if p_cap < 1 or (not baseline and t_cap < 1):
         return [], [], None, "the constraints leave no room for a machine in every pool"
     corner = yield from _grow(probe, rate, p_cap, t_cap, baseline)
@@ -278,14 +179,14 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
         reason = (f"infeasible even with {_describe(p_cap, t_cap, baseline)}{why} "
                   "(raise --search-limit or the --max-* limits)")
         return [], [], (p_cap, t_cap), reason
-    p_hi, t_hi = corner if baseline else _search_box(pools, corner, constraints, p_cap, t_cap)
+    p_hi, t_hi = corner if baseline else _search_box(design, corner, constraints, p_cap, t_cap)
     if settings.exhaustive:
         grid = [probe.point(p, t, rate) for p in range(1, p_hi + 1)
                 for t in ([0] if baseline else range(1, t_hi + 1))]
         measured = yield from probe.measure_all(grid)
-        frontier = _frontier_of([m for m in measured if m.feasible])
+        frontier = _frontier_of([m for m in measured if m.meets_slos])
     elif baseline:
-        n = yield from lowest(lambda k: probe.feasible(k, 0, rate), corner[0] // 2 + 1, corner[0])
+        n = yield from lowest(lambda k: probe.meets_slos(k, 0, rate), corner[0] // 2 + 1, corner[0])
         frontier = [(n, 0)]
     else:
         frontier = yield from frontier_walk(probe, rate, p_hi, t_hi)
@@ -294,7 +195,7 @@ def _min_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints
     return at_rate, frontier, (p_hi, t_hi), ""
 
 
-def _search_box(pools: Pools, corner: tuple[int, int], constraints: Constraints, p_cap: int,
+def _search_box(design: Design, corner: tuple[int, int], constraints: Constraints, p_cap: int,
                 t_cap: int) -> tuple[int, int]:
     """The (P, T) box that holds every configuration worth considering.
 
@@ -305,22 +206,22 @@ def _search_box(pools: Pools, corner: tuple[int, int], constraints: Constraints,
     witness and the box is the constraints' caps.
     """
     p, t = corner
-    if not _allowed(pools, p, t, constraints):
+    if not _allowed(design, p, t, constraints):
         return p_cap, t_cap
-    cost, power = pools.cost(p, t), pools.power(p, t)
+    cost, power = design.cost_per_hour(p, t), design.power_kw(p, t)
 
     def widest(own, other) -> int:
         by_cost = (cost - other.cost_per_hour) / own.cost_per_hour
         by_power = (power - other.power_kw) / own.power_kw
         return math.floor(max(by_cost, by_power) + 1e-9)
 
-    return (min(p_cap, widest(pools.prompt, pools.token)),
-            min(t_cap, widest(pools.token, pools.prompt)))
+    return (min(p_cap, widest(design.prompt, design.token)),
+            min(t_cap, widest(design.token, design.prompt)))
 
 
-def _allowed(pools: Pools, prompt: int, token: int, c: Constraints) -> bool:
+def _allowed(design: Design, prompt: int, token: int, c: Constraints) -> bool:
     return ((c.max_machines is None or prompt + token <= c.max_machines)
-            and (c.max_gpus is None or pools.gpus(prompt, token) <= c.max_gpus)
+            and (c.max_gpus is None or design.gpus(prompt, token) <= c.max_gpus)
             and (c.max_prompt is None or prompt <= c.max_prompt)
             and (c.max_token is None or token <= c.max_token))
 
@@ -341,23 +242,23 @@ def _describe(p: int, t: int, baseline: bool) -> str:
 
 
 # ------------------------------------------------------------------------- budget: max rate
-def budget_candidates(pools: Pools, budget: Budget, constraints: Constraints,
+def budget_candidates(design: Design, budget: Budget, constraints: Constraints,
                       limit: int) -> list[tuple[int, int]]:
     """The maximal allowed configurations: for each prompt pool, the largest token pool."""
-    p_cap, t_cap = _pool_caps(pools, constraints, limit)
+    p_cap, t_cap = _pool_caps(design, constraints, limit)
     unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
     slack = 1e-9 * max(1.0, budget.value)  # 40 x 5.6 kW is 224 kW, not 223.99999
-    if pools.token is None:
-        n = min(p_cap, math.floor((budget.value + slack) / unit(pools.prompt)))
+    if design.is_baseline:
+        n = min(p_cap, math.floor((budget.value + slack) / unit(design.prompt)))
         return [(n, 0)] if n >= 1 else []
     candidates = []
     for p in range(1, p_cap + 1):
-        room = budget.value - p * unit(pools.prompt) + slack
-        t = min(t_cap, math.floor(room / unit(pools.token)))
+        room = budget.value - p * unit(design.prompt) + slack
+        t = min(t_cap, math.floor(room / unit(design.token)))
         if constraints.max_machines:
             t = min(t, constraints.max_machines - p)
         if constraints.max_gpus:
-            t = min(t, (constraints.max_gpus - p * pools.prompt.gpus) // pools.token.gpus)
+            t = min(t, (constraints.max_gpus - p * design.prompt.gpus) // design.token.gpus)
         if t < 1:
             break
         candidates.append((p, t))
@@ -373,7 +274,7 @@ class RateSearch:
         self.probe, self.s = probe, settings
 
     def ok(self, cell, rate):
-        return self.probe.feasible(cell[0], cell[1], rate)
+        return self.probe.meets_slos(cell[0], cell[1], rate)
 
     def above(self, rate: float) -> float:
         up = round_rate(rate * (1 + self.s.rate_tolerance))
@@ -424,10 +325,10 @@ class RateSearch:
         return (yield from self.climb(cell, target, factor=2 * self.s.rate_tolerance))
 
 
-def _max_rate_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+def _max_rate_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
                      settings: SearchSettings):
     """max-rate under the goal's budget; returns (candidates, frontier, box, reason)."""
-    cells = budget_candidates(pools, goal.budget, constraints, settings.search_limit)
+    cells = budget_candidates(design, goal.budget, constraints, settings.search_limit)
     if not cells:
         return [], [], None, "the budget and constraints leave no room for a machine in every pool"
     box = (max(p for p, _ in cells), max(t for _, t in cells))
@@ -442,7 +343,7 @@ def _max_rate_search(probe: Probe, pools: Pools, goal: Goal, constraints: Constr
         return [], cells, box, reason
     yield from probe.measure(*cells[best_i], best)
     if settings.exhaustive:
-        yield from _audit_budget_grid(probe, pools, goal, constraints, settings, best)
+        yield from _audit_budget_grid(probe, design, goal, constraints, settings, best)
     return list(probe.seen.values()), cells, box, ""
 
 
@@ -473,10 +374,10 @@ def _every_candidate(rates: RateSearch, cells, settings: SearchSettings):
     return best_i, best
 
 
-def _audit_budget_grid(probe: Probe, pools: Pools, goal: Goal, constraints: Constraints,
+def _audit_budget_grid(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
                        settings: SearchSettings, rate: float):
     """Exhaustive mode: every allowed cell at the optimum rate, for the monotonicity audit."""
-    cells = budget_candidates(pools, goal.budget, constraints, settings.search_limit)
+    cells = budget_candidates(design, goal.budget, constraints, settings.search_limit)
     grid = [probe.point(p, t, rate) for cp, ct in cells for p, t in _cells_below(cp, ct)]
     yield from probe.measure_all(list(dict.fromkeys(grid)))
 
@@ -485,85 +386,6 @@ def _cells_below(p_max: int, t_max: int):
     if t_max == 0:
         return [(p, 0) for p in range(1, p_max + 1)]
     return [(p, t) for p in range(1, p_max + 1) for t in range(1, t_max + 1)]
-
-
-# ------------------------------------------------------------------------- OR-Tools selection
-def select_optimum(points: Sequence[Metrics], goal: Goal, constraints: Constraints,
-                   pools: Pools) -> Metrics | None:
-    """The best feasible point under the goal and every linear constraint, or None.
-
-    CP-SAT picks exactly one evaluated point; ties on the objective are broken by a fixed rank
-    (the other resource, GPUs, machines, P, T), so the choice is deterministic.
-    """
-    from ortools.sat.python import cp_model
-
-    feasible = sorted((m for m in points if m.feasible), key=lambda m: m.point)
-    if not feasible:
-        return None
-    model = cp_model.CpModel()
-    chosen = [model.NewBoolVar(f"x{i}") for i in range(len(feasible))]
-    model.AddExactlyOne(chosen)
-
-    def total(values):
-        return cp_model.LinearExpr.WeightedSum(chosen, [int(v) for v in values])
-
-    prompt = total(m.prompt_machines for m in feasible)
-    token = total(m.token_machines for m in feasible)
-    milli_cost = [round(m.cost_per_hour * 1000) for m in feasible]
-    watts = [round(m.power_kw * 1000) for m in feasible]
-    c = constraints
-    if c.max_machines:
-        model.Add(prompt + token <= c.max_machines)
-    if c.max_gpus:
-        model.Add(total(m.gpus for m in feasible) <= c.max_gpus)
-    if pools.token is not None and c.max_prompt:
-        model.Add(prompt <= c.max_prompt)
-    if pools.token is not None and c.max_token:
-        model.Add(token <= c.max_token)
-    if goal.budget is not None:
-        scaled = milli_cost if goal.budget.kind == "cost" else watts
-        model.Add(total(scaled) <= math.floor(goal.budget.value * 1000 + 1e-6))
-    primary, secondary = _objectives(goal, feasible, milli_cost, watts)
-    solved = _solve(model, total(primary), chosen)
-    if solved is None:
-        return None
-    model.Add(total(primary) == solved[0])
-    _, pick = _solve(model, total(_tie_break_ranks(feasible, secondary)), chosen)
-    return feasible[pick]
-
-
-def _objectives(goal: Goal, points, milli_cost, watts):
-    """(values to minimise, secondary key) for the goal."""
-    if goal.name == "min-cost":
-        return milli_cost, watts
-    if goal.name == "min-power":
-        return watts, milli_cost
-    rate = [-round(m.rate_rps * 1000) for m in points]
-    return rate, (milli_cost if goal.budget.kind == "cost" else watts)
-
-
-def _tie_break_ranks(points, secondary) -> list[int]:
-    order = sorted(range(len(points)), key=lambda i: (
-        secondary[i], points[i].gpus, points[i].prompt_machines + points[i].token_machines,
-        points[i].prompt_machines, points[i].token_machines, points[i].rate_rps or 0.0))
-    ranks = [0] * len(points)
-    for rank, i in enumerate(order):
-        ranks[i] = rank
-    return ranks
-
-
-def _solve(model, objective, chosen) -> tuple[int, int] | None:
-    """(objective value, index of the chosen point), or None when nothing is allowed."""
-    from ortools.sat.python import cp_model
-    model.ClearObjective()
-    model.Minimize(objective)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1     # single-threaded search is deterministic
-    solver.parameters.random_seed = 0
-    if solver.Solve(model) != cp_model.OPTIMAL:
-        return None
-    pick = next(i for i, x in enumerate(chosen) if solver.BooleanValue(x))
-    return round(solver.ObjectiveValue()), pick
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -597,13 +419,14 @@ def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[M
     return results
 
 
-def design_search(design: Design, pools: Pools, goal: Goal, constraints: Constraints,
+def design_search(design: Design, goal: Goal, constraints: Constraints,
                   settings: SearchSettings):
     """One design's whole search (a generator for `drive`); returns a DesignResult."""
-    probe = Probe(design.name, infer=not settings.exhaustive)
+    probe = Probe(design, infer=not settings.exhaustive)
     run = _max_rate_search if goal.name == "max-rate" else _min_search
-    candidates, frontier, box, reason = yield from run(probe, pools, goal, constraints, settings)
-    optimum = select_optimum(candidates, goal, constraints, pools) if candidates else None
+    candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
+                                                      settings)
+    optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     if optimum is None and not reason:
         reason = "no evaluated configuration meets the SLOs within the constraints"
     if optimum is not None and optimum.rate_rps is not None and settings.load_sweep:
@@ -626,12 +449,12 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
     for m in points:
         by_rate.setdefault(m.rate_rps, []).append(m)
     for rate, group in by_rate.items():
-        ok = sorted((m.prompt_machines, m.token_machines) for m in group if m.feasible)
+        ok = sorted((m.prompt_machines, m.token_machines) for m in group if m.meets_slos)
         if not ok:
             continue
         ok_p, ok_t = np.array(ok).T
         for m in sorted(group, key=_point_order):
-            if m.feasible:
+            if m.meets_slos:
                 continue
             below = np.flatnonzero((ok_p <= m.prompt_machines) & (ok_t <= m.token_machines))
             if len(below):
@@ -643,10 +466,13 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
 
 
 def search_designs(designs: Sequence[Design], goal: Goal, constraints: Constraints,
-                   settings: SearchSettings, runner: Runner,
+                   settings: SearchSettings, run_batch: RunBatch,
                    on_batch: Callable[[dict[str, int]], None] | None = None) -> list[DesignResult]:
-    """Search every design at once (their steps batched together); results in design order."""
-    searches = {d.name: design_search(d, runner.pools(d.name), goal, constraints, settings)
-                for d in designs}
-    results = drive(searches, runner.run, on_batch)
+    """Search every design at once (their steps batched together); results in design order.
+
+    `run_batch` evaluates a list of points and returns their metrics in the same order; the
+    algorithm knows nothing else about how (processes, clusters, caches) that happens.
+    """
+    searches = {d.name: design_search(d, goal, constraints, settings) for d in designs}
+    results = drive(searches, run_batch, on_batch)
     return [results[d.name] for d in designs]

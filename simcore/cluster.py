@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_catalog import Catalog, Design, InputError, ModelSpec
+from hardware_catalog import Design, InputError, MachineSku, ModelSpec
 from simcore.latency import LatencyCurves
 
 ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
@@ -28,26 +28,33 @@ class Cluster:
                              f"must be >= 1, got {self.prompt_machines}")
         if self.design.is_baseline and self.token_machines != 0:
             raise InputError(f"design '{self.design.name}' is a baseline: give its pool size "
-                             "only (--machines N), not token machines")
+                             "only, not token machines")
         if not self.design.is_baseline and self.token_machines < 1:
             raise InputError(f"token machines must be >= 1, got {self.token_machines}")
 
     @property
-    def skus(self) -> list[str]:
-        """The catalog SKU of every machine, by machine index."""
+    def machines(self) -> list[MachineSku]:
+        """The machine record of every machine, by machine index."""
         if self.design.is_baseline:
-            return [self.design.prompt_sku] * self.prompt_machines
-        return ([self.design.prompt_sku] * self.prompt_machines
-                + [self.design.token_sku] * self.token_machines)
+            return [self.design.prompt] * self.prompt_machines
+        return ([self.design.prompt] * self.prompt_machines
+                + [self.design.token] * self.token_machines)
 
-    def cost_per_hour(self, catalog: Catalog) -> float:
-        return sum(catalog.machine(s).cost_per_hour for s in self.skus)
+    @property
+    def skus(self) -> list[str]:
+        return [m.name for m in self.machines]
 
-    def power_kw(self, catalog: Catalog) -> float:
-        return sum(catalog.machine(s).power_kw for s in self.skus)
+    @property
+    def cost_per_hour(self) -> float:
+        return self.design.cost_per_hour(self.prompt_machines, self.token_machines)
 
-    def gpus(self, catalog: Catalog) -> int:
-        return sum(catalog.machine(s).gpus for s in self.skus)
+    @property
+    def power_kw(self) -> float:
+        return self.design.power_kw(self.prompt_machines, self.token_machines)
+
+    @property
+    def gpus(self) -> int:
+        return self.design.gpus(self.prompt_machines, self.token_machines)
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,6 @@ class SimOptions:
     mixed_pool_queue_threshold: int = 8192   # a prompt queue is "long" beyond this many tokens
     layerwise_min_prompt_tokens: int = 512   # serialized KV transfer below, layer-wise from here
     memory_reserve_fraction: float = 0.10    # HBM kept free for activations and fragmentation
-    reference_sku: str = "dgx-a100"          # slowdowns are against this machine, uncontended
 
     def __post_init__(self):
         if self.prompt_token_limit < 1:
@@ -94,11 +100,11 @@ def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float) -> in
     return max(0, int(free // model.kv_bytes_per_token))
 
 
-def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, catalog: Catalog,
+def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
                          options: SimOptions) -> MachineArrays:
     skus = cluster.skus
-    distinct = list(dict.fromkeys(skus))
-    records = {name: catalog.machine(name) for name in distinct}
+    records = {m.name: m for m in cluster.design.machines()}
+    distinct = list(records)
     baseline = cluster.design.is_baseline
     role = np.array([ROLE_BOTH if baseline else (ROLE_PROMPT if i < cluster.prompt_machines
                                                  else ROLE_TOKEN) for i in range(len(skus))],

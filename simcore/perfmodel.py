@@ -80,10 +80,11 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from hardware_catalog import InputError, MachineSku, ModelSpec, read_yaml
+from hardware_catalog import Catalog, InputError, MachineSku, ModelSpec, read_yaml
+from simcore import perftables
 from simcore.latency import LatencyCurves
 
-__all__ = ["PERF_MODEL_VERSION", "CLOSED_FORM_VERSION", "COEFFICIENTS_FORMAT", "PromptCoefficients",
+__all__ = ["perf_model_version", "CLOSED_FORM_VERSION", "COEFFICIENTS_FORMAT", "PromptCoefficients",
            "DecodeCoefficients", "Reference", "PairCoefficients", "PerformanceModel",
            "default_performance_model", "load_performance_model", "coefficients_document",
            "parse_coefficients_document", "tabulate", "PROMPT_KNOTS", "DECODE_KNOTS"]
@@ -91,9 +92,14 @@ __all__ = ["PERF_MODEL_VERSION", "CLOSED_FORM_VERSION", "COEFFICIENTS_FORMAT", "
 CLOSED_FORM_VERSION = "1"  # bump when the formulas change
 COEFFICIENTS_FORMAT = "provision-perf-coefficients/1"
 DEFAULT_COEFFICIENTS = Path(__file__).resolve().parent / "data" / "perf_coefficients.json"
-# Identifies the default model for result caches: the formulas and the packaged coefficients.
-PERF_MODEL_VERSION = (f"{CLOSED_FORM_VERSION}-"
-                      f"{hashlib.sha256(DEFAULT_COEFFICIENTS.read_bytes()).hexdigest()[:12]}")
+
+
+@lru_cache(maxsize=1)
+def perf_model_version() -> str:
+    """Identifies the default model for result caches: the formulas and the packaged
+    coefficients (hashed on first use, not at import)."""
+    digest = hashlib.sha256(DEFAULT_COEFFICIENTS.read_bytes()).hexdigest()[:12]
+    return f"{CLOSED_FORM_VERSION}-{digest}"
 
 # Base knots of the tabulated curves, refined where the closed form bends (see `tabulate`).
 PROMPT_KNOTS = np.concatenate(([1.0], np.arange(16.0, 32768.0 + 1, 16.0)))
@@ -327,26 +333,25 @@ def default_performance_model() -> PerformanceModel:
     return PerformanceModel(groups, transfer=True, source="default")
 
 
-def load_performance_model(path: str | Path) -> PerformanceModel:
-    """A user's coefficients file or piecewise-linear table file (YAML, JSON or CSV).
+def load_performance_model(path: str | Path, catalog: Catalog) -> PerformanceModel:
+    """A user's coefficients file or piecewise-linear table file (YAML, JSON or CSV); table
+    entries name machines and models of `catalog`.
 
     Pairs the file does not cover fall back to the default model. Bad files raise a one-line
     InputError naming the file, row or entry, and field.
     """
-    from simcore import perftables  # the table parser; imported here to keep layers one-way
-
     path = Path(path)
     fallback = default_performance_model()
     if path.suffix.lower() == ".csv":
-        return PerformanceModel(tables=perftables.read_table_csv(path), fallback=fallback,
-                                source=str(path))
+        return PerformanceModel(tables=perftables.read_table_csv(path, catalog),
+                                fallback=fallback, source=str(path))
     document = _read_document(path)
     if isinstance(document, dict) and "groups" in document:
         return PerformanceModel(parse_coefficients_document(document, str(path)),
                                 fallback=fallback, source=str(path))
     if isinstance(document, dict) and "tables" in document:
-        return PerformanceModel(tables=perftables.parse_table_document(document, str(path)),
-                                fallback=fallback, source=str(path))
+        tables = perftables.parse_table_document(document, str(path), catalog)
+        return PerformanceModel(tables=tables, fallback=fallback, source=str(path))
     raise InputError("expected a coefficients file (key 'groups', from provision calibrate) or "
                      "a latency table file (key 'tables')", source=str(path))
 

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hardware_catalog import Catalog, InputError, load_catalog
+from hardware_catalog import Catalog, InputError
 from simcore.latency import LatencyCurves
 
 __all__ = ["parse_table_document", "read_table_csv"]
@@ -53,9 +53,9 @@ _PHASES = {"prefill": "tokens", "decode": "batch"}
 
 
 def parse_table_document(document: Any, source: str,
-                         catalog: Catalog | None = None) -> dict[Key, LatencyCurves]:
-    """Validate a YAML/JSON table document into curves keyed by (machine, model or None)."""
-    catalog = catalog or load_catalog()
+                         catalog: Catalog) -> dict[Key, LatencyCurves]:
+    """Validate a YAML/JSON table document into curves keyed by (machine, model or None); the
+    machine and model names must be in `catalog` (the caller's, never a packaged default)."""
     tables = document.get("tables") if isinstance(document, dict) else None
     if not isinstance(tables, list) or not tables:
         raise InputError("'tables' must be a non-empty list of tables", source=source,
@@ -80,9 +80,9 @@ def parse_table_document(document: Any, source: str,
     return curves
 
 
-def read_table_csv(path: str | Path, catalog: Catalog | None = None) -> dict[Key, LatencyCurves]:
+def read_table_csv(path: str | Path, catalog: Catalog) -> dict[Key, LatencyCurves]:
     """Read a long-form CSV table (machine, model, phase, x, ms) into curves."""
-    catalog, source = catalog or load_catalog(), str(path)
+    source = str(path)
     points: dict[Key, dict[str, list]] = defaultdict(lambda: {"prefill": [], "decode": [],
                                                              "context": []})
     for row, record in _csv_records(path):

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_catalog import Catalog, InputError, ModelSpec
+from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays
 from simcore.fastsim import simulate_fast
 from simcore.metrics import request_latencies, uncontended_latencies
@@ -50,19 +50,24 @@ class SimResult:
             "tbt_slowdown": self.tbt_slowdown, "e2e_slowdown": self.e2e_slowdown})
 
 
-def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf, catalog: Catalog,
-             options: SimOptions = SimOptions(), engine: str = "fast") -> SimResult:
-    """Simulate `workload` on `cluster`; an unservable request makes the result infeasible."""
+def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
+             reference: MachineSku, options: SimOptions = SimOptions(),
+             engine: str = "fast") -> SimResult:
+    """Simulate `workload` on `cluster`; an unservable request makes the result infeasible.
+
+    `reference` is the machine slowdowns are measured against (the same request alone on it,
+    uncontended: a DGX-A100 for the Splitwise SLOs); `engine` "reference" runs the plain-Python
+    event loop instead of the compiled core.
+    """
     if len(workload) == 0:
         raise InputError("the workload has no requests")
-    machines = build_machine_arrays(cluster, model, perf, catalog, options)
+    machines = build_machine_arrays(cluster, model, perf, options)
     reason = _unservable_reason(cluster, workload, model, machines)
     if reason:
         return _infeasible(workload, reason)
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
     raw = run(workload, machines)
-    reference = perf.curves(model, catalog.machine(options.reference_sku))
-    return _result(workload, raw, machines, reference, cluster)
+    return _result(workload, raw, machines, perf.curves(model, reference), cluster)
 
 
 def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,

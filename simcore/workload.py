@@ -1,10 +1,11 @@
 """Workloads: requests as arrays (arrival time, prompt tokens, output tokens).
 
-Three ways to get one:
+Two ways to get one:
 - `load_trace(path)` reads a CSV trace (Azure 2023, SplitwiseSim or plain columns);
 - `synthesize(sizes, rate_rps, duration_s, seed)` draws Poisson (or gamma) arrivals and samples
-  request sizes from a built-in distribution or from another workload;
-- `resolve_workload(name_or_path, rate_rps, duration_s, seed)` applies the command-line rules.
+  request sizes from a built-in distribution or from another workload.
+Which of them a name means (built-in or file, replayed or resampled) is decided at the edge
+(`provisioner.study.WorkloadSource`), not here.
 """
 from __future__ import annotations
 
@@ -352,24 +353,3 @@ def _arrival_times(rng: np.random.Generator, rate_rps: float, duration_s: float,
         if times[-1] >= duration_s:
             return np.concatenate(pieces)
         start = times[-1]
-
-
-# ------------------------------------------------------------------------- command-line rules
-def resolve_workload(workload: str, rate_rps: float | None, duration_s: float, seed: int,
-                     arrival: str = "poisson", burstiness_cv: float = 1.0) -> Workload:
-    """SPEC 7: a built-in name needs a rate; a CSV is replayed as it is (whole trace, duration
-    ignored) unless a rate asks for its sizes under new arrivals over `duration_s`.
-
-    A built-in name wins over a file of the same name in the working directory (write ./coding).
-    """
-    if workload in builtin_workload_names():
-        if rate_rps is None:
-            raise InputError(f"workload '{workload}' is a distribution; give --rate")
-        return synthesize(workload, rate_rps, duration_s, seed, arrival, burstiness_cv)
-    if not Path(workload).exists():
-        raise InputError(f"workload '{workload}' is neither a built-in workload "
-                         f"({', '.join(builtin_workload_names())}) nor an existing file")
-    trace = load_trace(workload)
-    if rate_rps is None:
-        return trace
-    return synthesize(trace, rate_rps, duration_s, seed, arrival, burstiness_cv)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hardware_catalog import InputError, read_yaml
+from hardware_catalog.checks import Invalid, positive
 
 DATA_DIR = Path(__file__).resolve().parent
 METRICS = ("ttft", "tbt", "e2e")
@@ -65,10 +66,10 @@ def parse_slo_profile(name: str, data, source: str) -> SloProfile:
             if pct not in PERCENTILES:
                 raise InputError(f"unknown percentile '{pct}'; use p50, p90, p99", source=source,
                                  field=key)
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-                raise InputError(f"limit must be a number > 0, got {limit!r}", source=source,
-                                 field=key)
-            limits[(metric, pct)] = float(limit)
+            try:
+                limits[(metric, pct)] = positive()(limit)
+            except Invalid as err:
+                raise InputError(f"limit {err}", source=source, field=key) from None
     ordered = {k: limits[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in limits}
     return SloProfile(name=name, kind=kind, limits=ordered,
                       description=str(data.get("description", "")))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hardware_catalog import Catalog
-from provisioner.evaluate import SLO_KEYS, Outcome, Point
+from provisioner.study import SLO_KEYS, Outcome, Point
 
 Rule = Callable[[str, int, int, float | None], bool]
 
@@ -19,7 +19,7 @@ class OracleEvaluator:
     name: str
 
     def outcome(self, point: Point) -> Outcome:
-        ok = bool(self.rule(point.design, point.prompt_machines, point.token_machines,
+        ok = bool(self.rule(point.design.name, point.prompt_machines, point.token_machines,
                             point.rate_rps))
         value = 3.0 if ok else 9.0
         slo = tuple((key, value if key == "ttft_p99" else 1.0, 6.0 if key == "ttft_p99" else 10.0)
@@ -28,6 +28,9 @@ class OracleEvaluator:
 
     def identity(self) -> dict:
         return {"oracle": self.name}
+
+    def point_identity(self, point: Point) -> dict:
+        return {"design": point.design.as_dict()}
 
 
 # Top-level rules (picklable for process pools). P, T are the pool sizes; T is 0 for baselines.

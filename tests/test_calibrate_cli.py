@@ -79,7 +79,7 @@ def test_out_file_round_trips_through_load_performance_model(tmp_path, synthetic
         assert done.returncode == 0, done.stderr
         fitted = calibrate(read_profile_csv(synthetic_csv)).groups
         model, machine = CATALOG.model("llama2-70b"), CATALOG.machine("dgx-a100")
-        loaded = load_performance_model(out).curves(model, machine)
+        loaded = load_performance_model(out, load_catalog()).curves(model, machine)
         direct = PerformanceModel(fitted).curves(model, machine)
         np.testing.assert_array_equal(loaded.prompt_seconds, direct.prompt_seconds)
         np.testing.assert_array_equal(loaded.decode_seconds, direct.decode_seconds)

@@ -70,10 +70,10 @@ def catalog_copy(tmp_path):
 
 @pytest.mark.parametrize("file, old, new, fragment", [
     ("machines.yaml", "cost_per_hour: 17.6", "cost_per_hour: cheap", "field 'cost_per_hour'"),
-    ("machines.yaml", "cost_per_hour: 17.6", "cost_per_hour: -1", "must be > 0"),
+    ("machines.yaml", "cost_per_hour: 17.6", "cost_per_hour: -1", "must be a number > 0"),
     ("machines.yaml", "  gpus: 8\n  hbm_gb: 80\n  hbm_bandwidth_gbs: 2039",
      "  gpus: 8\n  hbm_bandwidth_gbs: 2039", "field 'hbm_gb': entry 'dgx-a100': missing"),
-    ("machines.yaml", "power_cap: 0.70", "power_cap: 1.5", "must be <= 1.0"),
+    ("machines.yaml", "power_cap: 0.70", "power_cap: 1.5", "must be a number > 0 and <= 1"),
     ("models.yaml", "kv_heads: 8", "kv_heads: 7", "field 'kv_heads'"),
     ("models.yaml", "layers: 70", "layers: .nan", "field 'layers'"),
     ("designs.yaml", "token_sku: dgx-h100-cap", "token_sku: dgx-h900", "unknown machine SKU"),

@@ -153,7 +153,7 @@ dgx-h100-cap,,decode,10,39
 def test_table_file_yaml_and_csv_give_the_stated_interpolation(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
-    perf = load_performance_model(path)
+    perf = load_performance_model(path, load_catalog())
     c = perf.curves(CATALOG.model("llama2-70b"), CATALOG.machine("dgx-a100"))
     # clamp below the first knot, interpolate, continue the last segment beyond the last knot
     np.testing.assert_allclose(c.prompt_time([10, 128, 320, 2048, 3584]),
@@ -203,7 +203,7 @@ def test_malformed_table_files_raise_one_line_errors(tmp_path, name):
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(InputError) as err:
-        load_performance_model(path)
+        load_performance_model(path, load_catalog())
     message = str(err.value)
     assert "\n" not in message and str(path) in message and fragment in message
     if field is not None:
@@ -242,7 +242,7 @@ def test_malformed_coefficient_files_raise_one_line_errors(tmp_path, change, fie
     path = tmp_path / "coefficients.json"
     path.write_text(json.dumps(_document(**change)))
     with pytest.raises(InputError, match=rf"coefficients.json, field '{field}'"):
-        load_performance_model(path)
+        load_performance_model(path, load_catalog())
 
 
 def test_coefficient_file_without_format_is_rejected(tmp_path):
@@ -251,7 +251,7 @@ def test_coefficient_file_without_format_is_rejected(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(document))
     with pytest.raises(InputError, match="field 'format'"):
-        load_performance_model(path)
+        load_performance_model(path, load_catalog())
 
 
 def test_user_coefficients_cover_their_pairs_and_fall_back_elsewhere(tmp_path):
@@ -263,7 +263,7 @@ def test_user_coefficients_cover_their_pairs_and_fall_back_elsewhere(tmp_path):
     document["groups"] = [slower.as_dict()]
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(document))
-    perf = load_performance_model(path)
+    perf = load_performance_model(path, load_catalog())
     assert perf.curves(model, machine).prompt_time(512) == pytest.approx(
         PERF.curves(model, machine).prompt_time(512) + 0.5, rel=1e-3)
     other = CATALOG.model("bloom-176b")

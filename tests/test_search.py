@@ -15,9 +15,12 @@ import oracles  # noqa: E402
 from oracles import OracleEvaluator  # noqa: E402
 
 from hardware_catalog import InputError, load_catalog  # noqa: E402
-from provisioner.evaluate import Point, Pools, Runner  # noqa: E402
-from provisioner.search import (Budget, Constraints, Goal, SearchSettings,  # noqa: E402
-                                budget_candidates, drive, search_designs, select_optimum)
+from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,  # noqa: E402
+                                 from_keywords)
+from provisioner.runner import Runner  # noqa: E402
+from provisioner.search import budget_candidates, drive, search_designs  # noqa: E402
+from provisioner.select import select_optimum  # noqa: E402
+from provisioner.study import Budget, Goal, Point  # noqa: E402
 
 CATALOG = load_catalog()
 DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
@@ -28,7 +31,7 @@ NO_SWEEP = dict(load_sweep=(), search_limit=48)
 def run(rule, goal, constraints=Constraints(), designs=DESIGNS, jobs=1, **settings):
     runner = Runner(OracleEvaluator(CATALOG, rule, rule.__name__), jobs=jobs)
     results = search_designs(designs, goal, constraints, SearchSettings(**{**NO_SWEEP,
-                                                                           **settings}), runner)
+                                                                           **settings}), runner.run)
     return results, runner.stats
 
 
@@ -40,7 +43,7 @@ def optima(results):
 
 def brute_force_min(rule, design, rate, objective, constraints=Constraints(), limit=48):
     """The optimum by plain enumeration of the grid (independent of the engine)."""
-    pools = Pools.of(design, CATALOG)
+    pools = design
     tokens = [0] if design.is_baseline else range(1, limit + 1)
     best = None
     for p, t in itertools.product(range(1, limit + 1), tokens):
@@ -53,15 +56,15 @@ def brute_force_min(rule, design, rate, objective, constraints=Constraints(), li
 
 
 def _allowed(pools, p, t, c: Constraints) -> bool:
-    baseline = pools.token is None
+    baseline = pools.is_baseline
     return ((c.max_machines is None or p + t <= c.max_machines)
             and (c.max_gpus is None or pools.gpus(p, t) <= c.max_gpus)
             and (baseline or c.max_prompt is None or p <= c.max_prompt)
             and (baseline or c.max_token is None or t <= c.max_token))
 
 
-COST = (lambda pools, p, t: round(pools.cost(p, t), 6))
-POWER = (lambda pools, p, t: round(pools.power(p, t), 6))
+COST = (lambda pools, p, t: round(pools.cost_per_hour(p, t), 6))
+POWER = (lambda pools, p, t: round(pools.power_kw(p, t), 6))
 
 
 @pytest.mark.parametrize("rule", [oracles.l_shape, oracles.diagonal, oracles.hyperbola])
@@ -72,7 +75,7 @@ def test_frontier_walk_matches_exhaustive_grid(rule, goal):
     assert optima(frontier) == optima(grid)
     objective = COST if goal == "min-cost" else POWER
     for result in frontier:
-        pools = Pools.of(result.design, CATALOG)
+        pools = result.design
         expected = brute_force_min(rule, result.design, 10.0, objective)
         got = (result.optimum.prompt_machines, result.optimum.token_machines)
         assert objective(pools, *got) == objective(pools, *expected)
@@ -114,7 +117,7 @@ def test_constraints_are_respected(constraints):
             assert result.optimum is None
             continue
         o = result.optimum
-        pools = Pools.of(result.design, CATALOG)
+        pools = result.design
         assert _allowed(pools, o.prompt_machines, o.token_machines, constraints)
         assert COST(pools, o.prompt_machines, o.token_machines) == COST(pools, *expected)
 
@@ -126,15 +129,15 @@ def test_constraint_that_excludes_everything():
 
 def test_select_optimum_breaks_ties_by_power_then_size():
     design = CATALOG.design("splitwise-hh")
-    pools = Pools.of(design, CATALOG)
+    pools = design
     runner = Runner(OracleEvaluator(CATALOG, oracles.diagonal, "diagonal"))
-    points = runner.run([Point(design.name, p, 12 - p, 10.0) for p in range(2, 11)])
+    points = runner.run([Point(design, p, 12 - p, 10.0) for p in range(2, 11)])
     best = select_optimum(points, Goal("min-cost", 10.0), Constraints(), pools)
     assert (best.prompt_machines, best.token_machines) == (2, 10)  # all cost the same
 
 
 def true_max_rate(design, budget, constraints=Constraints()):
-    pools = Pools.of(design, CATALOG)
+    pools = design
     cells = budget_candidates(pools, budget, constraints, 256)
     return max(4.5 * p if t == 0 else min(10.0 * p, 7.0 * t) for p, t in cells)
 
@@ -148,10 +151,10 @@ def test_rate_search_finds_the_max_rate_within_tolerance(budget):
         best = true_max_rate(result.design, budget)
         o = result.optimum
         assert best / (1 + tolerance) ** 2 <= o.rate_rps <= best
-        assert o.feasible
+        assert o.meets_slos
         assert budget.of(o.cost_per_hour, o.power_kw) <= budget.value + 1e-9
     # far fewer than a bisection of every budget candidate (about 7 each)
-    candidates = sum(len(budget_candidates(Pools.of(d, CATALOG), budget, Constraints(), 256))
+    candidates = sum(len(budget_candidates(d, budget, Constraints(), 256))
                      for d in DESIGNS)
     assert stats.simulated < 7 * candidates / 2
 
@@ -166,12 +169,12 @@ def test_max_rate_exhaustive_agrees_with_pattern_search():
 
 
 def test_budget_candidates_are_maximal_and_within_budget():
-    pools = Pools.of(CATALOG.design("splitwise-ha"), CATALOG)
+    pools = CATALOG.design("splitwise-ha")
     budget = Budget("power", 224.0)
     cells = budget_candidates(pools, budget, Constraints(max_token=30), 256)
     for p, t in cells:
-        assert pools.power(p, t) <= 224.0 + 1e-9 and t <= 30
-        assert pools.power(p, t + 1) > 224.0 or t + 1 > 30     # no room for one more token machine
+        assert pools.power_kw(p, t) <= 224.0 + 1e-9 and t <= 30
+        assert pools.power_kw(p, t + 1) > 224.0 or t + 1 > 30     # no room for one more token machine
     assert [t for _, t in cells] == sorted({t for _, t in cells}, reverse=True)
 
 
@@ -191,7 +194,7 @@ def test_random_staircases(drops, start, goal):
     objective = COST if goal == "min-cost" else POWER
     expected = brute_force_min(rule, design, 10.0, objective, limit=32)
     got = results[0].optimum
-    pools = Pools.of(design, CATALOG)
+    pools = design
     assert objective(pools, got.prompt_machines, got.token_machines) == objective(pools, *expected)
 
 
@@ -236,10 +239,10 @@ def test_goal_and_budget_must_match():
         Goal("max-rate")
     with pytest.raises(InputError, match="applies to --goal max-rate"):
         Goal("min-cost", 10.0, Budget("power", 10.0))
-    with pytest.raises(InputError, match="unknown goal"):
-        Goal("fastest", 10.0)
-    with pytest.raises(InputError, match="max-gpus"):
-        Constraints(max_gpus=0)
+    with pytest.raises(InputError, match="goal= must be one of min-cost, min-power, max-rate"):
+        from_keywords(SearchOptions, {"goal": "fastest"})
+    with pytest.raises(InputError, match="max_gpus= must be a whole number >= 1"):
+        from_keywords(SearchOptions, {"max_gpus": 0})
     assert math.isfinite(true_max_rate(DESIGNS[0], Budget("power", 224.0)))
 
 
@@ -249,7 +252,7 @@ def test_non_monotone_cells_reach_the_terminal_and_the_html():
     results, _ = run(oracles.hole, Goal("min-cost", 10.0), designs=DESIGNS[1:2], exhaustive=True)
     inputs = {"model": {"name": "m"}, "workload": {"name": "w"}, "duration_s": 1.0, "seed": 0,
               "goal": {"name": "min-cost", "paper_name": "p", "rate_rps": 10.0, "budget": None},
-              "constraints": Constraints().as_dict(), "perf_model": {"name": "default"},
+              "constraints": echo(Constraints()), "perf_model": {"name": "default"},
               "slo_profile": {"name": "oracle", "kind": "slowdown"}}
     document = report_document(inputs, results, {})
     assert document["summary"]["non_monotone_cells"] == 1

@@ -16,10 +16,13 @@ import pytest
 import yaml
 
 from hardware_catalog import InputError
-from provisioner import reports
+from provisioner import files
+from provisioner.api import merge_options, resolve_study, run_study
 from provisioner.check import check_report
-from provisioner.config import merge_options, plan_search, run_plan
+from provisioner.evaluate import SimulationEvaluator
+from provisioner.options import Execution, SearchOptions, from_keywords
 from provisioner.reports import render_reports, write_reports
+from provisioner.runner import Runner
 
 HW_DIR = Path(__file__).resolve().parents[1] / "hardware_catalog"
 SMALL = {"model": "llama2-70b", "rate": 4.0, "duration": 20.0,
@@ -38,13 +41,15 @@ def provision(*args, cwd=None, home=None):
 
 
 def small_plan(tmp_path, **overrides):
+    """The typed options of a small search (Python keywords, checked as the API checks them)."""
     options = {**SMALL, "out": str(tmp_path / "out"), **overrides}
-    return plan_search(merge_options(options))
+    given = from_keywords(SearchOptions, {k: v for k, v in options.items() if v is not None})
+    return merge_options(SearchOptions, given)
 
 
-def rendered(plan):
-    run = run_plan(plan)
-    return render_reports(run.document, run.results), run
+def rendered(options):
+    run = run_study(resolve_study(options), options.execution)
+    return render_reports(run.to_dict(), run.designs), run
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +116,9 @@ def test_cache_hit_on_rerun_and_reuse_when_widened(tmp_path):
     _, second = rendered(small_plan(tmp_path, **narrow))
     assert first.stats.simulated > 0
     assert second.stats.simulated == 0 and second.stats.cache_hits == first.stats.simulated
-    assert first.document == second.document
+    assert first.to_dict() == second.to_dict()
     _, wider = rendered(small_plan(tmp_path, **{**narrow, "designs": "splitwise-ha,baseline-a100"}))
-    baseline_points = wider.document["designs"][1]["evaluations"]
+    baseline_points = wider.to_dict()["designs"][1]["evaluations"]
     assert wider.stats.simulated == baseline_points       # only the new design is simulated
 
 
@@ -123,7 +128,7 @@ def test_a_failing_writer_leaves_no_partial_report(tmp_path, monkeypatch):
     write_reports(out, texts)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     calls = []
-    real_stage = reports.stage_file
+    real_stage = files.stage_file
 
     def failing_stage(path, text):
         calls.append(path)
@@ -131,7 +136,7 @@ def test_a_failing_writer_leaves_no_partial_report(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real_stage(path, text + "changed")
 
-    monkeypatch.setattr(reports, "stage_file", failing_stage)
+    monkeypatch.setattr(files, "stage_file", failing_stage)
     with pytest.raises(OSError):
         write_reports(out, texts)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # old files, no temp files
@@ -157,7 +162,7 @@ def test_a_failing_renderer_writes_nothing(tmp_path, monkeypatch):
 def test_max_rate_under_a_power_budget(tmp_path):
     _, run = rendered(small_plan(tmp_path, rate=None, goal="max-rate", power_budget_kw=60.0,
                                  designs="splitwise-hh,baseline-h100"))
-    for entry in run.document["designs"]:
+    for entry in run.to_dict()["designs"]:
         o = entry["optimum"]
         assert entry["feasible"] and o["power_kw"] <= 60.0 and o["rate_rps"] > 0
         # just above the optimum rate the same cluster fails (within the tolerance)
@@ -179,11 +184,13 @@ def test_no_feasible_configuration_exits_1(tmp_path):
 
 # ------------------------------------------------------------------------------ validation
 @pytest.mark.parametrize("options, message", [
-    ({"rate": 0.0}, "--rate must be a number > 0"),
-    ({"rate": -3.0}, "--rate must be a number > 0"),
+    ({"rate": 0.0}, "rate= must be a number > 0"),
+    ({"rate": -3.0}, "rate= must be a number > 0"),
+    ({"rate": float("nan")}, "rate= must be a number > 0"),
+    ({"rate": 1e30}, "rate= must be a number > 0 and <= 1e+06"),
     ({"designs": "splitwise-xx"}, "unknown design 'splitwise-xx'"),
     ({"designs": "all,splitwise-hh"}, "cannot be combined"),
-    ({"goal": "cheapest"}, "unknown goal 'cheapest'"),
+    ({"goal": "cheapest"}, "goal= must be one of min-cost, min-power, max-rate"),
     ({"power_budget_kw": 100.0}, "a budget applies to --goal max-rate"),
     ({"goal": "max-rate", "rate": None}, "needs a budget"),
     ({"goal": "max-rate", "budget_like": "dgx-h100:40"}, "searches the rate: drop --rate"),
@@ -193,18 +200,23 @@ def test_no_feasible_configuration_exits_1(tmp_path):
     ({"goal": "max-rate", "rate": None, "budget_like": "watts:dgx-h100:4"}, "SKU:N"),
     ({"goal": "max-rate", "rate": None, "power_budget_kw": 50.0, "cost_budget_per_hour": 9.0},
      "give one budget"),
-    ({"jobs": 0}, "--jobs must be a whole number >= 1"),
-    ({"backend": "spark"}, "unknown backend 'spark'"),
+    ({"jobs": 0}, "jobs= must be a whole number >= 1"),
+    ({"backend": "spark"}, "backend= must be one of loky, dask, ray"),
+    ({"seed": -1}, "seed= must be a whole number >= 0"),
+    ({"duration": float("inf")}, "duration= must be a number > 0"),
+    ({"power_budget_kw": True}, "power_budget_kw= must be a number > 0"),
+    ({"no_such_option": 1}, "unknown option no_such_option="),
     ({"address": "tcp://127.0.0.1:8786"}, "--address needs --backend dask or ray"),
     ({"workload": "no-such-trace.csv"}, "neither a built-in workload"),
     ({"model": "gpt-9"}, "unknown model 'gpt-9'"),
-    ({"max_gpus": 0}, "--max-gpus must be a whole number >= 1"),
+    ({"max_gpus": 0}, "max_gpus= must be a whole number >= 1"),
 ])
 def test_bad_options_raise_one_line_errors(tmp_path, options, message):
     with pytest.raises(InputError, match=re.escape(message)) as err:
         plan = small_plan(tmp_path, **options)
-        from provisioner.evaluate import Runner
-        Runner(plan.evaluator, plan.jobs, plan.backend, plan.address)
+        execution = plan.execution
+        Runner(SimulationEvaluator(resolve_study(plan)), execution.jobs or 1, execution.backend,
+               execution.address)
     assert "\n" not in str(err.value)
 
 
@@ -225,15 +237,15 @@ def test_bad_option_on_the_command_line_exits_2():
 
 
 def test_no_arguments_mean_the_embedded_default():
-    options = merge_options({})
-    assert {k: options[k] for k in ("model", "workload", "designs", "goal", "rate", "slo",
-                                    "duration", "seed")} == {
-        "model": "bloom-176b", "workload": "coding", "designs": ["all"], "goal": "min-cost",
-        "rate": 70.0, "slo": "splitwise", "duration": 120.0, "seed": 0}
-    assert "rate" not in merge_options({"goal": "max-rate", "budget_like": "dgx-h100:40"})
-    plan = plan_search(merge_options({}))
-    assert [d.name for d in plan.designs] == ["baseline-a100", "baseline-h100", "splitwise-aa",
-                                              "splitwise-hh", "splitwise-ha", "splitwise-hhcap"]
+    options = SearchOptions()
+    study = resolve_study(options)
+    assert (study.model.name, study.workload.name, study.goal.name, study.goal.rate_rps,
+            study.slo.name, study.duration_s, study.seed) == (
+        "bloom-176b", "coding", "min-cost", 70.0, "splitwise", 120.0, 0)
+    assert [d.name for d in study.designs] == ["baseline-a100", "baseline-h100", "splitwise-aa",
+                                               "splitwise-hh", "splitwise-ha", "splitwise-hhcap"]
+    max_rate = merge_options(SearchOptions, {"goal": "max-rate", "budget_like": "dgx-h100:40"})
+    assert resolve_study(max_rate).goal.rate_rps is None
 
 
 def test_spec_file_with_custom_design_and_command_line_override(tmp_path):
@@ -242,15 +254,16 @@ def test_spec_file_with_custom_design_and_command_line_override(tmp_path):
         "model": "llama2-70b", "rate": 9, "duration": 20, "designs": ["h200-a100"],
         "custom_designs": {"h200-a100": {"prompt_sku": "h200", "token_sku": "dgx-a100"}},
         "max-token": 3}))
-    plan = plan_search(merge_options({"rate": 3.0, "no_cache": True, "jobs": 1}, spec))
-    assert [(d.name, d.prompt_sku, d.token_sku) for d in plan.designs] == \
+    plan = merge_options(SearchOptions, {"rate": 3.0, "no_cache": True, "jobs": 1}, spec)
+    study = resolve_study(plan)
+    assert [(d.name, d.prompt_sku, d.token_sku) for d in study.designs] == \
         [("h200-a100", "h200", "dgx-a100")]
-    assert plan.goal.rate_rps == 3.0 and plan.constraints.max_token == 3
+    assert study.goal.rate_rps == 3.0 and study.constraints.max_token == 3
     _, run = rendered(plan)
-    assert run.document["designs"][0]["optimum"]["token_machines"] <= 3
+    assert run.to_dict()["designs"][0]["optimum"]["token_machines"] <= 3
     spec.write_text("model: llama2-70b\nrates: 5\n")
     with pytest.raises(InputError, match="study.yaml, field 'rates': unknown option"):
-        merge_options({}, spec)
+        merge_options(SearchOptions, {}, spec)
 
 
 # ---------------------------------------------------------------------------------- check
@@ -268,7 +281,8 @@ def test_check_catches_a_changed_catalog_cost(report_dir, tmp_path):
     machines = catalog / "machines.yaml"
     machines.write_text(machines.read_text().replace("cost_per_hour: 38.0",
                                                      "cost_per_hour: 30.0"))
-    result = check_report(out / "report.json", catalog_dir=str(catalog), cache_dir=None)
+    result = check_report(out / "report.json", Execution(no_cache=True, jobs=1),
+                          catalog_dir=str(catalog))
     assert not result.unchanged
     assert "catalog dgx-h100 cost_per_hour: 38.0 -> 30.0" in result.notes
     fields = {(design, field) for design, field, _, _ in result.changes}

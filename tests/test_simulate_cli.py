@@ -43,9 +43,9 @@ def test_custom_design_from_two_skus():
 
 @pytest.mark.parametrize("args, fragment", [
     (["--design", "splitwise-xx", "--prompt", "2", "--token", "2"], "unknown design"),
-    (["--design", "splitwise-hh", "--prompt", "0", "--token", "2"], "must be >= 1"),
-    (["--design", "splitwise-hh", "--prompt", "2", "--token", "-1"], "must be >= 1"),
-    (["--design", "baseline-a100", "--machines", "0"], "must be >= 1"),
+    (["--design", "splitwise-hh", "--prompt", "0", "--token", "2"], "must be a whole number >= 1"),
+    (["--design", "splitwise-hh", "--prompt", "2", "--token", "-1"], "must be a whole number >= 1"),
+    (["--design", "baseline-a100", "--machines", "0"], "must be a whole number >= 1"),
     (["--design", "baseline-a100", "--prompt", "2", "--token", "2"], "--machines"),
     (["--design", "splitwise-hh", "--machines", "4"], "--prompt"),
     (["--design", "splitwise-hh", "--prompt", "2", "--token", "2", "--rate", "0"], "rate"),

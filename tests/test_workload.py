@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from hardware_catalog import InputError
 from simcore.workload import (BUILTIN_TABLES_PATH, Workload, builtin_size_table,
-                              builtin_workload_names, load_trace, resolve_workload, synthesize)
+                              builtin_workload_names, load_trace, synthesize)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = {"coding": SHARED / "traces" / "azure_code_2023.csv",
@@ -281,26 +281,31 @@ def test_azure_traces_load_as_they_are(name, count):
     assert w.prompt_tokens.min() >= 1 and w.output_tokens.min() >= 1
 
 
-# ----------------------------------------------------------------------- command-line rules
-def test_builtin_name_needs_a_rate():
-    with pytest.raises(InputError, match=r"^workload 'coding' is a distribution; give --rate$"):
-        resolve_workload("coding", None, 120, 0)
-    w = resolve_workload("conversation", 5, 60, 2, arrival="gamma", burstiness_cv=2.0)
+# ----------------------------------------------------------------- names at the edge (provisioner)
+def test_builtin_name_is_synthesized_at_the_rate():
+    from provisioner.study import workload_source
+    source = workload_source("conversation")
+    assert source.kind == "builtin"
+    w = source.at(5, 60, 2)
+    assert w.name == "conversation@5rps/60s/seed2"
+    w = synthesize("conversation", 5, 60, 2, arrival="gamma", burstiness_cv=2.0)
     assert w.name == "conversation@5rps/60s/gamma-cv2/seed2"
 
 
 def test_csv_replayed_without_rate_and_resampled_with_one(tmp_path):
+    from provisioner.study import workload_source
     path = write(tmp_path, PLAIN_HEADER + "0,10,1\n100,20,2\n500,30,3\n", "mine.csv")
-    replay = resolve_workload(str(path), None, 120, 0)
+    replay = workload_source(str(path)).at(None, 120, 0)
     assert replay.arrival_s.tolist() == [0, 100, 500]  # whole trace, duration ignored
     assert replay.name == "mine.csv"
-    resampled = resolve_workload(str(path), 10, 30, 0)
+    resampled = workload_source(str(path)).at(10, 30, 0)
     assert resampled.name == "mine.csv@10rps/30s/seed0"
     assert resampled.arrival_s.max() < 30 and len(resampled) > 100
     assert set(resampled.prompt_tokens.tolist()) <= {10, 20, 30}
 
 
 def test_unknown_workload_lists_builtin_names(tmp_path):
+    from provisioner.study import workload_source
     with pytest.raises(InputError, match="coding, conversation") as caught:
-        resolve_workload(str(tmp_path / "nope.csv"), 10, 60, 0)
+        workload_source(str(tmp_path / "nope.csv"))
     assert "\n" not in str(caught.value)

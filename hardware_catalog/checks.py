@@ -1,0 +1,143 @@
+"""One small vocabulary of value checks, shared by every edge that reads input.
+
+A check is a callable that returns the value in its canonical type or raises `Invalid` with a
+message that does not name the field: the caller knows how the field was spelled (`--rate` on
+the command line, `rate:` in a spec file, an entry's key in a catalog file) and wraps the message
+in an `InputError` that names it. So the rule "a finite number > 0" is written once, here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+class Invalid(ValueError):
+    """A value broke a check; the message says why and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite real (or whole, with `integer`) number within [low, high] (or (low, high])."""
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+    low_open: bool = False   # low itself is not allowed (e.g. "> 0")
+
+    def __call__(self, value: Any) -> float | int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        if self.integer and (isinstance(value, float) and not value.is_integer()):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        if self.high is not None and value > self.high:
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return int(value) if self.integer else float(value)
+
+    def describe(self) -> str:
+        what = "a whole number" if self.integer else "a number"
+        bounds = []
+        if self.low is not None:
+            bounds.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            bounds.append(f"<= {self.high:g}")
+        return f"{what} {' and '.join(bounds)}".strip()
+
+
+def positive(high: float | None = None) -> Number:
+    return Number(0, high, low_open=True)
+
+
+def count(low: int = 1, high: float | None = None) -> Number:
+    return Number(low, high, integer=True)
+
+
+def fraction(low_open: bool = True) -> Number:
+    """In (0, 1) by default; with low_open False in [0, 1)."""
+    return _OpenAbove(0, 1, low_open=low_open)
+
+
+@dataclass(frozen=True)
+class _OpenAbove(Number):
+    """A number strictly below `high` (fractions: 1 is not allowed)."""
+
+    def __call__(self, value: Any) -> float:
+        checked = super().__call__(value)
+        if checked >= self.high:
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return checked
+
+    def describe(self) -> str:
+        return f"a number {'>' if self.low_open else '>='} {self.low:g} and < {self.high:g}"
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string on one line."""
+
+    def __call__(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip() or "\n" in value or "\x00" in value:
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        return "a non-empty one-line string"
+
+
+@dataclass(frozen=True)
+class Flag:
+    def __call__(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise Invalid(f"must be true or false, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        return "true or false"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    choices: Sequence[str]
+
+    def __call__(self, value: Any) -> str:
+        value = getattr(value, "value", value)  # an Enum member from the CLI is its value
+        if value not in self.choices:
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A mapping (e.g. a spec file's custom designs); its entries are checked where they are used."""
+
+    def __call__(self, value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        return "a mapping"
+
+
+@dataclass(frozen=True)
+class Names:
+    """A comma-separated string or a list of names (list items may also be records)."""
+
+    def __call__(self, value: Any) -> tuple:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        for item in value:
+            if isinstance(item, str):
+                Text()(item)
+        return tuple(value)
+
+    def describe(self) -> str:
+        return "a comma-separated list of names"

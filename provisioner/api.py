@@ -1,0 +1,268 @@
+"""The Python API, and the edge where options become records.
+
+    import provisioner
+    result = provisioner.search(designs="splitwise-hh", rate=70, goal="min-cost")
+    result.designs[0].optimum          # typed per-design results
+    result.to_dict()                   # exactly report.json
+    result.write("my-report")          # report.json, evaluations.csv, report.html
+
+Keywords are the command-line option names with underscores. Names (designs, model, SLO profile,
+workload, performance model) are resolved to records here, once; everything after this module
+takes records. Nothing is written unless asked: from Python the evaluation cache is used only
+when `cache_dir` is given.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
+from provisioner.evaluate import SimulationEvaluator, sim_options_echo
+from provisioner import __version__
+from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions, build,
+                                 echo, from_keywords, read_spec)
+from provisioner.reports import render_reports, report_document, write_reports
+from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs
+from provisioner.search import search_designs
+from provisioner.study import (Budget, DesignResult, Goal, PerfSource, Study, WorkloadSource,
+                               perf_source, workload_source)
+from simcore import SIMULATOR_VERSION, Cluster, SimOptions, evaluate_slos
+from simcore import simulate as run_simulation
+from simcore.perfmodel import perf_model_version
+from slo_profiles import load_slo_profile
+
+SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
+OnBatch = Callable[[dict[str, int]], None]
+
+
+# ------------------------------------------------------------------------ options -> records
+def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
+    """Declared defaults < spec file < given options (already checked), as a typed tree."""
+    spec = read_spec(spec_path, tree) if spec_path is not None else {}
+    return build(tree, {**spec, **given})
+
+
+def resolve_catalog(directory: str | None) -> Catalog:
+    if directory is not None and not Path(directory).is_dir():
+        raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",
+                         source=directory, field="catalog")
+    return load_catalog(directory)
+
+
+def resolve_design(item: str | Design, catalog: Catalog) -> Design:
+    """A design record as it is, a catalog design by name, or PROMPT_SKU/TOKEN_SKU (ad hoc)."""
+    if isinstance(item, Design):
+        return item
+    if "/" in item:
+        prompt_sku, _, token_sku = item.partition("/")
+        return Design(item, catalog.machine(prompt_sku), catalog.machine(token_sku))
+    return catalog.design(item)
+
+
+def resolve_designs(items: Sequence[str | Design], catalog: Catalog) -> tuple[Design, ...]:
+    """'all' (catalog designs, then the spec's own) or names and records."""
+    if list(items) == ["all"]:
+        return tuple(catalog.designs.values())
+    chosen: list[Design] = []
+    for item in items:
+        if item == "all":
+            raise InputError("--designs 'all' cannot be combined with design names",
+                             field="designs")
+        design = resolve_design(item, catalog)
+        if design in chosen:
+            raise InputError(f"design '{design.name}' is listed twice", field="designs")
+        chosen.append(design)
+    return tuple(chosen)
+
+
+def with_custom_designs(catalog: Catalog, entries: dict | None) -> Catalog:
+    designs = {str(name): parse_design(str(name), entry, "spec custom_designs", catalog.machines)
+               for name, entry in (entries or {}).items()}
+    return catalog.with_designs(designs)
+
+
+def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog) -> Goal:
+    name, rate = options.question.goal, options.study.rate
+    if name == "max-rate" and rate is not None:
+        raise InputError("--goal max-rate searches the rate: drop --rate", field="rate")
+    if name != "max-rate" and rate is None and workload.kind == "builtin":
+        rate = DEFAULT_RATE
+    return Goal(name, rate, resolve_budget(options, catalog))
+
+
+def resolve_budget(options: SearchOptions, catalog: Catalog) -> Budget | None:
+    q = options.question
+    given = [k for k in ("power_budget_kw", "cost_budget_per_hour", "budget_like")
+             if getattr(q, k) is not None]
+    if len(given) > 1:
+        raise InputError("give one budget: " + " or ".join(f"--{k.replace('_', '-')}"
+                                                          for k in given), field=given[1])
+    if not given:
+        return None
+    if given[0] == "power_budget_kw":
+        return Budget("power", q.power_budget_kw)
+    if given[0] == "cost_budget_per_hour":
+        return Budget("cost", q.cost_budget_per_hour)
+    return budget_like(q.budget_like, catalog)
+
+
+def budget_like(text: str, catalog: Catalog) -> Budget:
+    """`[power:|cost:]SKU:N`: the provisioned power (default) or hourly cost of N machines."""
+    parts = text.split(":")
+    kind = "power"
+    if len(parts) == 3 and parts[0] in ("power", "cost"):
+        kind, parts = parts[0], parts[1:]
+    if len(parts) != 2 or not parts[1].isdigit() or not 1 <= int(parts[1]) <= 100_000:
+        raise InputError(f"--budget-like must be [power:|cost:]SKU:N with 1 <= N <= 100000, "
+                         f"got {text!r}", field="budget_like")
+    machine, count = catalog.machine(parts[0]), int(parts[1])
+    per_machine = machine.power_kw if kind == "power" else machine.cost_per_hour
+    return Budget(kind, float(f"{count * per_machine:.10g}"), like=f"{machine.name}:{count}")
+
+
+def resolve_study(options: SearchOptions) -> Study:
+    """The search's question as records: every name looked up once, here."""
+    s = options.study
+    catalog = with_custom_designs(resolve_catalog(s.catalog), options.question.custom_designs)
+    workload = workload_source(s.workload)
+    perf = perf_source(s.perf_model)
+    perf.load(catalog)  # a broken file fails here, before any simulation
+    return Study(catalog=catalog, model=catalog.model(s.model), workload=workload,
+                 duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
+                 reference=catalog.machine(SLO_REFERENCE_SKU),
+                 designs=resolve_designs(options.question.designs, catalog),
+                 goal=resolve_goal(options, workload, catalog),
+                 constraints=options.constraints, settings=options.settings)
+
+
+# ----------------------------------------------------------------------------- the results
+def versions() -> dict:
+    return {"provision": __version__, "simulator": SIMULATOR_VERSION,
+            "perf_model": perf_model_version()}
+
+
+def inputs_echo(study: Study) -> dict:
+    """The report's inputs: everything needed to re-derive the optimum, no machine paths."""
+    skus = {m.name: m for d in study.designs for m in d.machines()}
+    return {
+        "model": study.model.as_dict(), "workload": study.workload.identity(),
+        "duration_s": study.duration_s, "seed": study.seed, "slo_profile": study.slo.as_dict(),
+        "perf_model": study.perf.identity(), "goal": study.goal.as_dict(),
+        "constraints": echo(study.constraints), "search": echo(study.settings),
+        "designs": [d.as_dict() for d in study.designs],
+        "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},
+        "sim_options": sim_options_echo(study),
+    }
+
+
+@dataclass
+class SearchResult:
+    """What a search found: typed per-design results, run statistics and the report."""
+    study: Study
+    designs: list[DesignResult]
+    stats: RunStats = field(default_factory=RunStats)
+
+    def to_dict(self) -> dict:
+        """Exactly the content of report.json (and of `provision search --json`)."""
+        return report_document(inputs_echo(self.study), self.designs, versions())
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write report.json, evaluations.csv and report.html atomically; returns the paths."""
+        return write_reports(Path(out_dir), render_reports(self.to_dict(), self.designs))
+
+    @property
+    def best(self) -> DesignResult | None:
+        best = self.to_dict()["summary"]["best_design"]
+        return next((r for r in self.designs if r.design.name == best), None)
+
+
+def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None) -> SearchResult:
+    cache_dir = None if execution.no_cache else Path(execution.cache_dir or default_cache_dir())
+    cache = DiskCache(cache_dir) if cache_dir is not None else None
+    runner = Runner(SimulationEvaluator(study), execution.jobs or default_jobs(),
+                    execution.backend, execution.address, cache)
+    with runner:
+        results = search_designs(study.designs, study.goal, study.constraints, study.settings,
+                                 runner.run, on_batch)
+    return SearchResult(study, results, runner.stats)
+
+
+def check_writable_dir(path: str | Path, field_name: str) -> None:
+    """Fail before any simulation when `path` cannot become a directory we can write."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a directory", source=str(path), field=field_name)
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write in {existing}", source=str(path), field=field_name)
+
+
+def search(*, spec: str | Path | None = None, on_batch: OnBatch | None = None,
+           **options) -> SearchResult:
+    """Run a provisioning search; keywords are the CLI options (`rate=70`, `goal="min-cost"`,
+    `designs="splitwise-hh,splitwise-aa"` or a list of names and `Design` records, ...)."""
+    given = from_keywords(SearchOptions, options)
+    if "cache_dir" not in given:
+        given.setdefault("no_cache", True)  # from Python, nothing is written unless asked
+    merged = merge_options(SearchOptions, given, spec)
+    return run_study(resolve_study(merged), merged.execution, on_batch)
+
+
+# --------------------------------------------------------------------------- one cluster
+@dataclass
+class SimulationRun:
+    """One cluster simulated on one workload, with everything the summary needs."""
+    cluster: Any
+    model: Any
+    workload: Any
+    result: Any
+    report: Any   # simcore.SloReport
+
+
+def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
+    """Simulate one cluster; keywords are `provision simulate`'s options with underscores."""
+    given = from_keywords(SimulateOptions, options)
+    return simulate_options(merge_options(SimulateOptions, given, spec))
+
+
+def simulate_options(options: SimulateOptions) -> SimulationRun:
+    s, c = options.study, options.cluster
+    catalog = resolve_catalog(s.catalog)
+    if c.design is None:
+        raise InputError("--design is required", field="design")
+    cluster = cluster_from_counts(resolve_design(c.design, catalog), c.prompt, c.token,
+                                  c.machines)
+    model, profile = catalog.model(s.model), load_slo_profile(s.slo)
+    perf = perf_source(s.perf_model).load(catalog)
+    source = workload_source(s.workload)
+    rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
+    requests = source.at(rate, s.duration, s.seed)
+    result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
+                            SimOptions(mixed_pool=c.mixed_pool))
+    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile))
+
+
+def cluster_from_counts(design: Design, prompt: int | None, token: int | None,
+                        machines: int | None) -> Cluster:
+    if design.is_baseline:
+        if prompt is not None or token is not None:
+            raise InputError(f"design '{design.name}' is a baseline: give --machines N, "
+                             "not --prompt/--token")
+        if machines is None:
+            raise InputError(f"design '{design.name}' needs --machines N")
+        return Cluster(design, machines)
+    if machines is not None:
+        raise InputError(f"design '{design.name}' splits the phases: give --prompt N --token M, "
+                         "not --machines")
+    if prompt is None or token is None:
+        raise InputError(f"design '{design.name}' needs --prompt N and --token M")
+    return Cluster(design, prompt, token)
+
+
+__all__ = ["search", "SearchResult", "simulate", "SimulationRun", "resolve_study", "run_study",
+           "merge_options", "budget_like", "inputs_echo", "versions", "Study", "PerfSource",
+           "WorkloadSource"]

@@ -1,0 +1,367 @@
+"""Every option of `provision`, declared once.
+
+Each option is one field of a frozen dataclass: its type, default, check (from the small
+vocabulary in `hardware_catalog.checks`) and help text. From these declarations come
+- the typer command-line options (`command_parameters`), with choices for closed sets;
+- the `--spec` YAML loader (`read_spec`), which accepts exactly the same names;
+- the Python API's keyword arguments (`provisioner.search(**options)`);
+- the inputs a report echoes (`echo`) and their inverse for `provision check`.
+
+A value is checked once, where it enters, and an error names the field the way the user wrote
+it: `--rate` on the command line, `rate:` in a spec file, `rate=` from Python.
+Adding an option means adding one field here and the code that uses its value.
+"""
+from __future__ import annotations
+
+import enum
+import inspect
+import os
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from hardware_catalog import InputError, read_yaml
+from hardware_catalog.checks import (Flag, Invalid, Mapping, Names, OneOf, Text, count, fraction,
+                                     positive)
+
+GOALS = ("min-cost", "min-power", "max-rate")
+BACKENDS = ("loky", "dask", "ray")
+DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
+
+# Sane ranges: beyond them a run is a typo, or out of reach of this machine (issue: bad input).
+MAX_RATE = 1e6              # requests per second
+MAX_DURATION = 7 * 86400.0  # seconds of synthesized arrivals
+MAX_SEED = 2**63 - 1
+MAX_MACHINES = 100_000      # per pool, and in all
+MAX_JOBS = 1024
+MAX_BUDGET = 1e9            # kW or $/h
+
+
+def option(default: Any, help: str, check: Any, *, short: str | None = None,
+           flag: str | None = None, cli: bool = True, spec: bool = True, echo: bool = True,
+           path: bool = False, default_text: str | None = None, required: bool = False,
+           metavar: str | None = None):
+    """A dataclass field that carries its command-line and spec-file description.
+
+    `flag` overrides the command-line spelling (a bool gets `--name/--no-name` unless given);
+    `cli`/`spec` False keep an option out of the command line / spec files; `echo` False keeps
+    it out of report.json; `path` marks a file name resolved against a spec file's folder.
+    """
+    return field(default=default, metadata={
+        "help": help, "check": check, "short": short, "flag": flag, "cli": cli, "spec": spec,
+        "echo": echo, "path": path, "default_text": default_text, "required": required,
+        "metavar": metavar})
+
+
+def _text_or_none(value):
+    return None if value is None else Text()(value)
+
+
+# --------------------------------------------------------------------------------- the tree
+@dataclass(frozen=True)
+class StudyOptions:
+    """The question's data: model, workload, SLOs, performance model, catalog."""
+    model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
+                        short="-m", metavar="NAME")
+    workload: str = option("coding", "Built-in workload (coding, conversation) or a CSV trace.",
+                           Text(), short="-w", path=True, metavar="NAME|CSV")
+    rate: Optional[float] = option(
+        None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
+              "a rate asks for its sizes under new arrivals.", positive(MAX_RATE), short="-r",
+        default_text=f"{DEFAULT_RATE:g} for a built-in workload")
+    duration: float = option(120.0, "Seconds of synthesized arrivals.", positive(MAX_DURATION))
+    seed: int = option(0, "Random seed of the synthesized arrivals and sizes.", count(0, MAX_SEED))
+    slo: str = option("splitwise", "SLO profile name (see `provision catalog`) or YAML file.",
+                      Text(), path=True, metavar="NAME|FILE")
+    perf_model: Optional[str] = option(
+        None, "Latency tables or calibrated coefficients file (docs/perf-model-tables.md).",
+        Text(), path=True, default_text="the built-in model", metavar="FILE")
+    catalog: Optional[str] = option(
+        None, "Catalog directory (machines.yaml, models.yaml, designs.yaml).", Text(),
+        path=True, default_text="built-in", metavar="DIR")
+
+
+@dataclass(frozen=True)
+class QuestionOptions:
+    """What to optimise, and for which designs."""
+    designs: tuple = option(("all",), "all, or D1,D2 (catalog names or PROMPT_SKU/TOKEN_SKU).",
+                            Names(), short="-d", default_text="all", metavar="LIST")
+    goal: str = option("min-cost", "min-cost or min-power at --rate; max-rate under a budget.",
+                       OneOf(GOALS), short="-g")
+    power_budget_kw: Optional[float] = option(None, "max-rate under this provisioned power (kW).",
+                                              positive(MAX_BUDGET))
+    cost_budget_per_hour: Optional[float] = option(None, "max-rate under this cost ($/h).",
+                                                   positive(MAX_BUDGET))
+    budget_like: Optional[str] = option(
+        None, "SKU:N, power:SKU:N or cost:SKU:N: the power (default) or cost of N machines of "
+              "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N")
+    custom_designs: Optional[dict] = option(
+        None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool}}.", Mapping(),
+        cli=False)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Upper limits applied by the OR-Tools selection (and used to bound the search)."""
+    max_machines: Optional[int] = option(None, "At most this many machines in all.",
+                                         count(1, MAX_MACHINES))
+    max_gpus: Optional[int] = option(None, "At most this many GPUs.", count(1, 64 * MAX_MACHINES))
+    max_prompt: Optional[int] = option(None, "At most this many prompt machines.",
+                                       count(1, MAX_MACHINES))
+    max_token: Optional[int] = option(None, "At most this many token machines.",
+                                      count(1, MAX_MACHINES))
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the search explores (the last four are fixed: echoed, not options)."""
+    exhaustive: bool = option(False, "Evaluate every grid point and report non-monotone cells.",
+                              Flag())
+    search_limit: int = option(256, "Largest pool the search grows to.", count(1, MAX_MACHINES))
+    rate_tolerance: float = option(0.02, "max-rate: relative precision of the rate.", fraction())
+    start_rate: float = option(8.0, "max-rate: first rate tried.", positive(), cli=False,
+                               spec=False)
+    min_rate: float = option(0.05, "max-rate: lowest rate tried.", positive(), cli=False,
+                             spec=False, echo=False)
+    max_rate: float = option(100_000.0, "max-rate: highest rate tried.", positive(), cli=False,
+                             spec=False, echo=False)
+    load_sweep: tuple = option((0.5, 0.75, 1.25), "Extra rates (x optimum) for the figure.",
+                               None, cli=False, spec=False)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and how the evaluations run; nothing here changes a result."""
+    out: str = option("provision-report", "Report directory.", Text(), short="-o",
+                      metavar="DIR")
+    jobs: Optional[int] = option(None, "Parallel evaluations.", count(1, MAX_JOBS), short="-j",
+                                 default_text="one per core")
+    backend: str = option("loky", "Where evaluations run: local processes (loky), a dask or a "
+                                  "ray cluster.", OneOf(BACKENDS))
+    address: Optional[str] = option(None, "Scheduler of a dask or ray cluster (dask without it: "
+                                          "a local cluster).", Text(), metavar="ADDRESS")
+    cache_dir: Optional[str] = option(None, "Evaluation cache directory.", Text(),
+                                      default_text="~/.cache/provision", metavar="DIR")
+    no_cache: bool = option(False, "Neither read nor write the evaluation cache.", Flag(),
+                            flag="--no-cache")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """`provision search`: the question, its limits, the search and its execution."""
+    study: StudyOptions = StudyOptions()
+    question: QuestionOptions = QuestionOptions()
+    constraints: Constraints = Constraints()
+    settings: SearchSettings = SearchSettings()
+    execution: Execution = Execution()
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """`provision simulate`: one cluster."""
+    design: Optional[str] = option(None, "Design name (see `provision catalog`) or "
+                                         "PROMPT_SKU/TOKEN_SKU.", Text(), short="-d",
+                                   required=True, spec=False, metavar="NAME")
+    prompt: Optional[int] = option(None, "Prompt machines (Splitwise designs).",
+                                   count(1, MAX_MACHINES))
+    token: Optional[int] = option(None, "Token machines (Splitwise designs).",
+                                  count(1, MAX_MACHINES))
+    machines: Optional[int] = option(None, "Pool size (baseline designs).",
+                                     count(1, MAX_MACHINES))
+    mixed_pool: Optional[bool] = option(None, "Override the design's mixed-pool setting.", Flag(),
+                                        default_text="the design's")
+    requests_csv: Optional[str] = option(None, "Write per-request latencies to this CSV.", Text(),
+                                        metavar="FILE")
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    study: StudyOptions = StudyOptions()
+    cluster: ClusterOptions = ClusterOptions()
+
+
+# ------------------------------------------------------------------------------- walking it
+def leaves(tree: type) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, field) of every option of a tree class, depth first, in declaration order."""
+    for f in fields(tree):
+        if is_dataclass(f.type if isinstance(f.type, type) else f.default):
+            for path, leaf in leaves(type(f.default)):
+                yield (f.name, *path), leaf
+        else:
+            yield (f.name,), f
+
+
+def option_fields(tree: type) -> dict[str, Any]:
+    """Flat name -> field; option names are unique across a tree."""
+    return {path[-1]: f for path, f in leaves(tree)}
+
+
+def flag_of(f) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def check_value(f, value: Any, where: str, source: str | None = None) -> Any:
+    """The value in canonical form, or an InputError naming the option as the user wrote it."""
+    if value is None:
+        return None
+    check = f.metadata.get("check")
+    if check is None:
+        return value
+    try:
+        return check(value)
+    except Invalid as err:
+        if source is not None:
+            raise InputError(str(err), source=source, field=where) from None
+        raise InputError(f"{where} {err}") from None
+
+
+def build(tree: type, values: dict[str, Any]) -> Any:
+    """An instance of `tree` with `values` (flat names, already checked) over its defaults."""
+    kwargs = {}
+    for f in fields(tree):
+        if is_dataclass(f.default):
+            kwargs[f.name] = build(type(f.default), values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return tree(**kwargs)
+
+
+def from_keywords(tree: type, keywords: dict[str, Any]) -> dict[str, Any]:
+    """Python API keywords (the option names), checked; errors name `rate=`."""
+    known = option_fields(tree)
+    checked = {}
+    for name, value in keywords.items():
+        if name not in known or not (known[name].metadata["cli"] or known[name].metadata["spec"]):
+            raise InputError(f"unknown option {name}=; known: {', '.join(public_names(tree))}")
+        checked[name] = _checked_keyword(known[name], value, f"{name}=")
+    return checked
+
+
+def _checked_keyword(f, value, where: str):
+    if f.name == "designs" and not isinstance(value, str):
+        # Python callers may pass Design records next to names
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if isinstance(item, str):
+                check_value(f, item, where)
+        return tuple(items)
+    return check_value(f, value, where)
+
+
+def public_names(tree: type) -> list[str]:
+    return [name for name, f in option_fields(tree).items()
+            if f.metadata["cli"] or f.metadata["spec"]]
+
+
+# ------------------------------------------------------------------------------ spec files
+def read_spec(path: str | Path, tree: type = SearchOptions) -> dict[str, Any]:
+    """A spec file's options (keys as the option names, with - or _), checked; file names in it
+    are resolved against the spec file's folder."""
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise InputError("a spec file must be a mapping of option names to values",
+                         source=str(path))
+    known = {name: f for name, f in option_fields(tree).items() if f.metadata["spec"]}
+    options = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in known:
+            raise InputError(f"unknown option; expected one of {', '.join(sorted(known))}",
+                             source=str(path), field=str(raw_key))
+        options[key] = check_value(known[key], value, str(raw_key), source=str(path))
+        if known[key].metadata["path"] and options[key] is not None:
+            options[key] = _relative_to(options[key], Path(path).resolve().parent)
+    return options
+
+
+def _relative_to(value: str, base_dir: Path) -> str:
+    """A spec's file names are relative to the spec file (built-in names stay as they are)."""
+    if Path(value).is_absolute() or not (base_dir / value).exists():
+        return value
+    return os.path.relpath(base_dir / value)
+
+
+# ---------------------------------------------------------------------------- command line
+def command_parameters(tree: type, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """typer parameters for every command-line option of `tree` (all default None, so a
+    command knows which options were given and a spec file can fill the rest)."""
+    import typer  # the CLI's library; the Python API never needs it
+
+    parameters = []
+    for name, f in option_fields(tree).items():
+        if not f.metadata["cli"] or name in exclude:
+            continue
+        decls = [_flag_decl(f)] + ([f.metadata["short"]] if f.metadata["short"] else [])
+        default = ... if f.metadata["required"] else None
+        parameters.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[_cli_type(f)],
+            default=typer.Option(default, *decls, help=_help(f), show_default=False,
+                                 metavar=_metavar(f))))
+    return parameters
+
+
+def _flag_decl(f) -> str:
+    flag = flag_of(f)
+    if isinstance(f.metadata["check"], Flag) and not f.metadata["flag"]:
+        return f"{flag}/--no-{flag[2:]}"
+    return flag
+
+
+def _cli_type(f) -> type:
+    check = f.metadata["check"]
+    if isinstance(check, OneOf):
+        return enum.Enum(f.name.title().replace("_", ""), {c: c for c in check.choices},
+                         type=str)
+    if isinstance(check, Flag):
+        return bool
+    if check is not None and hasattr(check, "integer"):
+        return int if check.integer else float
+    return str
+
+
+def _metavar(f) -> str | None:
+    """The declared metavar, else N (whole number), X (number) or TEXT; choices list themselves."""
+    check = f.metadata["check"]
+    if f.metadata["metavar"] or isinstance(check, (OneOf, Flag)):
+        return f.metadata["metavar"]
+    if check is not None and hasattr(check, "integer"):
+        return "N" if check.integer else "X"
+    return "TEXT"
+
+
+def _help(f) -> str:
+    text = f.metadata["help"]
+    default = f.metadata["default_text"]
+    if (default is None and f.default is not None and f.default is not False
+            and f.default is not MISSING and not f.metadata["required"]):
+        default = f.default
+    return f"{text} (default: {default})" if default is not None else text
+
+
+def given_options(tree: type, cli_values: dict[str, Any]) -> dict[str, Any]:
+    """The options given on the command line, checked; errors name `--rate`."""
+    known = option_fields(tree)
+    return {name: check_value(known[name], value, flag_of(known[name]))
+            for name, value in cli_values.items() if name in known and value is not None}
+
+
+# ---------------------------------------------------------------------------- report echo
+def echo(group: Any) -> dict[str, Any]:
+    """A group's echoed options as plain data (tuples as lists)."""
+    return {f.name: list(v) if isinstance(v := getattr(group, f.name), tuple) else v
+            for f in fields(group) if f.metadata.get("echo", True)}
+
+
+def from_echo(group_type: type, data: dict[str, Any], source: str) -> Any:
+    """The inverse of `echo`, checked like a spec file: a hand-edited report is bad input."""
+    values = {}
+    for f in fields(group_type):
+        if not f.metadata.get("echo", True):
+            continue
+        if f.name not in data:
+            raise InputError("missing option in the report's inputs", source=source,
+                             field=f.name)
+        value = data[f.name]
+        values[f.name] = tuple(value) if isinstance(f.default, tuple) and isinstance(
+            value, list) else check_value(f, value, f.name, source=source)
+    return group_type(**values)

@@ -1,0 +1,195 @@
+"""What provision shows on the terminal: rich tables and progress (no files, no computation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
+
+
+# ------------------------------------------------------------------------------------ search
+@dataclass
+class SearchProgress:
+    """Rich progress on stderr: one spinner per design with its evaluation count."""
+    designs: Sequence[str]
+    enabled: bool = True
+
+    def __enter__(self) -> "SearchProgress":
+        self._progress = None
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      TextColumn("{task.completed:>4.0f} evaluations"),
+                                      TimeElapsedColumn(), console=Console(stderr=True),
+                                      transient=False)
+            self._progress.__enter__()
+            self._tasks = {name: self._progress.add_task(name, total=None)
+                           for name in self.designs}
+        self._counts = {name: 0 for name in self.designs}
+        return self
+
+    def update(self, asked: dict[str, int]) -> None:
+        if self._progress is None:
+            return
+        self._counts.update(asked)
+        for name, count in asked.items():
+            self._progress.update(self._tasks[name], completed=count)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            for name, task in self._tasks.items():  # a known total stops the spinner
+                self._progress.update(task, total=max(1, self._counts[name]))
+            self._progress.__exit__(*exc)
+
+
+def optimum_table(document: dict) -> Table:
+    goal = document["inputs"]["goal"]
+    table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
+                        "* best", caption="P prompt / T token machines (baselines: P machines); "
+                        "SLO margin: worst 1 - value/limit")
+    table.add_column("design", no_wrap=True)
+    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "SLO margin"):
+        table.add_column(column, justify="right")
+    best = document["summary"]["best_design"]
+    for entry in document["designs"]:
+        name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
+        o = entry["optimum"]
+        if o is None:
+            table.add_row(name, "-", "-", "-", "-", "-", "-",
+                          f"[red]infeasible[/]: {entry['reason']}")
+            continue
+        p = o.get("machines", o.get("prompt_machines"))
+        t = "-" if "machines" in o else str(o["token_machines"])
+        table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
+                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]),
+                      _fmt(o["worst_margin"], "+.1%"))
+    return table
+
+
+def _fmt(value, spec: str) -> str:
+    return "trace" if value is None else format(value, spec)
+
+
+# ----------------------------------------------------------------------------------- catalog
+def catalog_tables(cat, profiles) -> list[Table]:
+    """Machines, models, SLO profiles and designs; names never wrap, long columns fold."""
+    machines = _table("Machine SKUs (per machine)", ("SKU", "GPUs", "HBM GB", "HBM TB/s",
+                                                     "FP16 TFLOPS", "kW", "$/h", "KV Gb/s",
+                                                     "calibrated"))
+    for m in cat.machines.values():
+        machines.add_row(m.name, f"{m.gpus}x {m.gpu}", f"{m.gpus * m.hbm_gb:g}",
+                         f"{m.gpus * m.hbm_bandwidth_gbs / 1000:.1f}",
+                         f"{m.gpus * m.fp16_tflops:g}", f"{m.power_kw:.2f}",
+                         f"{m.cost_per_hour:.2f}", f"{m.gpus * m.kv_link_gbps:g}",
+                         "yes" if m.calibrated else "[yellow]no[/]")
+    models = _table("Models", ("model", "layers", "hidden", "heads/KV", "params B",
+                               "weights GB", "KV KiB/token"))
+    for m in cat.models.values():
+        models.add_row(m.name, str(m.layers), str(m.hidden), f"{m.heads}/{m.kv_heads}",
+                       f"{m.params_b:g}" + (f" ({m.active_params_b:g} active)"
+                                            if m.active_params_b else ""),
+                       f"{m.weight_bytes / 1e9:.0f}", f"{m.kv_bytes_per_token / 1024:.0f}")
+    slos = _table("SLO profiles", ("profile", "kind", "limits"), numeric=False)
+    for p in profiles.values():
+        unit = "x" if p.kind == "slowdown" else " ms"
+        slos.add_row(p.name, p.kind, ", ".join(f"{m.upper()} {q.upper()} {v:g}{unit}"
+                                               for (m, q), v in p.limits.items()))
+    designs = _table("Designs", ("design", "prompt machines", "token machines", "mixed pool"),
+                     numeric=False)
+    for d in cat.designs.values():
+        designs.add_row(d.name, d.prompt_sku, d.token_sku or "(same machines)",
+                        "-" if d.is_baseline else ("on" if d.mixed_pool else "off"))
+    return [machines, models, slos, designs]
+
+
+def _table(title: str, columns: Sequence[str], numeric: bool = True) -> Table:
+    """The first column holds names (never wrapped); the others fold when the screen is narrow."""
+    table = Table(title=title)
+    table.add_column(columns[0], no_wrap=True)
+    for col in columns[1:]:
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
+    return table
+
+
+# --------------------------------------------------------------------------------- calibrate
+def calibration_table(result, seed: int) -> Table:
+    table = Table(title=f"Held-out error (random 80:20 split, seed {seed})")
+    for col in ("model", "hardware", "TP", "phase", "fit", "held out", "MAPE %", "max %"):
+        text = col in ("model", "hardware", "phase")
+        table.add_column(col, justify="left" if text else "right", no_wrap=text)
+    for e in result.errors:
+        table.add_row(e.model, e.hardware, str(e.tensor_parallel), e.phase, str(e.train_rows),
+                      str(e.test_rows), "-" if e.mape_pct is None else f"{e.mape_pct:.2f}",
+                      "-" if e.max_ape_pct is None else f"{e.max_ape_pct:.1f}")
+    return table
+
+
+# ---------------------------------------------------------------------------------- simulate
+def simulation_summary(run) -> dict:
+    """The JSON document of `provision simulate`."""
+    cluster, result, requests = run.cluster, run.result, run.workload
+    return {
+        "design": cluster.design.name, "prompt_machines": cluster.prompt_machines,
+        "token_machines": cluster.token_machines, "model": run.model.name,
+        "workload": requests.name, "requests": len(requests),
+        "cost_per_hour": round(cluster.cost_per_hour, 4),
+        "power_kw": round(cluster.power_kw, 4), "gpus": cluster.gpus,
+        "makespan_s": round(result.makespan_s, 6),
+        "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
+        if result.feasible else None,
+        "pools": _pools(result) if result.feasible else {}, **run.report.as_dict()}
+
+
+def _pools(result) -> dict:
+    stats, pools = result.machine_stats, {}
+    for role, label in ((ROLE_PROMPT, "prompt"), (ROLE_TOKEN, "token"), (ROLE_BOTH, "machines")):
+        mask = stats["role"] == role
+        if not mask.any():
+            continue
+        peak = stats["max_memory_tokens"][mask] / np.maximum(stats["kv_capacity_tokens"][mask], 1)
+        pools[label] = {
+            "count": int(mask.sum()), "sku": str(stats["sku"][mask][0]),
+            "utilization": round(float(stats["utilization"][mask].mean()), 4),
+            "mean_batch": round(float(stats["mean_batch"][mask].mean()), 3),
+            "peak_kv_fraction": round(float(peak.max()), 4),
+            "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
+    return pools
+
+
+def print_simulation(console: Console, err_console: Console, summary: dict, run) -> None:
+    report = run.report
+    for note in run.workload.notes:
+        err_console.print(f"note: {note}", highlight=False)
+    counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
+              else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
+    console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
+                  f"{summary['workload']}: {summary['requests']} requests, "
+                  f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
+                  f"{summary['gpus']} GPUs", highlight=False)
+    if not report.feasible:
+        console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
+        return
+    console.print(_slo_table(report))
+    for label, pool in summary["pools"].items():
+        console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
+                      f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, peak KV "
+                      f"{pool['peak_kv_fraction']:.0%}, mixed pool {pool['mixed_pool_s']:.1f} s",
+                      highlight=False)
+    console.print("[green]all SLOs met[/]" if report.passed else
+                  f"[bold red]{len(report.failing)} SLO(s) missed[/]")
+
+
+def _slo_table(report) -> Table:
+    table = Table(title=f"SLO profile '{report.profile}'")
+    for col in ("metric", "percentile", "value", "limit", "margin", "status"):
+        table.add_column(col, justify="left" if col in ("metric", "percentile") else "right")
+    for check in report.checks:
+        value = "-" if check.value is None else f"{check.value:.3f}{check.unit}"
+        table.add_row(check.metric.upper(), check.percentile.upper(), value,
+                      f"{check.limit:g}{check.unit}", f"{check.margin:+.1%}",
+                      "[green]pass[/]" if check.passed else "[bold red]FAIL[/]")
+    return table
