@@ -186,6 +186,20 @@ def _lookup(table: Mapping[str, Any], name: str, what: str):
         raise InputError(f"unknown {what} '{name}'; known: {', '.join(sorted(table))}") from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that rejects a key given twice in one mapping (YAML silently keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file, turning every failure into a one-line InputError naming the file."""
     try:
@@ -193,7 +207,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as err:
         raise InputError(f"cannot read file: {err.strerror}", source=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""

@@ -25,7 +25,7 @@ from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, Simulat
                                  echo, from_keywords, read_spec)
 from provisioner.reports import render_reports, report_document, write_reports
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs
-from provisioner.search import search_designs
+from provisioner.frontier import search_designs
 from provisioner.study import (Budget, DesignResult, Goal, PerfSource, Study, WorkloadSource,
                                perf_source, workload_source)
 from simcore import SIMULATOR_VERSION, Cluster, SimOptions, evaluate_slos

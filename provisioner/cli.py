@@ -15,8 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import click
 import typer
+
+try:  # recent typer vendors click as typer._click; its exceptions are not re-exported
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover - typer on the real click
+    from click.exceptions import ClickException, UsageError
 
 from hardware_catalog import InputError
 from provisioner import __version__
@@ -134,7 +138,7 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
 # -------------------------------------------------------------------------------- calibrate
 @app.command()
 def calibrate(
-    profile: Path = typer.Argument(..., help="Profile CSV (SplitwiseSim format: model, hardware, "
+    profile: Path = typer.Argument(..., metavar="PROFILE.csv", help="Profile CSV (SplitwiseSim format: model, hardware, "
                                    "tensor_parallel, prompt_size, batch_size, token_size, "
                                    "prompt_time, token_time in ms)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
@@ -230,8 +234,9 @@ def _search_warnings(document: dict, exhaustive: bool) -> None:
         note(f"exhaustive audit: every grid point evaluated, {cells} non-monotone cell(s)")
 
 
-REPORT = _param("report", Path, typer.Argument(..., help="A report.json written by "
-                                                         "`provision search`."))
+REPORT = _param("report", Path, typer.Argument(..., metavar="REPORT.json",
+                                               help="A report.json written by `provision "
+                                                    "search`."))
 CHECK_OPTIONS = ("catalog", "jobs", "backend", "address", "cache_dir", "no_cache")
 
 
@@ -261,10 +266,16 @@ def main() -> None:
         code = app(standalone_mode=False)
     except InputError as err:
         _fail(str(err))
-    except click.UsageError as err:
+    except UsageError as err:
+        if type(err).__name__ == "NoArgsIsHelpError":  # `provision` alone: the help, exit 0
+            sys.stdout.write(err.ctx.get_help() + "\n")
+            sys.exit(0)
         command = err.ctx.command_path if err.ctx is not None else "provision"
-        _fail(f"{err.format_message()}; see '{command} --help'")
-    except (click.Abort, KeyboardInterrupt):
+        message = err.format_message().replace("Value error, ", "").rstrip(".")
+        _fail(f"{message}; see '{command} --help'")
+    except ClickException as err:
+        _fail(err.format_message())
+    except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("provision: interrupted\n")
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

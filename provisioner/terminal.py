@@ -76,42 +76,47 @@ def _fmt(value, spec: str) -> str:
 
 # ----------------------------------------------------------------------------------- catalog
 def catalog_tables(cat, profiles) -> list[Table]:
-    """Machines, models, SLO profiles and designs; names never wrap, long columns fold."""
-    machines = _table("Machine SKUs (per machine)", ("SKU", "GPUs", "HBM GB", "HBM TB/s",
-                                                     "FP16 TFLOPS", "kW", "$/h", "KV Gb/s",
-                                                     "calibrated"))
+    """Machines, models, SLO profiles and designs; names never wrap, long text columns fold."""
+    machines = _table("Machine SKUs (per machine; * uncalibrated: latencies scaled from "
+                      "datasheets)", ("SKU / GPU", "GPUs", "HBM\nGB", "HBM\nTB/s", "FP16\nTFLOPS",
+                                      "kW", "$/h", "KV link\nGb/s"),
+                      names=[m.name + " *" for m in cat.machines.values()])
     for m in cat.machines.values():
-        machines.add_row(m.name, f"{m.gpus}x {m.gpu}", f"{m.gpus * m.hbm_gb:g}",
+        name = m.name if m.calibrated else f"{m.name} [yellow]*[/]"
+        machines.add_row(f"{name}\n[dim]{m.gpu}[/]", str(m.gpus), f"{m.gpus * m.hbm_gb:g}",
                          f"{m.gpus * m.hbm_bandwidth_gbs / 1000:.1f}",
                          f"{m.gpus * m.fp16_tflops:g}", f"{m.power_kw:.2f}",
-                         f"{m.cost_per_hour:.2f}", f"{m.gpus * m.kv_link_gbps:g}",
-                         "yes" if m.calibrated else "[yellow]no[/]")
-    models = _table("Models", ("model", "layers", "hidden", "heads/KV", "params B",
-                               "weights GB", "KV KiB/token"))
+                         f"{m.cost_per_hour:.2f}", f"{m.gpus * m.kv_link_gbps:g}")
+    models = _table("Models", ("model", "layers", "hidden", "heads/\nKV heads", "params B",
+                               "weights\nGB", "KV KiB/\ntoken"), names=list(cat.models))
     for m in cat.models.values():
         models.add_row(m.name, str(m.layers), str(m.hidden), f"{m.heads}/{m.kv_heads}",
                        f"{m.params_b:g}" + (f" ({m.active_params_b:g} active)"
                                             if m.active_params_b else ""),
                        f"{m.weight_bytes / 1e9:.0f}", f"{m.kv_bytes_per_token / 1024:.0f}")
-    slos = _table("SLO profiles", ("profile", "kind", "limits"), numeric=False)
+    slos = _table("SLO profiles", ("profile", "kind", "limits"), names=list(profiles),
+                  text=("kind", "limits"))
     for p in profiles.values():
         unit = "x" if p.kind == "slowdown" else " ms"
         slos.add_row(p.name, p.kind, ", ".join(f"{m.upper()} {q.upper()} {v:g}{unit}"
                                                for (m, q), v in p.limits.items()))
     designs = _table("Designs", ("design", "prompt machines", "token machines", "mixed pool"),
-                     numeric=False)
+                     names=list(cat.designs),
+                     text=("prompt machines", "token machines", "mixed pool"))
     for d in cat.designs.values():
         designs.add_row(d.name, d.prompt_sku, d.token_sku or "(same machines)",
                         "-" if d.is_baseline else ("on" if d.mixed_pool else "off"))
     return [machines, models, slos, designs]
 
 
-def _table(title: str, columns: Sequence[str], numeric: bool = True) -> Table:
-    """The first column holds names (never wrapped); the others fold when the screen is narrow."""
+def _table(title: str, columns: Sequence[str], names: Sequence[str],
+           text: Sequence[str] = ()) -> Table:
+    """The first column is as wide as the longest name (names are never cut); the other
+    columns fold when the screen is narrow."""
     table = Table(title=title)
-    table.add_column(columns[0], no_wrap=True)
+    table.add_column(columns[0], min_width=max(map(len, names), default=4), overflow="fold")
     for col in columns[1:]:
-        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
+        table.add_column(col, overflow="fold", justify="left" if col in text else "right")
     return table
 
 

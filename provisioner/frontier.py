@@ -1,4 +1,4 @@
-"""Search engine: the cheapest, least-power or highest-throughput cluster of every design.
+"""The search algorithm: the cheapest, least-power or highest-throughput cluster of every design.
 
 Feasibility (all SLOs met) is assumed (nearly) monotone: more machines never hurt, a higher rate
 never helps. So instead of the full (P, T) grid the engine

@@ -1,0 +1,183 @@
+"""The Python API (`provisioner.search`, `provisioner.simulate`), used from outside the checkout,
+and the command-line conventions that fall out of the one option declaration."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+import provisioner
+from hardware_catalog import Design, InputError, load_catalog
+from provisioner.check import check_report
+from provisioner.options import (Execution, SearchOptions, SimulateOptions, command_parameters,
+                                 option_fields, read_spec)
+
+HW_DIR = Path(__file__).resolve().parents[1] / "hardware_catalog"
+SMALL = dict(model="llama2-70b", rate=4.0, duration=20.0, jobs=1)
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def provision(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+def test_search_from_outside_the_checkout_writes_nothing_unless_asked(tmp_path):
+    run = run_python("""
+        import json, os, provisioner
+        result = provisioner.search(designs="splitwise-ha", model="llama2-70b", rate=4,
+                                    duration=20, jobs=1)
+        (design,) = result.designs
+        assert design.design.name == "splitwise-ha" and design.optimum is not None
+        assert os.listdir(".") == [], os.listdir(".")      # nothing written
+        paths = result.write("out")
+        assert sorted(p.name for p in paths) == ["evaluations.csv", "report.html", "report.json"]
+        assert json.load(open("out/report.json")) == result.to_dict()
+        print(json.dumps([design.optimum.prompt_machines, design.optimum.token_machines]))
+    """, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    prompt, token = json.loads(run.stdout)
+    assert prompt >= 1 and token >= 1
+
+
+def test_to_dict_is_the_report_json_of_the_cli(tmp_path):
+    result = provisioner.search(designs="splitwise-ha,baseline-a100", **SMALL)
+    run = provision("search", "--designs", "splitwise-ha,baseline-a100", "--model", "llama2-70b",
+                    "--rate", "4", "--duration", "20", "--jobs", "1", "--no-cache",
+                    "--out", str(tmp_path / "out"), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == result.to_dict()
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == result.to_dict()
+    assert result.best is not None and result.best.design.name == \
+        result.to_dict()["summary"]["best_design"]
+
+
+def test_a_design_built_in_python_is_searched():
+    catalog = load_catalog()
+    mine = Design("h100-prompt-a100-token", catalog.machine("dgx-h100"),
+                  catalog.machine("dgx-a100"), mixed_pool=False)
+    result = provisioner.search(designs=[mine], **SMALL)
+    assert result.designs[0].design is mine
+    assert result.to_dict()["inputs"]["designs"] == [mine.as_dict()]
+    assert result.designs[0].optimum is not None
+
+
+def test_api_errors_name_the_keyword():
+    with pytest.raises(InputError, match=r"^rate= must be a number > 0"):
+        provisioner.search(rate=-1)
+    with pytest.raises(InputError, match=r"^unknown option rates=; known: model, workload"):
+        provisioner.search(rates=70)
+    with pytest.raises(InputError, match=r"^goal= must be one of min-cost, min-power, max-rate"):
+        provisioner.search(goal="cheapest")
+
+
+def test_simulate_from_python():
+    run = provisioner.simulate(design="splitwise-hh", prompt=4, token=2, model="llama2-70b",
+                               rate=2, duration=20)
+    assert run.result.feasible and len(run.workload) > 10
+    assert run.report.profile == "splitwise"
+
+
+def _catalog_with_new_sku(tmp_path: Path) -> Path:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    machines = yaml.safe_load((catalog / "machines.yaml").read_text())
+    machines["my-box"] = {**machines["dgx-h100"], "gpu": "H100-custom"}
+    (catalog / "machines.yaml").write_text(yaml.safe_dump(machines))
+    return catalog
+
+
+def test_catalog_dir_and_perf_table_for_a_sku_only_in_that_catalog(tmp_path):
+    """Regression: the table loader used the packaged catalog and rejected `my-box`."""
+    catalog = _catalog_with_new_sku(tmp_path)
+    table = tmp_path / "table.yaml"
+    table.write_text(yaml.safe_dump({"tables": [{
+        "machine": "my-box", "prefill": {"tokens": [128, 2048, 8192], "ms": [40, 180, 900]},
+        "decode": {"batch": [1, 32, 64], "ms": [25, 30, 38]}}]}))
+    run = provision("search", "--catalog", str(catalog), "--perf-model", str(table),
+                    "--designs", "my-box/my-box", "--model", "llama2-70b", "--rate", "4",
+                    "--duration", "20", "--jobs", "1", "--no-cache", "--out",
+                    str(tmp_path / "out"))
+    assert run.returncode in (0, 1), run.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["inputs"]["designs"][0]["prompt_sku"] == "my-box"
+    run = provision("simulate", "--catalog", str(catalog), "--perf-model", str(table),
+                    "--design", "my-box/my-box", "--prompt", "2", "--token", "2",
+                    "--model", "llama2-70b", "--rate", "2", "--duration", "10")
+    assert run.returncode in (0, 1), run.stderr
+    run = provision("simulate", "--perf-model", str(table), "--design", "splitwise-hh",
+                    "--prompt", "2", "--token", "2", "--rate", "2", "--duration", "10")
+    assert run.returncode == 2 and "unknown machine SKU 'my-box'" in run.stderr
+
+
+def test_check_says_when_the_best_design_changes(tmp_path):
+    result = provisioner.search(designs="splitwise-ha,baseline-a100", **SMALL)
+    result.write(tmp_path / "out")
+    before = result.to_dict()["summary"]["best_design"]
+    catalog = tmp_path / "catalog"
+    shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    machines = catalog / "machines.yaml"
+    # make the best design's prompt machine 100x dearer
+    sku = result.best.design.prompt_sku
+    data = yaml.safe_load(machines.read_text())
+    data[sku]["cost_per_hour"] *= 100
+    machines.write_text(yaml.safe_dump(data))
+    checked = check_report(tmp_path / "out" / "report.json", Execution(no_cache=True, jobs=1),
+                           catalog_dir=str(catalog))
+    after = checked.document["summary"]["best_design"]
+    assert after != before
+    assert ("(summary)", "best_design", before, after) in checked.changes
+    assert any("best design changed" in line for line in checked.lines())
+
+
+def test_every_option_is_declared_once_and_reaches_cli_and_spec(tmp_path):
+    """The CLI flags and the spec keys are the declared options, nothing more, nothing less."""
+    fields = option_fields(SearchOptions)
+    cli = {p.name for p in command_parameters(SearchOptions)}
+    assert cli == {n for n, f in fields.items() if f.metadata["cli"]}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"rate": 9, "max-token": 3, "exhaustive": True}))
+    assert read_spec(spec) == {"rate": 9.0, "max_token": 3, "exhaustive": True}
+    spec.write_text("rate: 9\nrate: 10\n")
+    with pytest.raises(InputError):
+        read_spec(spec)  # duplicate keys are bad input, not a silent override
+    sim = {p.name for p in command_parameters(SimulateOptions)}
+    assert {"design", "prompt", "token", "machines", "catalog", "rate"} <= sim
+
+
+def test_version_help_and_usage_errors_are_one_line():
+    run = provision("--version")
+    assert run.returncode == 0 and run.stdout.strip() == f"provision {provisioner.__version__}"
+    run = provision("search", "--help")
+    assert run.returncode == 0
+    assert "<bool>" not in run.stdout and "{" not in run.stdout.split("Options:")[0]
+    assert "--goal [min-cost|min-power|max-rate]" in run.stdout or \
+        "<min-cost|min-power|max-rate>" in run.stdout
+    for args in (["search", "--goal", "cheapest"], ["search", "--rate", "abc"],
+                 ["search", "--bogus"], ["simulate"], ["check"]):
+        run = provision(*args)
+        assert run.returncode == 2, (args, run.stderr)
+        assert run.stderr.startswith("provision: error: ") and run.stderr.count("\n") == 1, \
+            run.stderr
+        assert "Traceback" not in run.stderr
+
+
+def test_catalog_names_are_not_cut_at_80_columns():
+    import os
+    run = subprocess.run([sys.executable, "-m", "provisioner.cli", "catalog"],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert run.returncode == 0
+    assert max(len(line) for line in run.stdout.splitlines()) <= 80
+    for name in ("dgx-h100-cap", "mixtral-8x7b", "interactive-chat", "splitwise-hhcap"):
+        assert name in run.stdout
+    assert "…" not in run.stdout
