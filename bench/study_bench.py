@@ -26,12 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "examples" / "specs"
 sys.path.insert(0, str(ROOT))
 
-from provisioner.config import default_jobs, merge_options, plan_search, run_plan  # noqa: E402
-from provisioner.evaluate import Pools  # noqa: E402
-from provisioner.search import DesignResult  # noqa: E402
+from hardware_catalog import Design  # noqa: E402
+from provisioner.api import merge_options, resolve_study, run_study  # noqa: E402
+from provisioner.options import SearchOptions  # noqa: E402
+from provisioner.runner import default_jobs  # noqa: E402
+from provisioner.study import DesignResult  # noqa: E402
 
 
-def grid_count(result: DesignResult, pools: Pools) -> int:
+def grid_count(result: DesignResult, pools: Design) -> int:
     if result.box is None:
         return 0
     if result.goal.name != "max-rate":
@@ -41,7 +43,7 @@ def grid_count(result: DesignResult, pools: Pools) -> int:
     return cells_in_budget(pools, result.goal.budget) * rates
 
 
-def cells_in_budget(pools: Pools, budget) -> int:
+def cells_in_budget(pools: Design, budget) -> int:
     unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
     if pools.token is None:
         return math.floor(budget.value / unit(pools.prompt) + 1e-9)
@@ -53,16 +55,15 @@ def cells_in_budget(pools: Pools, budget) -> int:
 
 
 def run_spec(spec: Path, jobs: int, cache_dir: str) -> dict:
-    options = merge_options({"jobs": jobs, "cache_dir": cache_dir}, spec)
-    plan = plan_search(options)
+    options = merge_options(SearchOptions, {"jobs": jobs, "cache_dir": cache_dir}, spec)
     start = time.perf_counter()
-    run = run_plan(plan)
+    run = run_study(resolve_study(options), options.execution)
     wall = time.perf_counter() - start
-    grid = sum(grid_count(r, Pools.of(r.design, plan.catalog)) for r in run.results)
-    best = run.document["summary"]["best_design"]
+    grid = sum(grid_count(r, r.design) for r in run.designs)
+    summary = run.to_dict()["summary"]
     return {"spec": spec.stem, "wall_s": wall, "simulated": run.stats.simulated,
-            "cache_hits": run.stats.cache_hits, "points": len(run.document["designs"]) and
-            run.document["summary"]["evaluations"], "grid": grid, "best": best}
+            "cache_hits": run.stats.cache_hits, "points": summary["evaluations"], "grid": grid,
+            "best": summary["best_design"]}
 
 
 def main() -> None:

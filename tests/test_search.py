@@ -18,7 +18,7 @@ from hardware_catalog import InputError, load_catalog  # noqa: E402
 from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,  # noqa: E402
                                  from_keywords)
 from provisioner.runner import Runner  # noqa: E402
-from provisioner.search import budget_candidates, drive, search_designs  # noqa: E402
+from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
 from provisioner.select import select_optimum  # noqa: E402
 from provisioner.study import Budget, Goal, Point  # noqa: E402
 
