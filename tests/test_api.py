@@ -181,3 +181,14 @@ def test_catalog_names_are_not_cut_at_80_columns():
     for name in ("dgx-h100-cap", "mixtral-8x7b", "interactive-chat", "splitwise-hhcap"):
         assert name in run.stdout
     assert "…" not in run.stdout
+
+
+def test_readme_python_api_examples_run_as_written(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    for block in blocks:
+        run = run_python(block, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+    assert (tmp_path / "my-report" / "report.json").exists()
