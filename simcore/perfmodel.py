@@ -81,6 +81,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from hardware_catalog import Catalog, InputError, MachineSku, ModelSpec, read_yaml
+from hardware_catalog.checks import Invalid, Number
 from simcore import perftables
 from simcore.latency import LatencyCurves
 
@@ -430,12 +431,8 @@ def _number(mapping: dict, key: str, where: str, source: str, *, positive: bool 
             non_negative: bool = False) -> float:
     if key not in mapping:
         raise InputError(f"{where}: missing required field", source=source, field=key)
-    value = mapping[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{where}: must be a finite number, got {value!r}", source=source,
-                         field=key)
-    if positive and value <= 0:
-        raise InputError(f"{where}: must be > 0, got {value!r}", source=source, field=key)
-    if non_negative and value < 0:
-        raise InputError(f"{where}: must be >= 0, got {value!r}", source=source, field=key)
-    return float(value)
+    check = Number(0, low_open=True) if positive else Number(0) if non_negative else Number()
+    try:
+        return check(mapping[key])
+    except Invalid as err:
+        raise InputError(f"{where}: {err}", source=source, field=key) from None

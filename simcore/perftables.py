@@ -41,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hardware_catalog import Catalog, InputError
+from hardware_catalog.checks import Invalid, Number
 from simcore.latency import LatencyCurves
 
 __all__ = ["parse_table_document", "read_table_csv"]
@@ -170,19 +171,20 @@ def _yaml_curve(entry: dict, phase: str, fail: Fail):
         if not isinstance(values, list):
             fail(None, field, "must be a list of numbers")
         for i, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                fail(i, field, f"must be a number, got {v!r}")
+            try:
+                Number()(v)
+            except Invalid as err:
+                fail(i, field, str(err))
     if len(xs) != len(ys):
         fail(None, "ms", f"{len(xs)} {x_key} knots but {len(ys)} latencies")
     return checked_curve([float(v) for v in xs], [float(v) for v in ys], fail)
 
 
 def _context(value: Any, fail: Callable[[str], None]) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        fail(f"must be a number, got {value!r}")
-    if value < 0:
-        fail(f"must be >= 0, got {value!r}")
-    return float(value)
+    try:
+        return Number(0)(value)
+    except Invalid as err:
+        fail(str(err))
 
 
 # ------------------------------------------------------------------------------ CSV helpers

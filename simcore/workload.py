@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 
 BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
@@ -309,8 +310,10 @@ def _check_synthesis_options(rate_rps: float, duration_s: float, seed: int, arri
                              burstiness_cv: float) -> None:
     for label, value in (("rate", rate_rps), ("duration", duration_s), ("burstiness cv",
                                                                         burstiness_cv)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise InputError(f"{label} must be a finite number > 0, got {value!r}")
+        try:
+            Number(0, low_open=True)(value)
+        except Invalid as err:
+            raise InputError(f"{label} {err}") from None
     if arrival not in ARRIVAL_KINDS:
         raise InputError(f"unknown arrival process '{arrival}'; known: {', '.join(ARRIVAL_KINDS)}")
     if arrival == "poisson" and burstiness_cv != 1.0:
