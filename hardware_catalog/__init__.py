@@ -5,6 +5,9 @@ everything downstream trusts the records it returns.
 """
 from __future__ import annotations
 
+import json
+import os
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -12,13 +15,22 @@ from typing import Any, Mapping
 
 import yaml
 
-from hardware_catalog.checks import Flag, Invalid, Number, Text
+from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Number,
+                                     OneOf, Text)
 from hardware_catalog.errors import InputError
 
 DATA_DIR = Path(__file__).resolve().parent
 
 __all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_catalog",
-           "read_yaml"]
+           "read_yaml", "read_json", "read_text"]
+
+# Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
+MAX_FILE_BYTES = 512 * 1024 * 1024   # any input file (a 5-million-request trace is ~200 MB)
+MAX_DOCUMENT_DEPTH = 32              # nesting of a YAML/JSON document (ours need 5)
+MAX_DOCUMENT_NODES = 2_000_000
+# Sane ranges of catalog numbers: a machine has at most this many GPUs (a model's tensor
+# parallelism too); the other fields' ranges are written where they are read.
+MAX_GPUS = 1024       # values in a YAML/JSON document (aliases counted each time)
 
 
 @dataclass(frozen=True)
@@ -102,23 +114,49 @@ class ModelSpec:
                 "kv_bytes_per_token": self.kv_bytes_per_token, "perf_profile": self.perf_profile}
 
 
+PREFILL_POLICIES = ("whole", "chunked")
+DEFAULT_CHUNK_TOKENS = 512  # Sarathi-Serve's budget for strict SLOs (2048 for relaxed ones)
+
+
 @dataclass(frozen=True)
 class Design:
     """A cluster design: a baseline (one pool, token None) or a Splitwise prompt/token split.
 
     It holds its machine records, so whoever has a design has everything needed to price and
-    simulate it; no name is looked up again downstream.
+    simulate it; no name is looked up again downstream. `prefill` is the batching policy of
+    the machines that run both phases (baseline machines, Splitwise mixed-pool machines):
+    "whole" prompts in mixed batches (a long prompt stalls the running decodes), or "chunked"
+    (Sarathi-Serve stall-free batching: at most `chunk_tokens` prompt tokens per iteration,
+    every running decode in every iteration).
     """
     name: str
     prompt: MachineSku
     token: MachineSku | None = None
     mixed_pool: bool = True
+    prefill: str = "whole"
+    chunk_tokens: int | None = None   # chunked only; DEFAULT_CHUNK_TOKENS when not given
 
     def __post_init__(self):
         for role, machine in (("prompt", self.prompt), ("token", self.token)):
             if machine is not None and not isinstance(machine, MachineSku):
                 raise TypeError(f"design '{self.name}': {role} must be a MachineSku record "
                                 f"(catalog.machine(name)), got {machine!r}")
+        if self.prefill not in PREFILL_POLICIES:
+            raise InputError(f"design '{self.name}': prefill must be one of "
+                             f"{', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
+        if self.prefill == "whole" and self.chunk_tokens is not None:
+            raise InputError(f"design '{self.name}': chunk_tokens applies to prefill: chunked")
+        if self.prefill == "chunked":
+            if self.chunk_tokens is None:
+                object.__setattr__(self, "chunk_tokens", DEFAULT_CHUNK_TOKENS)
+            if (isinstance(self.chunk_tokens, bool) or not isinstance(self.chunk_tokens, int)
+                    or self.chunk_tokens < 1):
+                raise InputError(f"design '{self.name}': chunk_tokens must be a whole number "
+                                 f">= 1, got {self.chunk_tokens!r}")
+
+    @property
+    def is_chunked(self) -> bool:
+        return self.prefill == "chunked"
 
     @property
     def is_baseline(self) -> bool:
@@ -151,8 +189,13 @@ class Design:
         return int(self._sum("gpus", prompt, token))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "prompt_sku": self.prompt_sku, "token_sku": self.token_sku,
-                "mixed_pool": self.mixed_pool if not self.is_baseline else False}
+        """The design as reports echo it (the prefill keys only for chunked designs, so the
+        echo of a whole-prompt design is what it always was)."""
+        record = {"name": self.name, "prompt_sku": self.prompt_sku, "token_sku": self.token_sku,
+                  "mixed_pool": self.mixed_pool if not self.is_baseline else False}
+        if self.is_chunked:
+            record.update(prefill=self.prefill, chunk_tokens=self.chunk_tokens)
+        return record
 
 
 @dataclass(frozen=True)
@@ -200,22 +243,114 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a regular file, or a one-line InputError naming the file and saying what
+    it is instead (missing, a directory, a device or /proc file, empty, binary, UTF-16, too big).
+    A UTF-8 byte-order mark is dropped."""
+    source = str(path)
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise InputError(f"cannot read file: {err.strerror}; check the path",
+                         source=source) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError("is a directory, not a file; give the file's path", source=source)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("is not a regular file (a device, pipe or socket); give a file",
+                         source=source)
+    if info.st_size > max_bytes:
+        raise InputError(f"file is too large ({info.st_size} bytes; at most {max_bytes}); "
+                         "give a smaller file", source=source)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as err:
+        raise InputError(f"cannot read file: {err.strerror}; check its permissions",
+                         source=source) from None
+    if info.st_size == 0 and data:
+        raise InputError("is a special file (its size is not known, as in /proc); give a "
+                         "regular file", source=source)
+    if len(data) > max_bytes:
+        raise InputError(f"file is too large (at most {max_bytes} bytes); give a smaller file",
+                         source=source)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise InputError("is UTF-16 text; save it as UTF-8", source=source)
+    if b"\x00" in data:
+        raise InputError(f"is a binary file (NUL byte at offset {data.find(0)}), not "
+                         "UTF-8 text; give a text file", source=source)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                         f"{err.start}); save it as UTF-8", source=source) from None
+    if not text.strip():
+        raise InputError("file is empty; give a file with content", source=source)
+    return text
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file, turning every failure into a one-line InputError naming the file."""
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror}", source=str(path)) from None
+    text = read_text(path)
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or "invalid YAML"
-        raise InputError(f"broken YAML{line}: {problem}", source=str(path)) from None
+        raise InputError(f"broken YAML{line}: {problem}; fix the file", source=str(path)) from None
+    except RecursionError:
+        raise _too_deep(path) from None
     if data is None:
-        raise InputError("file is empty", source=str(path))
+        raise InputError("file is empty (no YAML document); give a file with content",
+                         source=str(path))
+    check_document_shape(data, str(path))
     return data
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file, turning every failure into a one-line InputError naming the file."""
+    text = read_text(path)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as err:
+        raise InputError(f"broken JSON at line {err.lineno}: {err.msg}; fix the file",
+                         source=str(path)) from None
+    except ValueError as err:  # NaN / Infinity, not JSON
+        raise InputError(f"broken JSON: {err}; fix the file", source=str(path)) from None
+    except RecursionError:
+        raise _too_deep(path) from None
+    check_document_shape(data, str(path))
+    return data
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _too_deep(path) -> InputError:
+    return InputError(f"nested more than {MAX_DOCUMENT_DEPTH} levels deep; this is not a "
+                      "provision input file", source=str(path))
+
+
+def check_document_shape(data: Any, source: str) -> None:
+    """Reject documents nested too deeply or too large (YAML aliases can multiply a small file)
+    before any code walks them recursively."""
+    stack, nodes = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_DOCUMENT_NODES:
+            raise InputError(f"has more than {MAX_DOCUMENT_NODES} values (YAML aliases "
+                             "included); this is not a provision input file", source=source)
+        if isinstance(value, dict):
+            children = [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth >= MAX_DOCUMENT_DEPTH and children:
+            raise _too_deep(source)
+        stack.extend((child, depth + 1) for child in children)
 
 
 class _Fields:
@@ -274,14 +409,18 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
     if not isinstance(sources, dict):
         raise f._err("sources", "must be a mapping of field to source")
     return MachineSku(
-        name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True),
-        hbm_gb=f.number("hbm_gb"), hbm_bandwidth_gbs=f.number("hbm_bandwidth_gbs"),
-        fp16_tflops=f.number("fp16_tflops"), gpu_power_w=f.number("gpu_power_w"),
-        cost_per_hour=f.number("cost_per_hour"), kv_link_gbps=f.number("kv_link_gbps"),
-        kv_layerwise_visible_ms=f.number("kv_layerwise_visible_ms", positive=False),
+        name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True, at_most=MAX_GPUS),
+        hbm_gb=f.number("hbm_gb", at_most=1e5),
+        hbm_bandwidth_gbs=f.number("hbm_bandwidth_gbs", at_most=1e6),
+        fp16_tflops=f.number("fp16_tflops", at_most=1e6),
+        gpu_power_w=f.number("gpu_power_w", at_most=1e5),
+        cost_per_hour=f.number("cost_per_hour", at_most=1e6),
+        kv_link_gbps=f.number("kv_link_gbps", at_most=1e6),
+        kv_layerwise_visible_ms=f.number("kv_layerwise_visible_ms", positive=False,
+                                         at_most=1e5),
         perf_profile=f.text("perf_profile"), calibrated=f.flag("calibrated"),
         power_cap=f.number("power_cap", 1.0, at_most=1.0),
-        prompt_slowdown=f.number("prompt_slowdown", 1.0),
+        prompt_slowdown=f.number("prompt_slowdown", 1.0, at_most=100.0),
         sources={str(k): str(v) for k, v in sources.items()})
 
 
@@ -293,11 +432,14 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
     f = _Fields(entry, source, name)
     f.reject_unknown(_MODEL_FIELDS)
     model = ModelSpec(
-        name=name, layers=f.number("layers", integer=True), hidden=f.number("hidden", integer=True),
-        heads=f.number("heads", integer=True), kv_heads=f.number("kv_heads", integer=True),
-        params_b=f.number("params_b"), bytes_per_value=f.number("bytes_per_value", 2, integer=True),
-        tensor_parallel=f.number("tensor_parallel", 8, integer=True),
-        active_params_b=f.number("active_params_b", None),
+        name=name, layers=f.number("layers", integer=True, at_most=10_000),
+        hidden=f.number("hidden", integer=True, at_most=1_000_000),
+        heads=f.number("heads", integer=True, at_most=100_000),
+        kv_heads=f.number("kv_heads", integer=True, at_most=100_000),
+        params_b=f.number("params_b", at_most=1e5),
+        bytes_per_value=f.number("bytes_per_value", 2, integer=True, at_most=8),
+        tensor_parallel=f.number("tensor_parallel", 8, integer=True, at_most=MAX_GPUS),
+        active_params_b=f.number("active_params_b", None, at_most=1e5),
         perf_profile=f.text("perf_profile", None), source=str(f.raw("source", "")))
     if model.hidden % model.heads:
         raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
@@ -308,9 +450,10 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
 
 def parse_design(name: str, entry: Any, source: str,
                  machines: Mapping[str, MachineSku]) -> Design:
-    """A design entry ({prompt_sku, token_sku, mixed_pool}) with its SKUs resolved to records."""
+    """A design entry ({prompt_sku, token_sku, mixed_pool, prefill, chunk_tokens}) with its SKUs
+    resolved to records."""
     f = _Fields(entry, source, name)
-    f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool"})
+    f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool", "prefill", "chunk_tokens"})
 
     def machine(key: str, default: Any = ...) -> MachineSku | None:
         sku = f.text(key, default)
@@ -320,14 +463,28 @@ def parse_design(name: str, entry: Any, source: str,
             raise f._err(key, f"unknown machine SKU '{sku}'; known: {', '.join(sorted(machines))}")
         return machines[sku]
 
+    prefill = f._checked("prefill", OneOf(PREFILL_POLICIES), "whole")
+    chunk_tokens = f.number("chunk_tokens", None, integer=True, at_most=CHUNK_TOKENS_MAX)
+    if chunk_tokens is not None and chunk_tokens < CHUNK_TOKENS_MIN:
+        raise f._err("chunk_tokens", f"must be a whole number >= {CHUNK_TOKENS_MIN} and <= "
+                                     f"{CHUNK_TOKENS_MAX}, got {chunk_tokens}")
+    if chunk_tokens is not None and prefill != "chunked":
+        raise f._err("chunk_tokens", "applies to prefill: chunked; add it or drop chunk_tokens")
     return Design(name=name, prompt=machine("prompt_sku"), token=machine("token_sku", None),
-                  mixed_pool=f.flag("mixed_pool", True))
+                  mixed_pool=f.flag("mixed_pool", True), prefill=prefill,
+                  chunk_tokens=chunk_tokens)
 
 
 def _parse_table(path: Path, parse) -> dict[str, Any]:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError("expected a mapping of names to entries", source=str(path))
+    for name in data:
+        try:
+            Text()(name)
+        except Invalid as err:
+            raise InputError(f"entry name {err}; name every entry with a string",
+                             source=str(path)) from None
     return {str(name): parse(str(name), entry, str(path)) for name, entry in data.items()}
 
 

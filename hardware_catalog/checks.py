@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 
+MAX_INT = 2**63 - 1  # every whole number fits numpy's int64
+CHUNK_TOKENS_MIN, CHUNK_TOKENS_MAX = 16, 1_048_576  # a chunked-prefill budget (prompt tokens)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
 class Invalid(ValueError):
     """A value broke a check; the message says why and what is allowed."""
 
@@ -29,12 +38,15 @@ class Number:
             raise Invalid(f"must be {self.describe()}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise Invalid(f"must be {self.describe()}, got {value!r}")
+        if isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
+            # beyond int64 a whole number wraps in numpy, and float() of it may overflow
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}")
         if self.integer and (isinstance(value, float) and not value.is_integer()):
             raise Invalid(f"must be {self.describe()}, got {value!r}")
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            raise Invalid(f"must be {self.describe()}, got {value!r}")
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}")
         if self.high is not None and value > self.high:
-            raise Invalid(f"must be {self.describe()}, got {value!r}")
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}")
         return int(value) if self.integer else float(value)
 
     def describe(self) -> str:
@@ -141,3 +153,22 @@ class Names:
 
     def describe(self) -> str:
         return "a comma-separated list of names"
+
+
+@dataclass(frozen=True)
+class OrAuto:
+    """The word "auto", or a value `inner` accepts (a command line's digits count as a number)."""
+    inner: Number
+
+    def __call__(self, value: Any):
+        if value == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            value = int(value)
+        try:
+            return self.inner(value)
+        except Invalid:
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}") from None
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()}, or auto"

@@ -9,19 +9,21 @@ design's feasibility, machine counts, rate, cost, power or GPUs differ.
 """
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hardware_catalog import Catalog, Design, InputError
+from hardware_catalog import Catalog, Design, InputError, read_json
 from provisioner.api import (SLO_REFERENCE_SKU, SearchResult, budget_like, resolve_catalog,
                              run_study)
 from provisioner.files import file_sha256
-from provisioner.options import Constraints, Execution, SearchSettings, from_echo
+from provisioner.options import (Constraints, Execution, SearchOptions, SearchSettings,
+                                 check_value, from_echo, option_fields)
 from provisioner.reports import SCHEMA, SCHEMA_VERSION
 from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, perf_source,
                                workload_source)
+from simcore.workload import check_request_count
 from slo_profiles import parse_slo_profile
 
 COMPARED = ("feasible", "machines", "prompt_machines", "token_machines", "rate_rps",
@@ -61,21 +63,84 @@ class CheckResult:
 
 
 def read_report(path: str | Path) -> dict:
+    """A report.json, with the parts `check` reads validated: a hand-edited or truncated report
+    is bad input (exit 2, naming the file and the key), never a KeyError."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"cannot read report: {err.strerror}", source=str(path)) from None
-    except ValueError as err:
-        raise InputError(f"broken JSON: {err}", source=str(path)) from None
+    document = read_json(path)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise InputError(f"not a provision search report (schema '{SCHEMA}' expected)",
-                         source=str(path), field="schema")
+        raise InputError(f"not a provision search report (schema '{SCHEMA}' expected); give a "
+                         "report.json written by provision search", source=str(path),
+                         field="schema")
     if document.get("schema_version") != SCHEMA_VERSION:
         raise InputError(f"schema version {document.get('schema_version')!r} is not supported "
-                         f"(this provision reads version {SCHEMA_VERSION})", source=str(path),
-                         field="schema_version")
+                         f"(this provision reads version {SCHEMA_VERSION}); re-run the search",
+                         source=str(path), field="schema_version")
+    _validate_answers(document, str(path))
     return document
+
+
+class _Shape:
+    """Typed access to a JSON document: a wrong or missing key names its dotted path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def get(self, data: Any, key: str, kind, where: str, *, optional: bool = False) -> Any:
+        if not isinstance(data, dict):
+            raise self.fail(where, "must be a mapping")
+        name = f"{where}.{key}" if where else key
+        if key not in data:
+            if optional:
+                return None
+            raise self.fail(name, "missing")
+        return self.value(data[key], kind, name, optional=optional)
+
+    def value(self, value: Any, kind, name: str, *, optional: bool = False) -> Any:
+        if value is None and optional:
+            return None
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                math.isfinite(value)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            what = {float: "a finite number", int: "a whole number", str: "a string",
+                    bool: "true or false", dict: "a mapping", list: "a list"}.get(kind, "valid")
+            raise self.fail(name, f"must be {what}, got {_shown(value)}")
+        return value
+
+    def fail(self, name: str, message: str) -> InputError:
+        return InputError(f"{message}; the report was edited or damaged: re-run the search",
+                          source=self.source, field=name)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _validate_answers(document: dict, source: str) -> None:
+    """The answers `check` compares with: designs[].{design, feasible, optimum.*}, summary."""
+    shape = _Shape(source)
+    for key in ("inputs", "summary"):
+        shape.get(document, key, dict, "")
+    shape.get(document, "versions", dict, "", optional=True)
+    shape.get(document["summary"], "best_design", str, "summary", optional=True)
+    designs = shape.get(document, "designs", list, "")
+    seen = set()
+    for i, entry in enumerate(designs):
+        where = f"designs[{i}]"
+        name = shape.get(entry, "design", str, where)
+        if name in seen:
+            raise shape.fail(f"{where}.design", f"design '{name}' is listed twice")
+        seen.add(name)
+        shape.get(entry, "feasible", bool, where)
+        optimum = shape.get(entry, "optimum", dict, where, optional=True)
+        if optimum is not None:
+            for key in COMPARED[1:]:
+                shape.get(optimum, key, float, f"{where}.optimum", optional=True)
 
 
 def study_from_report(document: dict, report_path: Path, *,
@@ -83,40 +148,81 @@ def study_from_report(document: dict, report_path: Path, *,
     """The study the report describes, on the current catalog; plus notes on inputs (catalog
     entries, workload or perf model files, budgets) that changed since."""
     source = str(report_path)
+    shape = _Shape(source)
     try:
-        inputs = document["inputs"]
+        inputs = shape.get(document, "inputs", dict, "")
         catalog = resolve_catalog(catalog_dir)
-        notes = catalog_notes(inputs["catalog"]["machines"], catalog)
-        designs = tuple(_design(d, catalog) for d in inputs["designs"])
-        workload, note = _workload(inputs["workload"], report_path.parent)
+        machines = shape.get(shape.get(inputs, "catalog", dict, "inputs"), "machines", dict,
+                             "inputs.catalog")
+        for sku, entry in machines.items():
+            shape.value(entry, dict, f"inputs.catalog.machines.{sku}")
+        notes = catalog_notes(machines, catalog)
+        design_echoes = shape.get(inputs, "designs", list, "inputs")
+        if not design_echoes:
+            raise shape.fail("inputs.designs", "must list at least one design")
+        designs = tuple(_design(shape, d, f"inputs.designs[{i}]", catalog)
+                        for i, d in enumerate(design_echoes))
+        workload_echo = shape.get(inputs, "workload", dict, "inputs")
+        for key in ("name", "kind", "sha256"):
+            shape.get(workload_echo, key, str, "inputs.workload")
+        workload, note = _workload(workload_echo, report_path.parent)
         notes += note
-        perf, note = _perf(inputs["perf_model"], report_path.parent)
+        perf_echo = shape.get(inputs, "perf_model", dict, "inputs")
+        shape.get(perf_echo, "name", str, "inputs.perf_model")
+        shape.get(perf_echo, "sha256", str, "inputs.perf_model", optional=True)
+        perf, note = _perf(perf_echo, report_path.parent)
         notes += note
-        goal_echo = inputs["goal"]
-        goal = Goal(goal_echo["name"], goal_echo["rate_rps"],
-                    _budget(goal_echo["budget"], catalog, notes))
-        profile_echo = inputs["slo_profile"]
-        profile = parse_slo_profile(profile_echo["name"], {
-            "kind": profile_echo["kind"], "limits": profile_echo["limits"],
-            "description": profile_echo["description"]}, f"{source} inputs.slo_profile")
-        model = catalog.model(inputs["model"]["name"])
-        if model.as_dict() != inputs["model"]:
+        goal_echo = shape.get(inputs, "goal", dict, "inputs")
+        goal_name = _option(SearchOptions, "goal", shape.get(goal_echo, "name", str,
+                                                             "inputs.goal"), source)
+        rate = _option(SearchOptions, "rate", shape.get(goal_echo, "rate_rps", float,
+                                                        "inputs.goal", optional=True), source)
+        goal = Goal(goal_name, rate, _budget(shape, goal_echo, catalog, notes))
+        profile_echo = shape.get(inputs, "slo_profile", dict, "inputs")
+        profile = parse_slo_profile(
+            str(shape.get(profile_echo, "name", str, "inputs.slo_profile")), {
+                "kind": shape.get(profile_echo, "kind", str, "inputs.slo_profile"),
+                "limits": shape.get(profile_echo, "limits", dict, "inputs.slo_profile"),
+                "description": profile_echo.get("description", "")},
+            f"{source} inputs.slo_profile")
+        model_echo = shape.get(inputs, "model", dict, "inputs")
+        model = catalog.model(shape.get(model_echo, "name", str, "inputs.model"))
+        if model.as_dict() != model_echo:
             notes.append(f"model {model.name} record changed since the report")
+        duration = _option(SearchOptions, "duration",
+                           shape.get(inputs, "duration_s", float, "inputs"), source)
+        seed = _option(SearchOptions, "seed", shape.get(inputs, "seed", int, "inputs"), source)
         study = Study(catalog=catalog, model=model, workload=workload,
-                      duration_s=inputs["duration_s"], seed=inputs["seed"], slo=profile,
+                      duration_s=duration, seed=seed, slo=profile,
                       perf=perf, reference=catalog.machine(SLO_REFERENCE_SKU), designs=designs,
-                      goal=goal, constraints=from_echo(Constraints, inputs["constraints"], source),
-                      settings=from_echo(SearchSettings, inputs["search"], source))
-    except (KeyError, TypeError, AttributeError) as err:
-        raise InputError(f"report inputs incomplete or malformed ({err!r})", source=source,
-                         field="inputs") from None
+                      goal=goal,
+                      constraints=from_echo(Constraints, shape.get(inputs, "constraints", dict,
+                                                                   "inputs"), source),
+                      settings=from_echo(SearchSettings, shape.get(inputs, "search", dict,
+                                                                   "inputs"), source))
+    except (KeyError, TypeError, AttributeError, IndexError) as err:
+        raise InputError(f"report inputs incomplete or malformed ({err!r}); re-run the search",
+                         source=source, field="inputs") from None
+    except InputError as err:  # a name the report echoes is unknown now: say which report
+        if source in str(err):
+            raise
+        raise InputError(str(err), source=source) from None
+    if goal.rate_rps is not None:
+        check_request_count(goal.rate_rps, duration)
     return study, notes
 
 
-def _design(echo: dict, catalog: Catalog) -> Design:
-    token = catalog.machine(echo["token_sku"]) if echo["token_sku"] is not None else None
-    return Design(echo["name"], catalog.machine(echo["prompt_sku"]), token,
-                  echo["mixed_pool"])
+def _option(tree: type, name: str, value: Any, source: str) -> Any:
+    """A value echoed in the report, checked like the option it came from."""
+    return check_value(option_fields(tree)[name], value, name, source=source)
+
+
+def _design(shape: _Shape, echo: Any, where: str, catalog: Catalog) -> Design:
+    name = shape.get(echo, "name", str, where)
+    token_sku = shape.get(echo, "token_sku", str, where, optional=True)
+    token = catalog.machine(token_sku) if token_sku is not None else None
+    return Design(name, catalog.machine(shape.get(echo, "prompt_sku", str, where)), token,
+                  shape.get(echo, "mixed_pool", bool, where))
 
 
 def catalog_notes(echoed: dict, catalog) -> list[str]:
@@ -150,15 +256,21 @@ def _perf(echo: dict, report_dir: Path) -> tuple[PerfSource, list[str]]:
     return source, note
 
 
-def _budget(echo: dict | None, catalog, notes: list[str]) -> Budget | None:
+def _budget(shape: _Shape, goal_echo: dict, catalog, notes: list[str]) -> Budget | None:
+    echo = shape.get(goal_echo, "budget", dict, "inputs.goal", optional=True)
     if echo is None:
         return None
-    if not echo.get("like"):
-        return Budget(echo["kind"], echo["value"])
-    budget = budget_like(f"{echo['kind']}:{echo['like']}", catalog)
-    if budget.value != echo["value"]:
-        notes.append(f"budget ({echo['kind']} of {echo['like']}): {echo['value']} -> "
-                     f"{budget.value} {echo['unit']}")
+    kind = shape.get(echo, "kind", str, "inputs.goal.budget")
+    if kind not in ("power", "cost"):
+        raise shape.fail("inputs.goal.budget.kind", f"must be power or cost, got {kind!r}")
+    value = shape.get(echo, "value", float, "inputs.goal.budget")
+    like = shape.get(echo, "like", str, "inputs.goal.budget", optional=True)
+    if not like:
+        return Budget(kind, _option(SearchOptions, "power_budget_kw", value, shape.source))
+    budget = budget_like(f"{kind}:{like}", catalog)
+    if budget.value != value:
+        notes.append(f"budget ({kind} of {like}): {value} -> "
+                     f"{budget.value} {echo.get('unit', '')}".rstrip())
     return budget
 
 

@@ -19,6 +19,8 @@ Fitting, per (model, hardware, tensor_parallel) group (closed forms in `simcore.
 """
 from __future__ import annotations
 
+import io
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -27,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares  # robust bounded nonlinear least squares for the fit
 
-from hardware_catalog import Catalog, InputError, load_catalog
+from hardware_catalog import Catalog, InputError, load_catalog, read_text
 from simcore.perfmodel import (DecodeCoefficients, PairCoefficients, PromptCoefficients,
                                Reference)
 
@@ -40,6 +42,13 @@ PROFILE_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch
 _WHOLE = ("tensor_parallel", "prompt_size", "batch_size", "token_size")
 _TIMES = ("prompt_time", "token_time", "e2e_time")
 GROUP = ["model", "hardware", "tensor_parallel"]
+# Sane ranges (issue: bad input): beyond them a row is a typo.
+MAX_PROFILE_ROWS = 1_000_000
+MAX_PROFILE_MS = 1e7                       # any measured time
+_HIGH = {"tensor_parallel": 1024, "prompt_size": 1e7, "batch_size": 1e5, "token_size": 1e7}
+# A group's fit needs this many distinct measurements, over >= 2 prompt sizes and >= 2 batch
+# sizes: the closed forms have 8 (prompt) and 5 (decode) parameters; fewer rows fit the priors.
+MIN_GROUP_ROWS = 5
 
 
 # ------------------------------------------------------------------------------ reading
@@ -47,12 +56,13 @@ def read_profile_csv(path: str | Path) -> pd.DataFrame:
     """Read and validate a profile CSV; every problem is a one-line InputError (file, row, field)."""
     source = str(path)
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        raw = pd.read_csv(io.StringIO(read_text(path)), dtype=str, keep_default_na=False,
+                          skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise InputError("file is empty", source=source) from None
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
-        message = " ".join(str(getattr(err, "strerror", None) or err).split())
-        raise InputError(f"cannot read CSV: {message}", source=source) from None
+    except pd.errors.ParserError as err:
+        message = " ".join(str(err).split())
+        raise InputError(f"malformed CSV: {message}; fix the file", source=source) from None
     raw.columns = [str(c).strip() for c in raw.columns]
     for column in PROFILE_COLUMNS:
         if column not in raw.columns:
@@ -60,6 +70,8 @@ def read_profile_csv(path: str | Path) -> pd.DataFrame:
                              source=source, row=1, field=column)
     if raw.empty:
         raise InputError("no data rows after the header", source=source)
+    if len(raw) > MAX_PROFILE_ROWS:
+        raise InputError(f"{len(raw)} rows; at most {MAX_PROFILE_ROWS}", source=source)
     profile = pd.DataFrame({c: raw[c].str.strip() for c in ("model", "hardware")})
     for column in ("model", "hardware"):
         _reject(profile[column] == "", raw, source, column, "must not be empty")
@@ -71,9 +83,11 @@ def read_profile_csv(path: str | Path) -> pd.DataFrame:
 
 
 def _positive_numbers(raw: pd.DataFrame, column: str, source: str, whole: bool) -> pd.Series:
-    values = pd.to_numeric(raw[column].str.strip(), errors="coerce")
+    values = pd.to_numeric(raw[column].str.strip(), errors="coerce").astype(np.float64)
     _reject(~np.isfinite(values), raw, source, column, "must be a number")
     _reject(values <= 0, raw, source, column, "must be > 0")
+    high = _HIGH.get(column, MAX_PROFILE_MS)
+    _reject(values > high, raw, source, column, f"must be <= {high:g}")
     if whole:
         _reject(values != np.round(values), raw, source, column, "must be a whole number")
         return values.astype(np.int64)
@@ -309,10 +323,24 @@ class Calibration:
     artefacts_dropped: int
 
 
+def check_group_sizes(clean: pd.DataFrame, source: str = "profile") -> None:
+    """Refuse to fit a group from too few measurements (it would echo the priors)."""
+    for (model, hardware, tp), rows in clean.groupby(GROUP, sort=True):
+        if (len(rows) < MIN_GROUP_ROWS or rows.prompt_size.nunique() < 2
+                or rows.batch_size.nunique() < 2):
+            raise InputError(
+                f"group {model}/{hardware}/tp{tp} has {len(rows)} distinct rows over "
+                f"{rows.prompt_size.nunique()} prompt sizes and {rows.batch_size.nunique()} "
+                f"batch sizes; a fit needs >= {MIN_GROUP_ROWS} rows over >= 2 of each: measure "
+                "more points, or leave the group out with --tp / --exclude-hardware",
+                source=source)
+
+
 def calibrate(profile: pd.DataFrame, seed: int = 0, test_fraction: float = 0.2,
-              catalog: Catalog | None = None) -> Calibration:
+              catalog: Catalog | None = None, source: str = "profile") -> Calibration:
     """Fit every group on all its clean rows; report error on a seeded random held-out split."""
     clean, duplicates, artefacts = clean_profile(profile)
+    check_group_sizes(clean, source)
     errors = []
     for (model, hardware, tp), rows in clean.groupby(GROUP, sort=True):
         split = held_out_random(rows, seed, test_fraction)

@@ -33,6 +33,7 @@ curve, positive and strictly increasing knots, latencies > 0 that never decrease
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hardware_catalog import Catalog, InputError
+from hardware_catalog import Catalog, InputError, read_text
 from hardware_catalog.checks import Invalid, Number
 from simcore.latency import LatencyCurves
 
@@ -51,6 +52,11 @@ Key = tuple[str, "str | None"]
 Fail = Callable[[Any, str, str], None]
 
 _PHASES = {"prefill": "tokens", "decode": "batch"}
+# Sane ranges: beyond them a table is a typo (or not a latency table at all).
+MAX_KNOT_X = 1e8       # total prompt tokens of an iteration, or requests in a batch
+MAX_KNOT_MS = 1e7      # milliseconds of one iteration
+MAX_CONTEXT_MS = 1e3   # milliseconds per context token
+MAX_KNOTS = 100_000
 
 
 def parse_table_document(document: Any, source: str,
@@ -137,9 +143,15 @@ def checked_curve(xs: list, ys: list, fail: Fail) -> tuple[np.ndarray, np.ndarra
     """Enforce the knot rules on one curve; `fail` places the error (row or entry, field)."""
     if len(xs) < 2:
         fail(None, "ms", f"needs at least 2 knots, got {len(xs)}")
+    if len(xs) > MAX_KNOTS:
+        fail(None, "ms", f"has {len(xs)} knots; at most {MAX_KNOTS}")
     for i, (x, y) in enumerate(zip(xs, ys)):
         if x <= 0:
             fail(i, "x", f"knot must be > 0, got {x:g}")
+        if x > MAX_KNOT_X:
+            fail(i, "x", f"knot must be <= {MAX_KNOT_X:g} (tokens or requests), got {x:g}")
+        if y > MAX_KNOT_MS:
+            fail(i, "ms", f"latency must be <= {MAX_KNOT_MS:g} ms, got {y:g}")
         if i and x <= xs[i - 1]:
             fail(i, "x", f"knots must increase: {x:g} after {xs[i - 1]:g}")
         if y <= 0:
@@ -182,7 +194,7 @@ def _yaml_curve(entry: dict, phase: str, fail: Fail):
 
 def _context(value: Any, fail: Callable[[str], None]) -> float:
     try:
-        return Number(0)(value)
+        return Number(0, MAX_CONTEXT_MS)(value)
     except Invalid as err:
         fail(str(err))
 
@@ -191,10 +203,7 @@ def _context(value: Any, fail: Callable[[str], None]) -> float:
 def _csv_records(path: str | Path):
     """(file row number, record) for each non-blank data row; the header is row 1."""
     source = str(path)
-    try:
-        handle = open(path, newline="")
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror}", source=source) from None
+    handle = io.StringIO(read_text(path), newline="")
     with handle:
         reader = csv.reader(handle)
         header = next(reader, None)
@@ -241,7 +250,7 @@ def _csv_context(points: list, label: str, source: str) -> float:
     if not points:
         return 0.0
     _, ms, row = points[0]
-    if ms < 0:
-        raise InputError(f"{label} context: must be >= 0, got {ms:g}", source=source, row=row,
-                         field="ms")
+    if not 0 <= ms <= MAX_CONTEXT_MS:
+        raise InputError(f"{label} context: must be >= 0 and <= {MAX_CONTEXT_MS:g}, got {ms:g}",
+                         source=source, row=row, field="ms")
     return ms

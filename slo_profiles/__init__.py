@@ -18,6 +18,7 @@ DATA_DIR = Path(__file__).resolve().parent
 METRICS = ("ttft", "tbt", "e2e")
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 KINDS = ("slowdown", "absolute_ms")
+MAX_LIMIT = 1e7  # a slowdown factor, or milliseconds (about 2.8 hours): beyond it, a typo
 
 __all__ = ["SloProfile", "load_slo_profile", "builtin_slo_profiles", "METRICS", "PERCENTILES"]
 
@@ -67,7 +68,7 @@ def parse_slo_profile(name: str, data, source: str) -> SloProfile:
                 raise InputError(f"unknown percentile '{pct}'; use p50, p90, p99", source=source,
                                  field=key)
             try:
-                limits[(metric, pct)] = positive()(limit)
+                limits[(metric, pct)] = positive(MAX_LIMIT)(limit)
             except Invalid as err:
                 raise InputError(f"limit {err}", source=source, field=key) from None
     ordered = {k: limits[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in limits}

@@ -147,7 +147,7 @@ def test_unreadable_paths_rejected(tmp_path):
     assert "cannot read" in rejection(tmp_path / "absent.csv")
     folder = tmp_path / "folder.csv"
     folder.mkdir()
-    assert "cannot read" in rejection(folder)
+    assert "is a directory" in rejection(folder)
     binary = tmp_path / "binary.csv"
     binary.write_bytes(b"\xff\xfe\x00\x81" * 50)
     rejection(binary)
