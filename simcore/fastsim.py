@@ -1,13 +1,25 @@
-"""Fast simulator core: the reference semantics (see `simcore.refsim`) on struct-of-arrays state.
+"""Fast simulator core: the reference semantics (see `simcore.refsim`) compiled with numba.
 
-Requests and machines are flat numpy arrays; queues are intrusive linked lists threaded through
-per-request `next` arrays, so every operation is O(1) except the O(machines) scans for routing
-and the next event. The loop is compiled with numba (cached on disk after the first call); with
+The state is one record per request and one per machine (numpy record arrays of `REQUEST` and
+`MACHINE`), so a helper takes a machine and reads `machine.pending`, as the reference simulator
+does. Records rather than namedtuples of arrays: numba reference-counts every array a compiled
+function receives, which made helpers that take a dozen arrays 3-28x slower. Queues are
+intrusive linked lists threaded through the request records, so every queue operation is O(1);
+the running decodes' forward links live in their own array, `running_next`, because every decode
+iteration walks them and 8 bytes per request keep that walk in cache (about 15% on conversation).
+The steps of the event loop are inlined into it (inline='always': a call costs reference counting
+of its array arguments, about 20% here). The loop is cached on disk after the first call; with
 PROVISION_NO_JIT=1, or without numba, the same code runs as plain Python (slow, but identical).
+
+Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
+machine index; (2) KV caches that arrive, by (time, request); (3) requests that arrive, routed at
+once; (4) idle machines with work start their next iteration, by machine index. The next event
+time and routing scan all machines.
 """
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
 import numpy as np
 
@@ -30,10 +42,52 @@ except ImportError:  # pragma: no cover - exercised with PROVISION_NO_JIT=1
 NONE = -1
 INF = np.inf
 
+REQUEST = np.dtype([
+    # the fields a decode step touches first (one cache line)
+    ("prompt", np.int64), ("output", np.int64), ("generated", np.int64),
+    ("running_prev", np.int64),     # running decodes, doubly linked (next: `running_next`)
+    ("reservation", np.int64),      # KV tokens held while it decodes: prompt + output
+    ("prompt_machine", np.int64), ("token_machine", np.int64),
+    ("arrival", np.float64), ("first_token", np.float64), ("finish", np.float64),
+    ("kv_transfer", np.float64),
+    ("queue_next", np.int64),       # prompt queue, later (remote decode) the decode wait
+    ("batch_next", np.int64),       # prompts of the iteration in flight
+], align=True)
+
+MACHINE = np.dtype([
+    ("role", np.int64), ("kind", np.int64), ("capacity", np.int64),  # kind: index into curves
+    ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
+    ("busy", np.bool_), ("busy_until", np.float64),  # the iteration in flight
+    ("memory", np.int64),           # KV tokens reserved by admitted requests
+    ("pending", np.int64),          # prompt tokens routed here, not yet done (routing key)
+    ("committed", np.int64),        # reservations of unfinished requests decoding here (key)
+    ("in_mixed", np.bool_), ("mixed_since", np.float64),  # lent to the mixed pool
+    # list heads and tails
+    ("prompt_head", np.int64), ("prompt_tail", np.int64), ("prompt_len", np.int64),
+    ("wait_head", np.int64), ("wait_tail", np.int64),  # decodes waiting for memory
+    ("running_head", np.int64), ("running_tail", np.int64),
+    ("running_count", np.int64), ("running_context", np.int64),  # batch and context tokens
+    ("batch_head", np.int64),       # prompts of the iteration in flight
+    # statistics
+    ("busy_s", np.float64), ("iterations", np.int64), ("batch_size_sum", np.int64),
+    ("max_memory", np.int64), ("mixed_s", np.float64),
+], align=True)
+
+Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
+    "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s"])
+
+Settings = namedtuple("Settings", [
+    "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
+    "layerwise_min"])
+
+Heap = namedtuple("Heap", ["key", "item", "size"])  # binary min-heap on (key, item); size: [n]
+
+
+# ---------------------------------------------------------------------------- latency
 
 @njit(cache=True)
-def _pl(x, xs, ys, n):
-    """Piecewise-linear curve, same rule as simcore.latency.piecewise_linear."""
+def _piecewise_linear(x, xs, ys, n):
+    """Same rule as simcore.latency.piecewise_linear, on the first n knots."""
     if x <= xs[0]:
         return ys[0]
     if x > xs[n - 1]:
@@ -46,359 +100,470 @@ def _pl(x, xs, ys, n):
     return slope * (x - xs[j - 1]) + ys[j - 1]
 
 
-@njit(cache=True)
-def _iteration_time(k, tokens, batch, context, px, py, pn, dx, dy, dn, ctx):
+@njit(cache=True, inline='always')
+def _iteration_time(curves, kind, tokens, batch, context):
+    """LatencyCurves' prompt_time, token_time or mixed_time for SKU `kind`."""
+    c = curves
     if batch == 0:
-        return _pl(float(tokens), px[k], py[k], pn[k])
-    decode = _pl(float(batch), dx[k], dy[k], dn[k])
+        return _piecewise_linear(float(tokens), c.prompt_x[kind], c.prompt_y[kind],
+                                 c.prompt_n[kind])
+    decode = _piecewise_linear(float(batch), c.decode_x[kind], c.decode_y[kind],
+                               c.decode_n[kind])
     if tokens == 0:
-        return decode + ctx[k] * float(context)
-    prompt = _pl(float(tokens + batch), px[k], py[k], pn[k])
-    return max(prompt, decode) + ctx[k] * float(context)
+        return decode + c.context_s[kind] * float(context)
+    prompt = _piecewise_linear(float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind],
+                               c.prompt_n[kind])
+    return max(prompt, decode) + c.context_s[kind] * float(context)
 
 
 @njit(cache=True)
-def _heap_push(ht, hr, size, t, r):
-    i = size
-    ht[i] = t
-    hr[i] = r
+def _kv_transfer(settings, prompt, src, dst):
+    """Same rule as simcore.cluster.kv_transfer_seconds, between machine records."""
+    size = prompt * settings.kv_bytes
+    bandwidth = min(src.link, dst.link)
+    if prompt < settings.layerwise_min:
+        return size / bandwidth
+    return max(src.visible, dst.visible) + size / (settings.layers * bandwidth)
+
+
+# ---------------------------------------------------------------------------- containers
+
+@njit(cache=True)
+def _heap_push(heap, key, item):
+    i = heap.size[0]
+    heap.size[0] += 1
+    keys, items = heap.key, heap.item
+    keys[i] = key
+    items[i] = item
     while i > 0:
         parent = (i - 1) // 2
-        if ht[parent] < ht[i] or (ht[parent] == ht[i] and hr[parent] < hr[i]):
+        if keys[parent] < keys[i] or (keys[parent] == keys[i] and items[parent] < items[i]):
             break
-        ht[parent], ht[i] = ht[i], ht[parent]
-        hr[parent], hr[i] = hr[i], hr[parent]
+        keys[parent], keys[i] = keys[i], keys[parent]
+        items[parent], items[i] = items[i], items[parent]
         i = parent
-    return size + 1
 
 
 @njit(cache=True)
-def _heap_pop(ht, hr, size):
-    r = hr[0]
-    size -= 1
-    ht[0] = ht[size]
-    hr[0] = hr[size]
+def _heap_pop(heap):
+    """Remove and return the (key, item)-minimal item."""
+    keys, items = heap.key, heap.item
+    top = items[0]
+    heap.size[0] -= 1
+    size = heap.size[0]
+    keys[0] = keys[size]
+    items[0] = items[size]
     i = 0
     while True:
         left, right, best = 2 * i + 1, 2 * i + 2, i
-        if left < size and (ht[left] < ht[best] or (ht[left] == ht[best] and hr[left] < hr[best])):
+        if left < size and (keys[left] < keys[best]
+                            or (keys[left] == keys[best] and items[left] < items[best])):
             best = left
-        if right < size and (ht[right] < ht[best]
-                             or (ht[right] == ht[best] and hr[right] < hr[best])):
+        if right < size and (keys[right] < keys[best]
+                             or (keys[right] == keys[best] and items[right] < items[best])):
             best = right
         if best == i:
             break
-        ht[best], ht[i] = ht[i], ht[best]
-        hr[best], hr[i] = hr[i], hr[best]
+        keys[best], keys[i] = keys[i], keys[best]
+        items[best], items[i] = items[i], items[best]
         i = best
-    return r, size
+    return top
 
 
 @njit(cache=True)
-def _kv_transfer(prompt, src, dst, link, visible, kv_bytes, layers, layerwise_min):
-    size = prompt * kv_bytes
-    bandwidth = min(link[src], link[dst])
-    if prompt < layerwise_min:
-        return size / bandwidth
-    return max(visible[src], visible[dst]) + size / (layers * bandwidth)
+def _push_prompt(requests, machine, r):
+    requests[r].queue_next = NONE
+    if machine.prompt_tail != NONE:
+        requests[machine.prompt_tail].queue_next = r
+    else:
+        machine.prompt_head = r
+    machine.prompt_tail = r
+    machine.prompt_len += 1
 
 
 @njit(cache=True)
-def _best(keys1, keys2, eligible):
-    """Index minimising (keys1, keys2, index) among eligible machines, or NONE."""
-    best = NONE
-    for m in range(len(keys1)):
-        if not eligible[m]:
-            continue
-        if (best == NONE or keys1[m] < keys1[best]
-                or (keys1[m] == keys1[best] and keys2[m] < keys2[best])):
-            best = m
+def _pop_prompt(requests, machine):
+    r = machine.prompt_head
+    machine.prompt_head = requests[r].queue_next
+    if machine.prompt_head == NONE:
+        machine.prompt_tail = NONE
+    machine.prompt_len -= 1
+    return r
+
+
+@njit(cache=True)
+def _push_wait(requests, machine, r):
+    requests[r].queue_next = NONE
+    if machine.wait_tail != NONE:
+        requests[machine.wait_tail].queue_next = r
+    else:
+        machine.wait_head = r
+    machine.wait_tail = r
+
+
+@njit(cache=True)
+def _pop_wait(requests, machine):
+    r = machine.wait_head
+    machine.wait_head = requests[r].queue_next
+    if machine.wait_head == NONE:
+        machine.wait_tail = NONE
+    return r
+
+
+@njit(cache=True)
+def _append_running(requests, running_next, machine, r):
+    """Admit request r to the machine's running decodes (doubly linked, for O(1) removal)."""
+    request = requests[r]
+    running_next[r] = NONE
+    request.running_prev = machine.running_tail
+    if machine.running_tail != NONE:
+        running_next[machine.running_tail] = r
+    else:
+        machine.running_head = r
+    machine.running_tail = r
+    machine.running_count += 1
+    machine.running_context += request.prompt + request.generated
+
+
+@njit(cache=True)
+def _remove_running(requests, running_next, machine, r):
+    request = requests[r]
+    if request.running_prev != NONE:
+        running_next[request.running_prev] = running_next[r]
+    else:
+        machine.running_head = running_next[r]
+    if running_next[r] != NONE:
+        requests[running_next[r]].running_prev = request.running_prev
+    else:
+        machine.running_tail = request.running_prev
+    machine.running_count -= 1
+    machine.running_context -= request.prompt + request.generated
+
+
+# ---------------------------------------------------------------------------- mixed pool
+
+@njit(cache=True)
+def _enter_mixed(machine, now):
+    machine.in_mixed = True
+    machine.mixed_since = now
+
+
+@njit(cache=True)
+def _leave_mixed_if_done(machine, now):
+    """A mixed-pool machine returns to its pool once it has no work of the other kind."""
+    if not machine.in_mixed:
+        return
+    other_work = machine.committed if machine.role == ROLE_PROMPT else machine.pending
+    if other_work == 0:
+        machine.in_mixed = False
+        machine.mixed_s += now - machine.mixed_since
+
+
+# ---------------------------------------------------------------------------- (1) iterations end
+
+@njit(cache=True, inline='always')
+def _end_decodes(requests, running_next, machines, m, now):
+    """Every running decode was in this batch (the list changes only between iterations), and
+    each gains a token. Returns how many requests finished."""
+    machine = machines[m]
+    machine.running_context += machine.running_count  # one more token of context each
+    finished = 0
+    r = machine.running_head
+    while r != NONE:
+        request = requests[r]
+        after = running_next[r]
+        request.generated += 1
+        if request.generated == request.output:
+            request.finish = now
+            finished += 1
+            machine.committed -= request.reservation
+            machine.memory -= request.reservation
+            _remove_running(requests, running_next, machine, r)
+            if request.prompt_machine != m:
+                _leave_mixed_if_done(machine, now)
+        r = after
+    return finished
+
+
+@njit(cache=True, inline='always')
+def _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now):
+    """Each prompt yields its first token; its decode continues here, or on its token machine
+    once the KV cache has arrived. Returns how many requests finished (one-token outputs)."""
+    machine = machines[m]
+    finished = 0
+    r = machine.batch_head
+    while r != NONE:
+        request = requests[r]
+        after = request.batch_next
+        request.generated = 1
+        request.first_token = now
+        machine.pending -= request.prompt
+        t = request.token_machine
+        if request.output == 1:
+            if t == m:
+                machine.memory -= request.reservation
+            request.finish = now
+            finished += 1
+            machines[t].committed -= request.reservation
+            if t != m:
+                _leave_mixed_if_done(machines[t], now)
+        elif t == m:
+            _append_running(requests, running_next, machine, r)
+        else:
+            request.kv_transfer = _kv_transfer(settings, request.prompt, machine, machines[t])
+            _heap_push(kv_arrivals, now + request.kv_transfer, r)
+        r = after
+    machine.batch_head = NONE
+    return finished
+
+
+@njit(cache=True, inline='always')
+def _end_iteration(requests, running_next, machines, settings, kv_arrivals, m, now):
+    finished = _end_decodes(requests, running_next, machines, m, now)
+    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now)
+    machines[m].busy = False
+    _leave_mixed_if_done(machines[m], now)
+    return finished
+
+
+# ---------------------------------------------------------------------------- (2) KV arrives
+
+@njit(cache=True, inline='always')
+def _deliver_kv(requests, machines, kv_arrivals, now):
+    """KV caches that arrive now join their token machine's decode wait, by (time, request)."""
+    while kv_arrivals.size[0] > 0 and kv_arrivals.key[0] == now:
+        r = _heap_pop(kv_arrivals)
+        _push_wait(requests, machines[requests[r].token_machine], r)
+
+
+# ---------------------------------------------------------------------------- (3) routing
+# Every choice is the (key, index)-smallest machine of a pool: ties go to the lowest index.
+
+POOL_PROMPT, POOL_TOKEN, POOL_MIXED = 0, 1, 2
+KEY_PENDING, KEY_COMMITTED = 0, 1
+
+
+@njit(cache=True)
+def _best_in_pool(machines, pool, key):
+    """The pool's machine with the fewest pending (or committed) tokens; NONE if it is empty.
+    The prompt and token pools exclude the machines lent to the mixed pool."""
+    role = ROLE_PROMPT if pool == POOL_PROMPT else ROLE_TOKEN
+    best, best_key = NONE, 0
+    for m in range(len(machines)):
+        machine = machines[m]
+        if machine.in_mixed if pool == POOL_MIXED else (machine.role == role
+                                                        and not machine.in_mixed):
+            k = machine.pending if key == KEY_PENDING else machine.committed
+            if best == NONE or k < best_key:
+                best, best_key = m, k
     return best
 
 
 @njit(cache=True)
-def _append_running(r, m, run_head, run_tail, run_next, run_prev):
-    """Append request r to machine m's running list (doubly linked, for O(1) removal)."""
-    run_next[r] = NONE
-    run_prev[r] = run_tail[m]
-    if run_tail[m] != NONE:
-        run_next[run_tail[m]] = r
-    else:
-        run_head[m] = r
-    run_tail[m] = r
+def _best_prompt_machine_that_holds(machines, reservation):
+    """The prompt-pool machine with the fewest committed tokens that can take the request."""
+    best, best_key = NONE, 0
+    for m in range(len(machines)):
+        machine = machines[m]
+        if (machine.role == ROLE_PROMPT and not machine.in_mixed
+                and machine.committed + reservation <= machine.capacity
+                and (best == NONE or machine.committed < best_key)):
+            best, best_key = m, machine.committed
+    return best
 
 
 @njit(cache=True)
-def _remove_running(r, m, run_head, run_tail, run_next, run_prev):
-    if run_prev[r] != NONE:
-        run_next[run_prev[r]] = run_next[r]
-    else:
-        run_head[m] = run_next[r]
-    if run_next[r] != NONE:
-        run_prev[run_next[r]] = run_prev[r]
-    else:
-        run_tail[m] = run_prev[r]
+def _least_loaded(machines, reservation):
+    """Fallback (and baseline): fewest pending + committed tokens among machines that fit."""
+    best, best_key = NONE, 0
+    for m in range(len(machines)):
+        machine = machines[m]
+        load = machine.pending + machine.committed
+        if machine.capacity >= reservation and (best == NONE or load < best_key):
+            best, best_key = m, load
+    return best
 
 
 @njit(cache=True)
-def _leave_mixed_if_done(m, now, role, committed, pending, in_mixed, mixed_since, mixed_s):
-    """A mixed-pool machine returns to its pool once it has no work of the other kind."""
-    if not in_mixed[m]:
+def _is_long(machine, settings, prompt):
+    return machine.prompt_len > 0 and machine.pending + prompt > settings.queue_threshold
+
+
+@njit(cache=True)
+def _is_loaded(machine, reservation):
+    return machine.committed + reservation > machine.capacity
+
+
+@njit(cache=True)
+def _choose_prompt_machine(machines, settings, prompt, now):
+    """Own pool; with the mixed pool, unless the queue is long: the mixed pool's best, else lend
+    the token machine with the fewest committed tokens. Returns (choice, lent machine), NONE
+    for none."""
+    own = _best_in_pool(machines, POOL_PROMPT, KEY_PENDING)
+    if not settings.mixed_pool or (own != NONE and not _is_long(machines[own], settings, prompt)):
+        return own, NONE
+    mixed = _best_in_pool(machines, POOL_MIXED, KEY_PENDING)
+    if mixed != NONE and not _is_long(machines[mixed], settings, prompt):
+        return mixed, NONE
+    lent = _best_in_pool(machines, POOL_TOKEN, KEY_COMMITTED)
+    if lent != NONE:
+        _enter_mixed(machines[lent], now)
+    return lent, lent
+
+
+@njit(cache=True)
+def _choose_token_machine(machines, settings, reservation, now):
+    """Own pool; with the mixed pool, unless it is loaded: the mixed pool's best, else lend the
+    prompt machine with the fewest committed tokens that can hold the request."""
+    own = _best_in_pool(machines, POOL_TOKEN, KEY_COMMITTED)
+    if not settings.mixed_pool or (own != NONE and not _is_loaded(machines[own], reservation)):
+        return own, NONE
+    mixed = _best_in_pool(machines, POOL_MIXED, KEY_COMMITTED)
+    if mixed != NONE and not _is_loaded(machines[mixed], reservation):
+        return mixed, NONE
+    lent = _best_prompt_machine_that_holds(machines, reservation)
+    if lent != NONE:
+        _enter_mixed(machines[lent], now)
+    return lent, lent
+
+
+@njit(cache=True)
+def _route(requests, machines, settings, r, now):
+    """Pick both machines on arrival (prompt side first) and queue the prompt."""
+    request = requests[r]
+    prompt_m, token_m = NONE, NONE
+    lent_p, lent_t = NONE, NONE
+    if machines[0].role != ROLE_BOTH:
+        prompt_m, lent_p = _choose_prompt_machine(machines, settings, request.prompt, now)
+        if prompt_m != NONE:
+            token_m, lent_t = _choose_token_machine(machines, settings, request.reservation,
+                                                    now)
+    if prompt_m == NONE or token_m == NONE:
+        prompt_m = token_m = _least_loaded(machines, request.reservation)
+    request.prompt_machine = prompt_m
+    request.token_machine = token_m
+    _push_prompt(requests, machines[prompt_m], r)
+    machines[prompt_m].pending += request.prompt
+    machines[token_m].committed += request.reservation
+    # a machine lent for nothing (the fallback took over) returns at once
+    if lent_p != NONE:
+        _leave_mixed_if_done(machines[lent_p], now)
+    if lent_t != NONE:
+        _leave_mixed_if_done(machines[lent_t], now)
+
+
+# ---------------------------------------------------------------------------- (4) iterations start
+
+@njit(cache=True, inline='always')
+def _has_work(machine):
+    return (machine.wait_head != NONE or machine.prompt_head != NONE
+            or machine.running_count > 0)
+
+
+@njit(cache=True, inline='always')
+def _admit_decodes(requests, running_next, machine):
+    """Waiting decodes join FCFS while their reservation fits in memory."""
+    while (machine.wait_head != NONE and machine.memory
+           + requests[machine.wait_head].reservation <= machine.capacity):
+        r = _pop_wait(requests, machine)
+        machine.memory += requests[r].reservation
+        _append_running(requests, running_next, machine, r)
+
+
+@njit(cache=True, inline='always')
+def _take_prompts(requests, machine, m, limit):
+    """Queued prompts join from the head within the token limit (the first always does); one
+    that decodes here must also fit its reservation, else the queue waits. Returns (count,
+    tokens)."""
+    tokens = 0
+    count = 0
+    last = NONE
+    while machine.prompt_head != NONE:
+        request = requests[machine.prompt_head]
+        if count > 0 and tokens + request.prompt > limit:
+            break
+        if request.token_machine == m:
+            if machine.memory + request.reservation > machine.capacity:
+                break
+            machine.memory += request.reservation
+        r = _pop_prompt(requests, machine)
+        request.batch_next = NONE
+        if last != NONE:
+            requests[last].batch_next = r
+        else:
+            machine.batch_head = r
+        last = r
+        tokens += request.prompt
+        count += 1
+    return count, tokens
+
+
+@njit(cache=True, inline='always')
+def _start_iteration(requests, running_next, machines, curves, settings, m, now):
+    machine = machines[m]
+    _admit_decodes(requests, running_next, machine)
+    count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit)
+    decodes = machine.running_count
+    if count == 0 and decodes == 0:
         return
-    other = committed[m] if role[m] == ROLE_PROMPT else pending[m]
-    if other == 0:
-        in_mixed[m] = False
-        mixed_s[m] += now - mixed_since[m]
+    duration = _iteration_time(curves, machine.kind, tokens, decodes, machine.running_context)
+    machine.busy = True
+    machine.busy_until = now + duration
+    machine.busy_s += duration
+    machine.iterations += 1
+    machine.batch_size_sum += count + decodes
+    if machine.memory > machine.max_memory:
+        machine.max_memory = machine.memory
+
+
+# ---------------------------------------------------------------------------- event loop
+
+@njit(cache=True, inline='always')
+def _next_event_time(requests, machines, kv_arrivals, next_arrival):
+    """Earliest iteration end, KV arrival or request arrival; INF when nothing is left."""
+    now = INF
+    for m in range(len(machines)):
+        if machines[m].busy and machines[m].busy_until < now:
+            now = machines[m].busy_until
+    if kv_arrivals.size[0] > 0 and kv_arrivals.key[0] < now:
+        now = kv_arrivals.key[0]
+    if next_arrival < len(requests) and requests[next_arrival].arrival < now:
+        now = requests[next_arrival].arrival
+    return now
 
 
 @njit(cache=True)
-def _run(arrival, prompt, output, role, kind, capacity, link, visible, kv_bytes, layers,
-         mixed_pool, limit, threshold, layerwise_min, px, py, pn, dx, dy, dn, ctx):
-    n, M = len(arrival), len(role)
-    reservation = prompt + output
-    # per request
-    pm = np.full(n, NONE, np.int64)
-    tm = np.full(n, NONE, np.int64)
-    generated = np.zeros(n, np.int64)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    kvt = np.zeros(n)
-    q_next = np.full(n, NONE, np.int64)      # prompt queue or decode-wait queue link
-    run_next = np.full(n, NONE, np.int64)    # running list links (doubly linked)
-    run_prev = np.full(n, NONE, np.int64)
-    batch_next = np.full(n, NONE, np.int64)  # prompts of the current iteration
-    # per machine
-    pq_head = np.full(M, NONE, np.int64)
-    pq_tail = np.full(M, NONE, np.int64)
-    pq_len = np.zeros(M, np.int64)
-    dw_head = np.full(M, NONE, np.int64)
-    dw_tail = np.full(M, NONE, np.int64)
-    run_head = np.full(M, NONE, np.int64)
-    run_tail = np.full(M, NONE, np.int64)
-    run_count = np.zeros(M, np.int64)
-    run_context = np.zeros(M, np.int64)
-    batch_head = np.full(M, NONE, np.int64)
-    busy = np.zeros(M, np.bool_)
-    busy_until = np.zeros(M)
-    memory = np.zeros(M, np.int64)
-    pending = np.zeros(M, np.int64)
-    committed = np.zeros(M, np.int64)
-    in_mixed = np.zeros(M, np.bool_)
-    mixed_since = np.zeros(M)
-    eligible = np.zeros(M, np.bool_)
-    zeros = np.zeros(M, np.int64)
-    load = np.zeros(M, np.int64)
-    # statistics
-    busy_s = np.zeros(M)
-    iterations = np.zeros(M, np.int64)
-    batch_sum = np.zeros(M, np.int64)
-    max_memory = np.zeros(M, np.int64)
-    mixed_s = np.zeros(M)
-    # KV arrivals
-    ht = np.zeros(n)
-    hr = np.zeros(n, np.int64)
-    hsize = 0
+def _run(requests, running_next, machines, curves, settings, kv_arrivals):
+    """The event loop; returns False if it stalls with unfinished requests."""
+    n = len(requests)
     next_arrival = 0
     finished = 0
-    baseline = role[0] == ROLE_BOTH
     end_time = 0.0
-
     while finished < n:
-        now = INF
-        for m in range(M):
-            if busy[m] and busy_until[m] < now:
-                now = busy_until[m]
-        if hsize > 0 and ht[0] < now:
-            now = ht[0]
-        if next_arrival < n and arrival[next_arrival] < now:
-            now = arrival[next_arrival]
+        now = _next_event_time(requests, machines, kv_arrivals, next_arrival)
         if now == INF:
-            return (pm, tm, first, finish, kvt, busy_s, iterations, batch_sum, max_memory,
-                    mixed_s, False)
+            return False
         end_time = now
-        # (1) iterations that end
-        for m in range(M):
-            if not (busy[m] and busy_until[m] == now):
-                continue
-            # the running list only changes at iteration boundaries: all of it was in this batch
-            r = run_head[m]
-            while r != NONE:
-                nxt = run_next[r]
-                generated[r] += 1
-                run_context[m] += 1
-                if generated[r] == output[r]:
-                    finish[r] = now
-                    finished += 1
-                    committed[m] -= reservation[r]
-                    memory[m] -= reservation[r]
-                    run_context[m] -= prompt[r] + output[r]
-                    run_count[m] -= 1
-                    _remove_running(r, m, run_head, run_tail, run_next, run_prev)
-                    if pm[r] != m:
-                        _leave_mixed_if_done(m, now, role, committed, pending, in_mixed,
-                                             mixed_since, mixed_s)
-                r = nxt
-            r = batch_head[m]
-            while r != NONE:
-                nxt = batch_next[r]
-                generated[r] = 1
-                first[r] = now
-                pending[m] -= prompt[r]
-                t = tm[r]
-                if output[r] == 1:
-                    if t == m:
-                        memory[m] -= reservation[r]
-                    finish[r] = now
-                    finished += 1
-                    committed[t] -= reservation[r]
-                    if t != m:
-                        _leave_mixed_if_done(t, now, role, committed, pending, in_mixed,
-                                             mixed_since, mixed_s)
-                elif t == m:
-                    _append_running(r, m, run_head, run_tail, run_next, run_prev)
-                    run_count[m] += 1
-                    run_context[m] += prompt[r] + 1
-                else:
-                    kvt[r] = _kv_transfer(prompt[r], m, t, link, visible, kv_bytes, layers,
-                                          layerwise_min)
-                    hsize = _heap_push(ht, hr, hsize, now + kvt[r], r)
-                r = nxt
-            batch_head[m] = NONE
-            busy[m] = False
-            _leave_mixed_if_done(m, now, role, committed, pending, in_mixed, mixed_since, mixed_s)
-        # (2) KV caches that arrive
-        while hsize > 0 and ht[0] == now:
-            r, hsize = _heap_pop(ht, hr, hsize)
-            t = tm[r]
-            q_next[r] = NONE
-            if dw_tail[t] != NONE:
-                q_next[dw_tail[t]] = r
-            else:
-                dw_head[t] = r
-            dw_tail[t] = r
-        # (3) requests that arrive: routing
-        while next_arrival < n and arrival[next_arrival] == now:
-            r = next_arrival
+        for m in range(len(machines)):  # (1)
+            if machines[m].busy and machines[m].busy_until == now:
+                finished += _end_iteration(requests, running_next, machines, settings,
+                                           kv_arrivals, m, now)
+        _deliver_kv(requests, machines, kv_arrivals, now)  # (2)
+        while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
+            _route(requests, machines, settings, next_arrival, now)
             next_arrival += 1
-            p_choice = NONE
-            t_choice = NONE
-            moved1 = NONE
-            moved2 = NONE
-            if not baseline:
-                # prompt side
-                for m in range(M):
-                    eligible[m] = role[m] == ROLE_PROMPT and not in_mixed[m]
-                p_choice = _best(pending, zeros, eligible)
-                if mixed_pool and (p_choice == NONE or (
-                        pq_len[p_choice] > 0 and pending[p_choice] + prompt[r] > threshold)):
-                    for m in range(M):
-                        eligible[m] = in_mixed[m]
-                    p_choice = _best(pending, zeros, eligible)
-                    if p_choice == NONE or (pq_len[p_choice] > 0
-                                            and pending[p_choice] + prompt[r] > threshold):
-                        for m in range(M):
-                            eligible[m] = role[m] == ROLE_TOKEN and not in_mixed[m]
-                        p_choice = _best(committed, zeros, eligible)
-                        if p_choice != NONE:
-                            in_mixed[p_choice] = True
-                            mixed_since[p_choice] = now
-                            moved1 = p_choice
-                # token side
-                if p_choice != NONE:
-                    for m in range(M):
-                        eligible[m] = role[m] == ROLE_TOKEN and not in_mixed[m]
-                    t_choice = _best(committed, zeros, eligible)
-                    if mixed_pool and (t_choice == NONE or
-                                       committed[t_choice] + reservation[r] > capacity[t_choice]):
-                        for m in range(M):
-                            eligible[m] = in_mixed[m]
-                        t_choice = _best(committed, zeros, eligible)
-                        if t_choice == NONE or (committed[t_choice] + reservation[r]
-                                                > capacity[t_choice]):
-                            for m in range(M):
-                                eligible[m] = (role[m] == ROLE_PROMPT and not in_mixed[m] and
-                                               committed[m] + reservation[r] <= capacity[m])
-                            t_choice = _best(committed, zeros, eligible)
-                            if t_choice != NONE:
-                                in_mixed[t_choice] = True
-                                mixed_since[t_choice] = now
-                                moved2 = t_choice
-            if p_choice == NONE or t_choice == NONE:
-                for m in range(M):
-                    eligible[m] = capacity[m] >= reservation[r]
-                    load[m] = pending[m] + committed[m]
-                p_choice = _best(load, zeros, eligible)
-                t_choice = p_choice
-            pm[r] = p_choice
-            tm[r] = t_choice
-            q_next[r] = NONE
-            if pq_tail[p_choice] != NONE:
-                q_next[pq_tail[p_choice]] = r
-            else:
-                pq_head[p_choice] = r
-            pq_tail[p_choice] = r
-            pq_len[p_choice] += 1
-            pending[p_choice] += prompt[r]
-            committed[t_choice] += reservation[r]
-            for mv in (moved1, moved2):  # a move the fallback made useless is undone at once
-                if mv != NONE:
-                    _leave_mixed_if_done(mv, now, role, committed, pending, in_mixed,
-                                         mixed_since, mixed_s)
-        # (4) idle machines start their next iteration
-        for m in range(M):
-            if busy[m]:
-                continue
-            while dw_head[m] != NONE and memory[m] + reservation[dw_head[m]] <= capacity[m]:
-                r = dw_head[m]
-                dw_head[m] = q_next[r]
-                if dw_head[m] == NONE:
-                    dw_tail[m] = NONE
-                memory[m] += reservation[r]
-                _append_running(r, m, run_head, run_tail, run_next, run_prev)
-                run_count[m] += 1
-                run_context[m] += prompt[r] + generated[r]
-            tokens = 0
-            count = 0
-            last = NONE
-            while pq_head[m] != NONE:
-                r = pq_head[m]
-                if count > 0 and tokens + prompt[r] > limit:
-                    break
-                if tm[r] == m:
-                    if memory[m] + reservation[r] > capacity[m]:
-                        break
-                    memory[m] += reservation[r]
-                pq_head[m] = q_next[r]
-                if pq_head[m] == NONE:
-                    pq_tail[m] = NONE
-                pq_len[m] -= 1
-                batch_next[r] = NONE
-                if last != NONE:
-                    batch_next[last] = r
-                else:
-                    batch_head[m] = r
-                last = r
-                tokens += prompt[r]
-                count += 1
-            if count == 0 and run_count[m] == 0:
-                continue
-            duration = _iteration_time(kind[m], tokens, run_count[m], run_context[m],
-                                       px, py, pn, dx, dy, dn, ctx)
-            busy[m] = True
-            busy_until[m] = now + duration
-            busy_s[m] += duration
-            iterations[m] += 1
-            batch_sum[m] += count + run_count[m]
-            if memory[m] > max_memory[m]:
-                max_memory[m] = memory[m]
-
-    for m in range(M):
-        if in_mixed[m]:
-            mixed_s[m] += end_time - mixed_since[m]
-    return pm, tm, first, finish, kvt, busy_s, iterations, batch_sum, max_memory, mixed_s, True
+        for m in range(len(machines)):  # (4)
+            if not machines[m].busy and _has_work(machines[m]):
+                _start_iteration(requests, running_next, machines, curves, settings, m, now)
+    for m in range(len(machines)):  # close the mixed-pool stays still open
+        if machines[m].in_mixed:
+            machines[m].mixed_s += end_time - machines[m].mixed_since
+    return True
 
 
-def _stack_curves(curves):
+# ---------------------------------------------------------------------------- setup
+
+def _stack_curves(curves) -> Curves:
     """Pad every SKU's knots into 2-D arrays (numba wants uniform arrays), with lengths."""
     k = len(curves)
     pmax = max(len(c.prompt_tokens) for c in curves)
@@ -412,22 +577,52 @@ def _stack_curves(curves):
         px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
         dx[i, :dn[i]], dy[i, :dn[i]] = c.decode_batch, c.decode_seconds
         ctx[i] = c.context_seconds_per_token
-    return px, py, pn, dx, dy, dn, ctx
+    return Curves(px, py, pn, dx, dy, dn, ctx)
+
+
+def _new_requests(workload: Workload) -> np.recarray:
+    requests = np.zeros(len(workload), REQUEST).view(np.recarray)
+    requests.arrival = workload.arrival_s
+    requests.prompt = workload.prompt_tokens
+    requests.output = workload.output_tokens
+    requests.reservation = requests.prompt + requests.output
+    for link in ("prompt_machine", "token_machine", "queue_next",
+                 "running_prev", "batch_next"):
+        requests[link] = NONE
+    requests.first_token = requests.finish = np.nan
+    return requests
+
+
+def _new_machines(m: MachineArrays) -> np.recarray:
+    machines = np.zeros(m.count, MACHINE).view(np.recarray)
+    machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
+    machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
+    for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_head",
+                 "running_tail", "batch_head"):
+        machines[link] = NONE
+    return machines
 
 
 def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator."""
-    (pm, tm, first, finish, kvt, busy_s, iterations, batch_sum, max_memory, mixed_s,
-     completed) = _run(
-        np.ascontiguousarray(workload.arrival_s, dtype=np.float64),
-        np.ascontiguousarray(workload.prompt_tokens, dtype=np.int64),
-        np.ascontiguousarray(workload.output_tokens, dtype=np.int64),
-        m.role, m.kind, m.kv_capacity, m.link_bytes_per_s, m.layerwise_visible_s,
-        m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit, m.queue_threshold,
-        m.layerwise_min_prompt_tokens, *_stack_curves(m.curves))
-    if not completed:
+    requests, machines = _new_requests(workload), _new_machines(m)
+    n = len(workload)
+    kv_arrivals = Heap(np.zeros(n), np.zeros(n, np.int64), np.zeros(1, np.int64))
+    settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
+                        m.queue_threshold, m.layerwise_min_prompt_tokens)
+    running_next = np.full(n, NONE, np.int64)
+    if not _run(requests, running_next, machines, _stack_curves(m.curves), settings, kv_arrivals):
         raise RuntimeError("simulation stalled with unfinished requests")
-    return {"first_token_s": first, "finish_s": finish, "prompt_machine": pm,
-            "token_machine": tm, "kv_transfer_s": kvt, "busy_s": busy_s,
-            "iterations": iterations, "batch_size_sum": batch_sum,
-            "max_memory_tokens": max_memory, "mixed_pool_s": mixed_s}
+
+    def column(records, name):
+        return np.ascontiguousarray(records[name])
+
+    return {"first_token_s": column(requests, "first_token"),
+            "finish_s": column(requests, "finish"),
+            "prompt_machine": column(requests, "prompt_machine"),
+            "token_machine": column(requests, "token_machine"),
+            "kv_transfer_s": column(requests, "kv_transfer"),
+            "busy_s": column(machines, "busy_s"), "iterations": column(machines, "iterations"),
+            "batch_size_sum": column(machines, "batch_size_sum"),
+            "max_memory_tokens": column(machines, "max_memory"),
+            "mixed_pool_s": column(machines, "mixed_s")}

@@ -1,0 +1,92 @@
+"""The fast core's building blocks, and its results against the reference on hand-made clusters."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simcore import LatencyCurves, Workload
+from simcore import fastsim
+from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays
+from simcore.latency import piecewise_linear
+from simcore.refsim import simulate_reference
+
+CURVES = LatencyCurves(np.array([1.0, 512.0, 2048.0, 8192.0]), np.array([0.02, 0.05, 0.15, 0.6]),
+                       np.array([1.0, 16.0, 64.0]), np.array([0.01, 0.012, 0.02]), 1e-7)
+SLOW = LatencyCurves(CURVES.prompt_tokens, CURVES.prompt_seconds * 1.7, CURVES.decode_batch,
+                     CURVES.decode_seconds * 1.3, 2e-7)
+
+
+def machines(roles, capacity, kinds=None, mixed_pool=True, limit=2048, threshold=2048):
+    count = len(roles)
+    return MachineArrays(
+        role=np.array(roles, np.int64),
+        kind=np.array(kinds if kinds is not None else [0] * count, np.int64),
+        kv_capacity=np.array(capacity, np.int64),
+        link_bytes_per_s=np.full(count, 25e9), layerwise_visible_s=np.full(count, 0.008),
+        curves=(CURVES, SLOW), kv_bytes_per_token=2_000_000, layers=70, mixed_pool=mixed_pool,
+        prompt_token_limit=limit, queue_threshold=threshold, layerwise_min_prompt_tokens=512)
+
+
+def workload(n, seed, rate=40.0):
+    rng = np.random.default_rng(seed)
+    arrival = np.round(np.cumsum(rng.exponential(1 / rate, n)), 2)  # rounded: many ties
+    return Workload("t", arrival, rng.integers(1, 3000, n).astype(np.int64),
+                    rng.integers(1, 60, n).astype(np.int64))
+
+
+CLUSTERS = {
+    "splitwise": machines([ROLE_PROMPT] * 3 + [ROLE_TOKEN] * 2, [9000] * 3 + [6000] * 2,
+                          kinds=[0, 0, 0, 1, 1]),
+    "splitwise-no-mixed": machines([ROLE_PROMPT] * 2 + [ROLE_TOKEN] * 2, [9000] * 4,
+                                   mixed_pool=False),
+    "baseline": machines([ROLE_BOTH] * 4, [7000] * 4, limit=512),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_core_equals_reference_exactly(name, seed):
+    m, w = CLUSTERS[name], workload(300, seed)
+    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    assert fast.keys() == ref.keys()
+    for key in ref:
+        assert fast[key].dtype == ref[key].dtype, key
+        assert fast[key].flags.c_contiguous, key
+        np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
+
+
+def test_stall_is_reported():
+    # a token machine too small for the request: it waits forever in the decode wait
+    m = machines([ROLE_PROMPT, ROLE_TOKEN], [100, 100], mixed_pool=False)
+    w = Workload("t", np.array([0.0]), np.array([500], np.int64), np.array([10], np.int64))
+    with pytest.raises(RuntimeError, match="stalled"):
+        fastsim.simulate_fast(w, m)
+
+
+def test_piecewise_linear_matches_the_numpy_rule():
+    xs, ys = CURVES.prompt_tokens, CURVES.prompt_seconds
+    for x in [0.0, 1.0, 3.0, 512.0, 700.5, 8192.0, 9000.0]:
+        assert fastsim._piecewise_linear(x, xs, ys, len(xs)) == pytest.approx(
+            float(piecewise_linear(np.array([x]), xs, ys)[0]), rel=1e-15)
+
+
+def test_heap_pops_by_key_then_item():
+    heap = fastsim.Heap(np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.int64))
+    for key, item in [(2.0, 5), (1.0, 7), (2.0, 1), (1.0, 3), (0.5, 9)]:
+        fastsim._heap_push(heap, key, item)
+    assert [fastsim._heap_pop(heap) for _ in range(5)] == [9, 3, 7, 1, 5]
+    assert heap.size[0] == 0
+
+
+def test_routing_ties_go_to_the_lowest_index():
+    ms = fastsim._new_machines(CLUSTERS["splitwise"])
+    ms.pending[:] = [5, 3, 3, 0, 0]
+    ms.committed[:] = [0, 0, 0, 4, 4]
+    assert fastsim._best_in_pool(ms, fastsim.POOL_PROMPT, fastsim.KEY_PENDING) == 1
+    assert fastsim._best_in_pool(ms, fastsim.POOL_TOKEN, fastsim.KEY_COMMITTED) == 3
+    ms.in_mixed[3] = True
+    assert fastsim._best_in_pool(ms, fastsim.POOL_TOKEN, fastsim.KEY_COMMITTED) == 4
+    assert fastsim._best_in_pool(ms, fastsim.POOL_MIXED, fastsim.KEY_COMMITTED) == 3
+    ms.committed[:] = [0, 0, 0, 1, 1]  # loads 5, 3, 3, 1, 1; the token machines hold 6000
+    assert fastsim._least_loaded(ms, 100) == 3
+    assert fastsim._least_loaded(ms, 7000) == 1
