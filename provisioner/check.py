@@ -199,7 +199,9 @@ def study_from_report(document: dict, report_path: Path, *,
                       constraints=from_echo(Constraints, shape.get(inputs, "constraints", dict,
                                                                    "inputs"), source),
                       settings=from_echo(SearchSettings, shape.get(inputs, "search", dict,
-                                                                   "inputs"), source))
+                                                                   "inputs"), source),
+                      chunk_tokens=_chunk_tokens(shape.get(inputs, "chunk_tokens", object,
+                                                           "inputs", optional=True), source))
     except (KeyError, TypeError, AttributeError, IndexError) as err:
         raise InputError(f"report inputs incomplete or malformed ({err!r}); re-run the search",
                          source=source, field="inputs") from None

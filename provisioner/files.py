@@ -74,3 +74,53 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
     return [target for _, target in staged]
+
+
+# ------------------------------------------------------------------- outputs, checked up front
+def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] = ()) -> None:
+    """Fail before any simulation when `directory` cannot become a directory holding `files`
+    that we can write: it is a file, a file in it is a directory (or a device), or the nearest
+    existing folder refuses a new file (read-only, or not a real file system)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError("exists and is not a directory; give a directory path",
+                         source=str(directory), field=field)
+    for name in files:
+        target = directory / name
+        if target.exists() or target.is_symlink():
+            if target.is_dir():
+                raise InputError(f"{name} in it is a directory; remove it or choose another "
+                                 "directory", source=str(directory), field=field)
+            if not target.is_file():
+                raise InputError(f"{name} in it is not a regular file; remove it or choose "
+                                 "another directory", source=str(directory), field=field)
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{existing} is not a directory; give another path",
+                         source=str(directory), field=field)
+    _probe_write(existing, directory, field)
+
+
+def check_output_file(path: str | Path, field: str) -> None:
+    """Fail before any work when the file `path` cannot be written (atomically, beside it)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError("is a directory, not a file; give a file path", source=str(path),
+                         field=field)
+    if path.exists() and not path.is_file():
+        raise InputError("is not a regular file; give a file path", source=str(path),
+                         field=field)
+    check_output_dir(path.parent, field)
+
+
+def _probe_write(existing: Path, target: Path, field: str) -> None:
+    """Create (and at once drop) an unnamed temp file: permission bits alone do not tell (root
+    ignores them; /proc and read-only mounts refuse anyway)."""
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise InputError(f"cannot write in {existing} ({err.strerror or err}); choose a "
+                         "writable directory", source=str(target), field=field) from None

@@ -80,7 +80,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from hardware_catalog import Catalog, InputError, MachineSku, ModelSpec, read_yaml
+from hardware_catalog import Catalog, InputError, MachineSku, ModelSpec, read_json, read_yaml
 from hardware_catalog.checks import Invalid, Number
 from simcore import perftables
 from simcore.latency import LatencyCurves
@@ -358,14 +358,7 @@ def load_performance_model(path: str | Path, catalog: Catalog) -> PerformanceMod
 
 
 def _read_document(path: Path) -> Any:
-    if path.suffix.lower() != ".json":
-        return read_yaml(path)
-    try:
-        return json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror}", source=str(path)) from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"broken JSON at line {err.lineno}: {err.msg}", source=str(path)) from None
+    return read_yaml(path) if path.suffix.lower() != ".json" else read_json(path)
 
 
 def coefficients_document(groups: Iterable[PairCoefficients], *, source: str,
@@ -431,7 +424,9 @@ def _number(mapping: dict, key: str, where: str, source: str, *, positive: bool 
             non_negative: bool = False) -> float:
     if key not in mapping:
         raise InputError(f"{where}: missing required field", source=source, field=key)
-    check = Number(0, low_open=True) if positive else Number(0) if non_negative else Number()
+    # |value| <= 1e18 (bytes and FLOPs of a reference included): beyond it, products overflow
+    check = (Number(0, 1e18, low_open=True) if positive else Number(0, 1e18) if non_negative
+             else Number(-1e18, 1e18))
     try:
         return check(mapping[key])
     except Invalid as err:

@@ -9,6 +9,7 @@ Which of them a name means (built-in or file, replayed or resampled) is decided 
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -22,11 +23,16 @@ import pandas as pd
 
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
+from hardware_catalog import read_text
 
 BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
 ARRIVAL_KINDS = ("poisson", "gamma")
-# A guard against a typo such as --rate 1e9 allocating gigabytes of arrival times.
-MAX_SYNTHESIZED_REQUESTS = 20_000_000
+# Sane ranges (issue: bad input), checked where a workload enters: beyond them a run is a typo,
+# or out of reach of one machine's memory and time.
+MAX_REQUESTS = 5_000_000           # requests in a trace, or synthesized (rate x duration)
+MAX_SYNTHESIZED_REQUESTS = MAX_REQUESTS
+MAX_REQUEST_TOKENS = 10_000_000    # prompt or output tokens of one request
+MAX_TRACE_SECONDS = 366 * 86400.0  # arrival times (and a timestamped trace's span): one year
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +86,9 @@ def load_trace(path: str | Path) -> Workload:
     table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
     if table.empty:
         raise InputError("file has a header but no requests", source=source)
+    if len(table) > MAX_REQUESTS:
+        raise InputError(f"{len(table)} requests; at most {MAX_REQUESTS} can be simulated: "
+                         "replay a shorter window of the trace", source=source)
     rows = table.index.to_numpy() + 2  # header is row 1
     arrival_column, prompt_column, output_column = (table[columns[c]] for c in trace_format.columns)
     if trace_format.timestamps:
@@ -94,18 +103,14 @@ def load_trace(path: str | Path) -> Workload:
 def _read_csv_as_text(path: str | Path) -> pd.DataFrame:
     """Every cell as a string, so each bad value can be reported with its row and field."""
     source = str(path)
+    text = read_text(path)
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False,
-                           encoding="utf-8-sig")
+        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                           skip_blank_lines=False)
     except pd.errors.EmptyDataError:
         raise InputError("file is empty", source=source) from None
     except pd.errors.ParserError as err:
         raise _malformed_csv(err, source) from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text CSV file", source=source) from None
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror or _one_line(err)}",
-                         source=source) from None
 
 
 def _one_line(err: Exception) -> str:
@@ -165,16 +170,21 @@ def _parse_numbers(values: pd.Series, rows: np.ndarray, source: str, column: str
 
 
 def _parse_tokens(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
+    """Whole numbers in [1, MAX_REQUEST_TOKENS] ('20' or '20.0'; never wrapped past int64)."""
     numbers = _parse_numbers(values, rows, source, column)
     _reject(numbers != np.floor(numbers), values, rows, source, column,
             "expected a whole number of tokens")
     _reject(numbers < 1, values, rows, source, column, "expected at least 1 token")
+    _reject(numbers > MAX_REQUEST_TOKENS, values, rows, source, column,
+            f"expected at most {MAX_REQUEST_TOKENS} tokens")
     return numbers.astype(np.int64)
 
 
 def _parse_seconds(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
     seconds = _parse_numbers(values, rows, source, column)
     _reject(seconds < 0, values, rows, source, column, "expected an arrival time >= 0 seconds")
+    _reject(seconds > MAX_TRACE_SECONDS, values, rows, source, column,
+            f"expected an arrival time <= {MAX_TRACE_SECONDS:g} seconds (one year)")
     return seconds
 
 
@@ -189,10 +199,16 @@ def _timestamps_to_seconds(values: pd.Series, rows: np.ndarray, source: str,
     _reject(stamps.isna().to_numpy(), values, rows, source, column, "expected a timestamp")
     if stamps.dt.tz is not None:  # zone-aware stamps compare in UTC
         stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
-    nanoseconds = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    first = nanoseconds.min()
-    note = f"arrival times are seconds after the first request at {pd.Timestamp(first)}"
-    return (nanoseconds - first) / 1e9, [note]
+    # microseconds since 1970 fit int64 for every year 1-9999 (nanoseconds wrap after 2262)
+    micros = stamps.to_numpy().astype("datetime64[us]").astype(np.int64)
+    first = micros.min()
+    seconds = (micros - first) / 1e6
+    _reject(seconds > MAX_TRACE_SECONDS, values, rows, source, column,
+            f"expected timestamps within one year of the first request "
+            f"({np.datetime64(int(first), 'us')})")
+    note = f"arrival times are seconds after the first request at " \
+           f"{pd.Timestamp(np.datetime64(int(first), 'us'))}"
+    return seconds, [note]
 
 
 def _sorted_workload(name: str, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -319,11 +335,17 @@ def _check_synthesis_options(rate_rps: float, duration_s: float, seed: int, arri
     if arrival == "poisson" and burstiness_cv != 1.0:
         raise InputError(f"poisson arrivals have cv 1; use the gamma arrival process for "
                          f"cv {burstiness_cv:g}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a whole number >= 0, got {seed!r}")
+    if (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed <= 2**63 - 1):
+        raise InputError(f"seed must be a whole number >= 0 and < 2**63, got {seed!r}")
+    check_request_count(rate_rps, duration_s)
+
+
+def check_request_count(rate_rps: float, duration_s: float) -> None:
+    """Refuse a window whose expected request count is out of reach, before drawing it."""
     if rate_rps * duration_s > MAX_SYNTHESIZED_REQUESTS:
-        raise InputError(f"rate x duration ({rate_rps:g} x {duration_s:g}) asks for more than "
-                         f"{MAX_SYNTHESIZED_REQUESTS} requests")
+        raise InputError(f"rate x duration ({rate_rps:g} req/s x {duration_s:g} s) asks for more "
+                         f"than {MAX_SYNTHESIZED_REQUESTS} requests; lower --rate or --duration")
 
 
 def _size_sampler(sizes: str | Workload):
