@@ -1,8 +1,8 @@
 """Simulator speed: BLOOM-176B on Splitwise-HH (27 prompt + 3 token DGX-H100), Poisson 70 req/s.
 
 Prints, per workload and window, the median wall time of 5 runs after a warm-up, the peak memory
-of one run (tracemalloc's peak plus the compiled core's working arrays), time per request, and
-the reference simulator's time for one run of the 2-minute window.
+of one run (tracemalloc's peak, which includes the core's numpy working arrays), time per
+request, and the reference simulator's time for one run of the 2-minute window.
 
     python bench/sim_bench.py            # 2-minute and 60-minute windows
     python bench/sim_bench.py --quick    # 2-minute window only
@@ -31,21 +31,14 @@ def timed_runs(cluster, workload, model, perf, catalog, runs=5):
     return statistics.median(times), result
 
 
-# The compiled core allocates its working arrays through numba's runtime, which tracemalloc does
-# not see: per request 12 arrays of 8 bytes (links, times, machine choices, KV heap), per machine
-# about 30. They are added from their sizes.
-CORE_BYTES_PER_REQUEST = 12 * 8
-CORE_BYTES_PER_MACHINE = 30 * 8
-
-
 def peak_memory(cluster, workload, model, perf, catalog) -> int:
-    """Peak bytes of one run: tracemalloc's peak (Python, numpy) plus the core's working arrays."""
+    """Peak bytes of one run: tracemalloc's peak (Python and numpy, the core's state included:
+    it is allocated as numpy arrays before the compiled loop runs)."""
     tracemalloc.start()
     simulate(cluster, workload, model, perf, catalog.machine("dgx-a100"))
     traced = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    machines = cluster.prompt_machines + cluster.token_machines
-    return traced + CORE_BYTES_PER_REQUEST * len(workload) + CORE_BYTES_PER_MACHINE * machines
+    return traced
 
 
 def main() -> None:

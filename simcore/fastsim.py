@@ -2,19 +2,23 @@
 
 The state is one record per request and one per machine (numpy record arrays of `REQUEST` and
 `MACHINE`), so a helper takes a machine and reads `machine.pending`, as the reference simulator
-does. Records rather than namedtuples of arrays: numba reference-counts every array a compiled
-function receives, which made helpers that take a dozen arrays 3-28x slower. Queues are
-intrusive linked lists threaded through the request records, so every queue operation is O(1);
-the running decodes' forward links live in their own array, `running_next`, because every decode
-iteration walks them and 8 bytes per request keep that walk in cache (about 15% on conversation).
-The steps of the event loop are inlined into it (inline='always': a call costs reference counting
-of its array arguments, about 20% here). The loop is cached on disk after the first call; with
+does. Queues are intrusive linked lists threaded through the request records, so every queue
+operation is O(1); the running decodes' forward links live in their own array, `running_next`,
+because every decode iteration walks them and 8 bytes per request keep that walk in cache
+(about 15% on conversation). The core is cached on disk after the first call; with
 PROVISION_NO_JIT=1, or without numba, the same code runs as plain Python (slow, but identical).
 
 Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
 machine index; (2) KV caches that arrive, by (time, request); (3) requests that arrive, routed at
-once; (4) idle machines with work start their next iteration, by machine index. The next event
-time and routing scan all machines.
+once; (4) idle machines with work start their next iteration, by machine index.
+
+No step scans all machines, so a run costs O(events x log machines): iteration ends come from a
+heap keyed (time, machine), which yields the machines ending now by index; step (4) visits only
+the machines that something touched at this instant (an ended iteration, an arrived KV cache, a
+routed prompt), sorted by index, since any other idle machine was idle with nothing startable
+before and nothing it depends on has changed; routing reads the winner of tournament trees
+keyed (pending tokens, index), (committed tokens, index) or (load, index), one per pool, so the
+tie rule is the reference's: the lowest index.
 """
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ except ImportError:  # pragma: no cover - exercised with PROVISION_NO_JIT=1
             return args[0]
         return lambda f: f
 
+# The core allocates nothing, so it runs without numba's runtime (_nrt=False): with the runtime,
+# every call reference-counts each array argument, which cost 1.5-3x. Steps are inlined into the
+# event loop.
+_compiled = njit(cache=True, _nrt=False)
+_inlined = njit(cache=True, _nrt=False, inline="always")
+
 NONE = -1
 INF = np.inf
 
@@ -62,6 +72,8 @@ MACHINE = np.dtype([
     ("pending", np.int64),          # prompt tokens routed here, not yet done (routing key)
     ("committed", np.int64),        # reservations of unfinished requests decoding here (key)
     ("in_mixed", np.bool_), ("mixed_since", np.float64),  # lent to the mixed pool
+    ("capacity_class", np.int64),   # index of its capacity among the cluster's distinct ones
+    ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
     # list heads and tails
     ("prompt_head", np.int64), ("prompt_tail", np.int64), ("prompt_len", np.int64),
     ("wait_head", np.int64), ("wait_tail", np.int64),  # decodes waiting for memory
@@ -82,10 +94,26 @@ Settings = namedtuple("Settings", [
 
 Heap = namedtuple("Heap", ["key", "item", "size"])  # binary min-heap on (key, item); size: [n]
 
+Touched = namedtuple("Touched", ["machine", "count"])  # machines step (4) visits; count: [n]
+
+# Routing pools are tournament trees over machine indices, one row per tree: winner[tree, node]
+# is the machine with the smallest (key, index) below the node (NONE if no member) and
+# key[tree, node] its key; leaves at width/2 + machine index, the root at 1. The capacity-class
+# trees make "the best machine that can hold the request" exact: within a class all capacities
+# are equal, so a class's winner fits if any of its members does.
+Pools = namedtuple("Pools", ["winner", "key"])
+TREE_PROMPT_PENDING, TREE_MIXED_PENDING, TREE_MIXED_COMMITTED, TREE_TOKEN_COMMITTED = 0, 1, 2, 3
+TREE_PROMPT_COMMITTED = 4  # + capacity class: own-pool prompt machines by committed tokens
+# then TREE_PROMPT_COMMITTED + classes + capacity class: every machine by load
+KEY_PENDING, KEY_COMMITTED, KEY_LOAD = 0, 1, 2
+# what changed about a machine, to re-rank it only in the trees where its rank can move
+CHANGED_PENDING, CHANGED_COMMITTED, CHANGED_POOL = 1, 2, 4
+CHANGED_ALL = CHANGED_PENDING | CHANGED_COMMITTED | CHANGED_POOL
+
 
 # ---------------------------------------------------------------------------- latency
 
-@njit(cache=True)
+@_compiled
 def _piecewise_linear(x, xs, ys, n):
     """Same rule as simcore.latency.piecewise_linear, on the first n knots."""
     if x <= xs[0]:
@@ -100,7 +128,7 @@ def _piecewise_linear(x, xs, ys, n):
     return slope * (x - xs[j - 1]) + ys[j - 1]
 
 
-@njit(cache=True, inline='always')
+@_inlined
 def _iteration_time(curves, kind, tokens, batch, context):
     """LatencyCurves' prompt_time, token_time or mixed_time for SKU `kind`."""
     c = curves
@@ -116,7 +144,7 @@ def _iteration_time(curves, kind, tokens, batch, context):
     return max(prompt, decode) + c.context_s[kind] * float(context)
 
 
-@njit(cache=True)
+@_compiled
 def _kv_transfer(settings, prompt, src, dst):
     """Same rule as simcore.cluster.kv_transfer_seconds, between machine records."""
     size = prompt * settings.kv_bytes
@@ -128,7 +156,7 @@ def _kv_transfer(settings, prompt, src, dst):
 
 # ---------------------------------------------------------------------------- containers
 
-@njit(cache=True)
+@_compiled
 def _heap_push(heap, key, item):
     i = heap.size[0]
     heap.size[0] += 1
@@ -144,7 +172,7 @@ def _heap_push(heap, key, item):
         i = parent
 
 
-@njit(cache=True)
+@_compiled
 def _heap_pop(heap):
     """Remove and return the (key, item)-minimal item."""
     keys, items = heap.key, heap.item
@@ -170,7 +198,7 @@ def _heap_pop(heap):
     return top
 
 
-@njit(cache=True)
+@_compiled
 def _push_prompt(requests, machine, r):
     requests[r].queue_next = NONE
     if machine.prompt_tail != NONE:
@@ -181,7 +209,7 @@ def _push_prompt(requests, machine, r):
     machine.prompt_len += 1
 
 
-@njit(cache=True)
+@_compiled
 def _pop_prompt(requests, machine):
     r = machine.prompt_head
     machine.prompt_head = requests[r].queue_next
@@ -191,7 +219,7 @@ def _pop_prompt(requests, machine):
     return r
 
 
-@njit(cache=True)
+@_compiled
 def _push_wait(requests, machine, r):
     requests[r].queue_next = NONE
     if machine.wait_tail != NONE:
@@ -201,7 +229,7 @@ def _push_wait(requests, machine, r):
     machine.wait_tail = r
 
 
-@njit(cache=True)
+@_compiled
 def _pop_wait(requests, machine):
     r = machine.wait_head
     machine.wait_head = requests[r].queue_next
@@ -210,7 +238,7 @@ def _pop_wait(requests, machine):
     return r
 
 
-@njit(cache=True)
+@_compiled
 def _append_running(requests, running_next, machine, r):
     """Admit request r to the machine's running decodes (doubly linked, for O(1) removal)."""
     request = requests[r]
@@ -225,7 +253,7 @@ def _append_running(requests, running_next, machine, r):
     machine.running_context += request.prompt + request.generated
 
 
-@njit(cache=True)
+@_compiled
 def _remove_running(requests, running_next, machine, r):
     request = requests[r]
     if request.running_prev != NONE:
@@ -242,13 +270,13 @@ def _remove_running(requests, running_next, machine, r):
 
 # ---------------------------------------------------------------------------- mixed pool
 
-@njit(cache=True)
+@_compiled
 def _enter_mixed(machine, now):
     machine.in_mixed = True
     machine.mixed_since = now
 
 
-@njit(cache=True)
+@_compiled
 def _leave_mixed_if_done(machine, now):
     """A mixed-pool machine returns to its pool once it has no work of the other kind."""
     if not machine.in_mixed:
@@ -259,9 +287,100 @@ def _leave_mixed_if_done(machine, now):
         machine.mixed_s += now - machine.mixed_since
 
 
+# ---------------------------------------------------------------------------- routing pools
+
+@_inlined
+def _key(machine, key):
+    if key == KEY_PENDING:
+        return machine.pending
+    if key == KEY_COMMITTED:
+        return machine.committed
+    return machine.pending + machine.committed
+
+
+@_inlined
+def _classes(pools):
+    return (len(pools.winner) - TREE_PROMPT_COMMITTED) // 2
+
+
+@_inlined
+def _tree_key(tree, classes):
+    if tree == TREE_PROMPT_PENDING or tree == TREE_MIXED_PENDING:
+        return KEY_PENDING
+    return KEY_COMMITTED if tree < TREE_PROMPT_COMMITTED + classes else KEY_LOAD
+
+
+@_inlined
+def _membership(machine, slot, classes):
+    """The slot-th tree machine m can belong to (NONE: no such tree) and whether it is in."""
+    own = not machine.in_mixed
+    if slot == 0:
+        return TREE_PROMPT_COMMITTED + classes + machine.capacity_class, True
+    if machine.role == ROLE_BOTH:
+        return NONE, False
+    if slot == 1:
+        return (TREE_PROMPT_PENDING if machine.role == ROLE_PROMPT else TREE_TOKEN_COMMITTED), own
+    if slot == 2:
+        if machine.role != ROLE_PROMPT:
+            return NONE, False
+        return TREE_PROMPT_COMMITTED + machine.capacity_class, own
+    return (TREE_MIXED_PENDING if slot == 3 else TREE_MIXED_COMMITTED), not own
+
+
+@_inlined
+def _changes(machine, pending, committed, in_mixed):
+    """What changed since the machine had these pending and committed tokens and pool."""
+    return ((CHANGED_PENDING if machine.pending != pending else 0)
+            | (CHANGED_COMMITTED if machine.committed != committed else 0)
+            | (CHANGED_POOL if machine.in_mixed != in_mixed else 0))
+
+
+@_inlined
+def _key_changes(key):
+    if key == KEY_PENDING:
+        return CHANGED_PENDING
+    return CHANGED_COMMITTED if key == KEY_COMMITTED else CHANGED_PENDING | CHANGED_COMMITTED
+
+
+@_compiled
+def _refresh(pools, machines, m, changed):
+    """Re-rank machine m after `changed` (CHANGED_* bits): in every tree it can belong to if its
+    pool changed, else in the trees it is in whose key changed. Set its leaf, then replay the
+    matches on its path to the root until a match comes out as before."""
+    classes = _classes(pools)
+    leaf = pools.winner.shape[1] // 2 + m
+    for slot in range(5):
+        tree, member = _membership(machines[m], slot, classes)
+        if tree == NONE:
+            continue
+        kind = _tree_key(tree, classes)
+        if not (changed & CHANGED_POOL or (member and changed & _key_changes(kind))):
+            continue
+        winner, key = pools.winner[tree], pools.key[tree]
+        winner[leaf] = m if member else NONE
+        key[leaf] = _key(machines[m], kind)
+        i = leaf // 2
+        while i >= 1:
+            left, right = 2 * i, 2 * i + 1  # the left child holds the lower indices
+            best = right if winner[left] == NONE or (winner[right] != NONE
+                                                     and key[right] < key[left]) else left
+            if winner[i] == winner[best] and key[i] == key[best]:
+                break  # this match and all above it come out as before
+            winner[i], key[i] = winner[best], key[best]
+            i //= 2
+
+
+@_inlined
+def _touch(touched, machine, m):
+    if not machine.touched:
+        machine.touched = True
+        touched.machine[touched.count[0]] = m
+        touched.count[0] += 1
+
+
 # ---------------------------------------------------------------------------- (1) iterations end
 
-@njit(cache=True, inline='always')
+@_inlined
 def _end_decodes(requests, running_next, machines, m, now):
     """Every running decode was in this batch (the list changes only between iterations), and
     each gains a token. Returns how many requests finished."""
@@ -285,8 +404,8 @@ def _end_decodes(requests, running_next, machines, m, now):
     return finished
 
 
-@njit(cache=True, inline='always')
-def _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now):
+@_inlined
+def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, m, now):
     """Each prompt yields its first token; its decode continues here, or on its token machine
     once the KV cache has arrived. Returns how many requests finished (one-token outputs)."""
     machine = machines[m]
@@ -306,7 +425,10 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now
             finished += 1
             machines[t].committed -= request.reservation
             if t != m:
+                in_mixed = machines[t].in_mixed
                 _leave_mixed_if_done(machines[t], now)
+                _refresh(pools, machines, t, CHANGED_COMMITTED
+                         | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
         elif t == m:
             _append_running(requests, running_next, machine, r)
         else:
@@ -317,150 +439,151 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now
     return finished
 
 
-@njit(cache=True, inline='always')
-def _end_iteration(requests, running_next, machines, settings, kv_arrivals, m, now):
+@_inlined
+def _end_iteration(requests, running_next, machines, settings, kv_arrivals, pools, touched, m,
+                   now):
+    machine = machines[m]
+    pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
     finished = _end_decodes(requests, running_next, machines, m, now)
-    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, m, now)
+    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, m,
+                             now)
     machines[m].busy = False
     _leave_mixed_if_done(machines[m], now)
+    _refresh(pools, machines, m, _changes(machine, pending, committed, in_mixed))
+    _touch(touched, machines[m], m)
     return finished
 
 
 # ---------------------------------------------------------------------------- (2) KV arrives
 
-@njit(cache=True, inline='always')
-def _deliver_kv(requests, machines, kv_arrivals, now):
+@_inlined
+def _deliver_kv(requests, machines, kv_arrivals, touched, now):
     """KV caches that arrive now join their token machine's decode wait, by (time, request)."""
     while kv_arrivals.size[0] > 0 and kv_arrivals.key[0] == now:
         r = _heap_pop(kv_arrivals)
-        _push_wait(requests, machines[requests[r].token_machine], r)
+        t = requests[r].token_machine
+        _push_wait(requests, machines[t], r)
+        _touch(touched, machines[t], t)
 
 
 # ---------------------------------------------------------------------------- (3) routing
 # Every choice is the (key, index)-smallest machine of a pool: ties go to the lowest index.
 
-POOL_PROMPT, POOL_TOKEN, POOL_MIXED = 0, 1, 2
-KEY_PENDING, KEY_COMMITTED = 0, 1
-
-
-@njit(cache=True)
-def _best_in_pool(machines, pool, key):
-    """The pool's machine with the fewest pending (or committed) tokens; NONE if it is empty.
-    The prompt and token pools exclude the machines lent to the mixed pool."""
-    role = ROLE_PROMPT if pool == POOL_PROMPT else ROLE_TOKEN
-    best, best_key = NONE, 0
-    for m in range(len(machines)):
-        machine = machines[m]
-        if machine.in_mixed if pool == POOL_MIXED else (machine.role == role
-                                                        and not machine.in_mixed):
-            k = machine.pending if key == KEY_PENDING else machine.committed
-            if best == NONE or k < best_key:
-                best, best_key = m, k
-    return best
-
-
-@njit(cache=True)
-def _best_prompt_machine_that_holds(machines, reservation):
+@_compiled
+def _best_prompt_machine_that_holds(machines, pools, reservation):
     """The prompt-pool machine with the fewest committed tokens that can take the request."""
-    best, best_key = NONE, 0
-    for m in range(len(machines)):
-        machine = machines[m]
-        if (machine.role == ROLE_PROMPT and not machine.in_mixed
-                and machine.committed + reservation <= machine.capacity
-                and (best == NONE or machine.committed < best_key)):
-            best, best_key = m, machine.committed
+    best = NONE
+    for c in range(_classes(pools)):
+        m = pools.winner[TREE_PROMPT_COMMITTED + c, 1]
+        if (m != NONE and machines[m].committed + reservation <= machines[m].capacity
+                and (best == NONE or machines[m].committed < machines[best].committed
+                     or (machines[m].committed == machines[best].committed and m < best))):
+            best = m
     return best
 
 
-@njit(cache=True)
-def _least_loaded(machines, reservation):
+@_compiled
+def _least_loaded(machines, pools, reservation):
     """Fallback (and baseline): fewest pending + committed tokens among machines that fit."""
-    best, best_key = NONE, 0
-    for m in range(len(machines)):
-        machine = machines[m]
-        load = machine.pending + machine.committed
-        if machine.capacity >= reservation and (best == NONE or load < best_key):
-            best, best_key = m, load
+    classes = _classes(pools)
+    best = NONE
+    for c in range(classes):
+        m = pools.winner[TREE_PROMPT_COMMITTED + classes + c, 1]
+        if (m != NONE and machines[m].capacity >= reservation
+                and (best == NONE or _key(machines[m], KEY_LOAD) < _key(machines[best], KEY_LOAD)
+                     or (_key(machines[m], KEY_LOAD) == _key(machines[best], KEY_LOAD)
+                         and m < best))):
+            best = m
     return best
 
 
-@njit(cache=True)
+@_compiled
 def _is_long(machine, settings, prompt):
     return machine.prompt_len > 0 and machine.pending + prompt > settings.queue_threshold
 
 
-@njit(cache=True)
+@_compiled
 def _is_loaded(machine, reservation):
     return machine.committed + reservation > machine.capacity
 
 
-@njit(cache=True)
-def _choose_prompt_machine(machines, settings, prompt, now):
+@_compiled
+def _lend(machines, pools, m, now):
+    """Move machine m into the mixed pool (NONE: nothing to move)."""
+    if m != NONE:
+        _enter_mixed(machines[m], now)
+        _refresh(pools, machines, m, CHANGED_POOL)
+    return m
+
+
+@_compiled
+def _choose_prompt_machine(machines, settings, pools, prompt, now):
     """Own pool; with the mixed pool, unless the queue is long: the mixed pool's best, else lend
     the token machine with the fewest committed tokens. Returns (choice, lent machine), NONE
     for none."""
-    own = _best_in_pool(machines, POOL_PROMPT, KEY_PENDING)
+    own = pools.winner[TREE_PROMPT_PENDING, 1]
     if not settings.mixed_pool or (own != NONE and not _is_long(machines[own], settings, prompt)):
         return own, NONE
-    mixed = _best_in_pool(machines, POOL_MIXED, KEY_PENDING)
+    mixed = pools.winner[TREE_MIXED_PENDING, 1]
     if mixed != NONE and not _is_long(machines[mixed], settings, prompt):
         return mixed, NONE
-    lent = _best_in_pool(machines, POOL_TOKEN, KEY_COMMITTED)
-    if lent != NONE:
-        _enter_mixed(machines[lent], now)
+    lent = _lend(machines, pools, pools.winner[TREE_TOKEN_COMMITTED, 1], now)
     return lent, lent
 
 
-@njit(cache=True)
-def _choose_token_machine(machines, settings, reservation, now):
+@_compiled
+def _choose_token_machine(machines, settings, pools, reservation, now):
     """Own pool; with the mixed pool, unless it is loaded: the mixed pool's best, else lend the
     prompt machine with the fewest committed tokens that can hold the request."""
-    own = _best_in_pool(machines, POOL_TOKEN, KEY_COMMITTED)
+    own = pools.winner[TREE_TOKEN_COMMITTED, 1]
     if not settings.mixed_pool or (own != NONE and not _is_loaded(machines[own], reservation)):
         return own, NONE
-    mixed = _best_in_pool(machines, POOL_MIXED, KEY_COMMITTED)
+    mixed = pools.winner[TREE_MIXED_COMMITTED, 1]
     if mixed != NONE and not _is_loaded(machines[mixed], reservation):
         return mixed, NONE
-    lent = _best_prompt_machine_that_holds(machines, reservation)
-    if lent != NONE:
-        _enter_mixed(machines[lent], now)
+    lent = _lend(machines, pools,
+                 _best_prompt_machine_that_holds(machines, pools, reservation), now)
     return lent, lent
 
 
-@njit(cache=True)
-def _route(requests, machines, settings, r, now):
+@_compiled
+def _route(requests, machines, settings, pools, touched, r, now):
     """Pick both machines on arrival (prompt side first) and queue the prompt."""
     request = requests[r]
     prompt_m, token_m = NONE, NONE
     lent_p, lent_t = NONE, NONE
     if machines[0].role != ROLE_BOTH:
-        prompt_m, lent_p = _choose_prompt_machine(machines, settings, request.prompt, now)
+        prompt_m, lent_p = _choose_prompt_machine(machines, settings, pools, request.prompt,
+                                                  now)
         if prompt_m != NONE:
-            token_m, lent_t = _choose_token_machine(machines, settings, request.reservation,
-                                                    now)
+            token_m, lent_t = _choose_token_machine(machines, settings, pools,
+                                                    request.reservation, now)
     if prompt_m == NONE or token_m == NONE:
-        prompt_m = token_m = _least_loaded(machines, request.reservation)
+        prompt_m = token_m = _least_loaded(machines, pools, request.reservation)
     request.prompt_machine = prompt_m
     request.token_machine = token_m
     _push_prompt(requests, machines[prompt_m], r)
     machines[prompt_m].pending += request.prompt
     machines[token_m].committed += request.reservation
     # a machine lent for nothing (the fallback took over) returns at once
-    if lent_p != NONE:
-        _leave_mixed_if_done(machines[lent_p], now)
-    if lent_t != NONE:
-        _leave_mixed_if_done(machines[lent_t], now)
+    for m in (lent_p, lent_t):
+        if m != NONE:
+            _leave_mixed_if_done(machines[m], now)
+            _refresh(pools, machines, m, CHANGED_ALL)
+    _refresh(pools, machines, prompt_m, CHANGED_PENDING)
+    _refresh(pools, machines, token_m, CHANGED_COMMITTED)
+    _touch(touched, machines[prompt_m], prompt_m)
 
 
 # ---------------------------------------------------------------------------- (4) iterations start
 
-@njit(cache=True, inline='always')
+@_inlined
 def _has_work(machine):
     return (machine.wait_head != NONE or machine.prompt_head != NONE
             or machine.running_count > 0)
 
 
-@njit(cache=True, inline='always')
+@_inlined
 def _admit_decodes(requests, running_next, machine):
     """Waiting decodes join FCFS while their reservation fits in memory."""
     while (machine.wait_head != NONE and machine.memory
@@ -470,7 +593,7 @@ def _admit_decodes(requests, running_next, machine):
         _append_running(requests, running_next, machine, r)
 
 
-@njit(cache=True, inline='always')
+@_inlined
 def _take_prompts(requests, machine, m, limit):
     """Queued prompts join from the head within the token limit (the first always does); one
     that decodes here must also fit its reservation, else the queue waits. Returns (count,
@@ -498,8 +621,8 @@ def _take_prompts(requests, machine, m, limit):
     return count, tokens
 
 
-@njit(cache=True, inline='always')
-def _start_iteration(requests, running_next, machines, curves, settings, m, now):
+@_inlined
+def _start_iteration(requests, running_next, machines, curves, settings, busy_heap, m, now):
     machine = machines[m]
     _admit_decodes(requests, running_next, machine)
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit)
@@ -509,6 +632,7 @@ def _start_iteration(requests, running_next, machines, curves, settings, m, now)
     duration = _iteration_time(curves, machine.kind, tokens, decodes, machine.running_context)
     machine.busy = True
     machine.busy_until = now + duration
+    _heap_push(busy_heap, machine.busy_until, m)
     machine.busy_s += duration
     machine.iterations += 1
     machine.batch_size_sum += count + decodes
@@ -518,13 +642,12 @@ def _start_iteration(requests, running_next, machines, curves, settings, m, now)
 
 # ---------------------------------------------------------------------------- event loop
 
-@njit(cache=True, inline='always')
-def _next_event_time(requests, machines, kv_arrivals, next_arrival):
+@_inlined
+def _next_event_time(requests, kv_arrivals, busy_heap, next_arrival):
     """Earliest iteration end, KV arrival or request arrival; INF when nothing is left."""
     now = INF
-    for m in range(len(machines)):
-        if machines[m].busy and machines[m].busy_until < now:
-            now = machines[m].busy_until
+    if busy_heap.size[0] > 0:
+        now = busy_heap.key[0]
     if kv_arrivals.size[0] > 0 and kv_arrivals.key[0] < now:
         now = kv_arrivals.key[0]
     if next_arrival < len(requests) and requests[next_arrival].arrival < now:
@@ -532,29 +655,49 @@ def _next_event_time(requests, machines, kv_arrivals, next_arrival):
     return now
 
 
-@njit(cache=True)
-def _run(requests, running_next, machines, curves, settings, kv_arrivals):
+@_inlined
+def _start_touched(requests, running_next, machines, curves, settings, busy_heap, touched, now):
+    """(4) in machine index order, over the machines touched at this instant only."""
+    visit = touched.machine
+    count = touched.count[0]
+    for i in range(1, count):  # insertion sort: a handful of machines per instant
+        m, j = visit[i], i
+        while j > 0 and visit[j - 1] > m:
+            visit[j] = visit[j - 1]
+            j -= 1
+        visit[j] = m
+    for i in range(count):
+        m = visit[i]
+        machines[m].touched = False
+        if not machines[m].busy and _has_work(machines[m]):
+            _start_iteration(requests, running_next, machines, curves, settings, busy_heap, m,
+                             now)
+    touched.count[0] = 0
+
+
+@_compiled
+def _run(requests, running_next, machines, curves, settings, kv_arrivals, busy_heap, pools,
+         touched):
     """The event loop; returns False if it stalls with unfinished requests."""
     n = len(requests)
     next_arrival = 0
     finished = 0
     end_time = 0.0
     while finished < n:
-        now = _next_event_time(requests, machines, kv_arrivals, next_arrival)
+        now = _next_event_time(requests, kv_arrivals, busy_heap, next_arrival)
         if now == INF:
             return False
         end_time = now
-        for m in range(len(machines)):  # (1)
-            if machines[m].busy and machines[m].busy_until == now:
-                finished += _end_iteration(requests, running_next, machines, settings,
-                                           kv_arrivals, m, now)
-        _deliver_kv(requests, machines, kv_arrivals, now)  # (2)
+        while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
+            m = _heap_pop(busy_heap)
+            finished += _end_iteration(requests, running_next, machines, settings, kv_arrivals,
+                                       pools, touched, m, now)
+        _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
-            _route(requests, machines, settings, next_arrival, now)
+            _route(requests, machines, settings, pools, touched, next_arrival, now)
             next_arrival += 1
-        for m in range(len(machines)):  # (4)
-            if not machines[m].busy and _has_work(machines[m]):
-                _start_iteration(requests, running_next, machines, curves, settings, m, now)
+        _start_touched(requests, running_next, machines, curves, settings, busy_heap, touched,
+                       now)  # (4)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
             machines[m].mixed_s += end_time - machines[m].mixed_since
@@ -581,16 +724,43 @@ def _stack_curves(curves) -> Curves:
 
 
 def _new_requests(workload: Workload) -> np.recarray:
-    requests = np.zeros(len(workload), REQUEST).view(np.recarray)
-    requests.arrival = workload.arrival_s
-    requests.prompt = workload.prompt_tokens
-    requests.output = workload.output_tokens
-    requests.reservation = requests.prompt + requests.output
-    for link in ("prompt_machine", "token_machine", "queue_next",
-                 "running_prev", "batch_next"):
-        requests[link] = NONE
-    requests.first_token = requests.finish = np.nan
+    requests = np.empty(len(workload), REQUEST).view(np.recarray)
+    _fill_requests(requests, np.ascontiguousarray(workload.arrival_s, dtype=np.float64),
+                   np.ascontiguousarray(workload.prompt_tokens, dtype=np.int64),
+                   np.ascontiguousarray(workload.output_tokens, dtype=np.int64))
     return requests
+
+
+@_compiled
+def _fill_requests(requests, arrival, prompt, output):
+    """Every field of every request, in one pass (numpy's field-by-field assignment of a large
+    record array costs more than a tenth of a run)."""
+    for r in range(len(requests)):
+        request = requests[r]
+        request.arrival, request.prompt, request.output = arrival[r], prompt[r], output[r]
+        request.reservation = prompt[r] + output[r]
+        request.generated = 0
+        request.prompt_machine = request.token_machine = NONE
+        request.queue_next = request.running_prev = request.batch_next = NONE
+        request.first_token = request.finish = np.nan
+        request.kv_transfer = 0.0
+
+
+def _new_pools(machines: np.recarray) -> np.ndarray:
+    capacities = np.unique(machines.capacity)
+    machines.capacity_class = np.searchsorted(capacities, machines.capacity)
+    trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
+    leaves = 1 << max(0, int(len(machines) - 1).bit_length())
+    pools = Pools(np.full((trees, 2 * leaves), NONE, np.int64),
+                  np.zeros((trees, 2 * leaves), np.int64))
+    _fill_pools(pools, machines)
+    return pools
+
+
+@_compiled
+def _fill_pools(pools, machines):
+    for m in range(len(machines)):
+        _refresh(pools, machines, m, CHANGED_ALL)
 
 
 def _new_machines(m: MachineArrays) -> np.recarray:
@@ -611,7 +781,10 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
                         m.queue_threshold, m.layerwise_min_prompt_tokens)
     running_next = np.full(n, NONE, np.int64)
-    if not _run(requests, running_next, machines, _stack_curves(m.curves), settings, kv_arrivals):
+    busy_heap = Heap(np.zeros(m.count), np.zeros(m.count, np.int64), np.zeros(1, np.int64))
+    touched = Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64))
+    if not _run(requests, running_next, machines, _stack_curves(m.curves), settings, kv_arrivals,
+                busy_heap, _new_pools(machines), touched):
         raise RuntimeError("simulation stalled with unfinished requests")
 
     def column(records, name):

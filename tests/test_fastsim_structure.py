@@ -78,15 +78,58 @@ def test_heap_pops_by_key_then_item():
     assert heap.size[0] == 0
 
 
+def pools_for(name, pending, committed, in_mixed=()):
+    ms = fastsim._new_machines(CLUSTERS[name])
+    ms.pending[:], ms.committed[:] = pending, committed
+    ms.in_mixed[list(in_mixed)] = True
+    return ms, fastsim._new_pools(ms)
+
+
 def test_routing_ties_go_to_the_lowest_index():
-    ms = fastsim._new_machines(CLUSTERS["splitwise"])
-    ms.pending[:] = [5, 3, 3, 0, 0]
-    ms.committed[:] = [0, 0, 0, 4, 4]
-    assert fastsim._best_in_pool(ms, fastsim.POOL_PROMPT, fastsim.KEY_PENDING) == 1
-    assert fastsim._best_in_pool(ms, fastsim.POOL_TOKEN, fastsim.KEY_COMMITTED) == 3
+    ms, pools = pools_for("splitwise", [5, 3, 3, 0, 0], [0, 0, 0, 4, 4])
+    assert pools.winner[fastsim.TREE_PROMPT_PENDING, 1] == 1
+    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 3
+    assert pools.winner[fastsim.TREE_MIXED_COMMITTED, 1] == fastsim.NONE
     ms.in_mixed[3] = True
-    assert fastsim._best_in_pool(ms, fastsim.POOL_TOKEN, fastsim.KEY_COMMITTED) == 4
-    assert fastsim._best_in_pool(ms, fastsim.POOL_MIXED, fastsim.KEY_COMMITTED) == 3
-    ms.committed[:] = [0, 0, 0, 1, 1]  # loads 5, 3, 3, 1, 1; the token machines hold 6000
-    assert fastsim._least_loaded(ms, 100) == 3
-    assert fastsim._least_loaded(ms, 7000) == 1
+    fastsim._refresh(pools, ms, 3, fastsim.CHANGED_POOL)
+    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 4
+    assert pools.winner[fastsim.TREE_MIXED_COMMITTED, 1] == 3
+    ms.committed[4] = 3
+    fastsim._refresh(pools, ms, 4, fastsim.CHANGED_COMMITTED)
+    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 4
+    ms.committed[3] = 1  # loads 5, 3, 3, 1, 3; the token machines hold 6000
+    fastsim._refresh(pools, ms, 3, fastsim.CHANGED_COMMITTED)
+    assert fastsim._least_loaded(ms, pools, 100) == 3
+    assert fastsim._least_loaded(ms, pools, 7000) == 1
+
+
+def test_trees_agree_with_a_scan_after_random_updates():
+    rng = np.random.default_rng(0)
+    roles = [ROLE_PROMPT] * 9 + [ROLE_TOKEN] * 8
+    ms = fastsim._new_machines(machines(roles, rng.choice([3000, 6000, 9000], 17)))
+    pools = fastsim._new_pools(ms)
+    for _ in range(2000):
+        m = int(rng.integers(17))
+        before = (ms.pending[m], ms.committed[m], ms.in_mixed[m])
+        ms.pending[m] = rng.integers(0, 4)
+        ms.committed[m] = rng.integers(0, 4)
+        if rng.random() < 0.2:
+            ms.in_mixed[m] = not ms.in_mixed[m]
+        fastsim._refresh(pools, ms, m, fastsim._changes(ms[m], *before))
+        idx = np.arange(17)
+        own = ~ms.in_mixed
+        for tree, pool, key in [
+                (fastsim.TREE_PROMPT_PENDING, (ms.role == ROLE_PROMPT) & own, ms.pending),
+                (fastsim.TREE_TOKEN_COMMITTED, (ms.role == ROLE_TOKEN) & own, ms.committed),
+                (fastsim.TREE_MIXED_PENDING, ms.in_mixed, ms.pending),
+                (fastsim.TREE_MIXED_COMMITTED, ms.in_mixed, ms.committed)]:
+            expect = min(zip(key[pool], idx[pool]), default=(0, fastsim.NONE))[1]
+            assert pools.winner[tree, 1] == expect
+        reservation = int(rng.integers(2990, 9010))
+        fits = (ms.role == ROLE_PROMPT) & own & (ms.committed + reservation <= ms.capacity)
+        expect = min(zip(ms.committed[fits], idx[fits]), default=(0, fastsim.NONE))[1]
+        assert fastsim._best_prompt_machine_that_holds(ms, pools, reservation) == expect
+        fits = ms.capacity >= reservation
+        load = ms.pending + ms.committed
+        expect = min(zip(load[fits], idx[fits]), default=(0, fastsim.NONE))[1]
+        assert fastsim._least_loaded(ms, pools, reservation) == expect
