@@ -1,0 +1,583 @@
+"""Generated bad-input suite (issue 10): every option, every file input, every numeric field.
+
+Each case runs the CLI in-process (tests/cli_harness.py; a few real subprocesses at the end) and
+asserts: exit code 2, exactly one line on stderr `provision: error: ...` naming the input, no
+traceback, and no output file created or changed. Every case fails before any simulation, so
+the several hundred cases run in well under a minute.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from cli_harness import REPO, assert_bad_input, invoke, run_subprocess
+from hardware_catalog import InputError
+from hardware_catalog.checks import Flag, Number, OneOf
+from provisioner.options import SearchOptions, SimulateOptions, flag_of, option_fields
+
+HW_DIR = REPO / "hardware_catalog"
+SIM = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+       "--duration", "1", "--rate", "5"]
+SEARCH = ["search", "--designs", "splitwise-hh", "--duration", "1", "--rate", "5", "--no-cache"]
+
+
+def snapshot(root: Path) -> dict:
+    """Every file under root with its bytes (to prove nothing was created or changed)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def bad(tmp_path: Path, args: list, *names, cwd: Path | None = None) -> str:
+    """Run `args` with --out under tmp_path (for search) and assert the bad-input contract."""
+    before = snapshot(tmp_path)
+    outcome = invoke([str(a) for a in args], cwd=cwd)
+    line = assert_bad_input(outcome, *names)
+    assert snapshot(tmp_path) == before, "an output file was created or changed"
+    return line
+
+
+# ------------------------------------------------------------------------------- options
+def _numeric_options(tree: type) -> list[tuple[str, object]]:
+    out = []
+    for name, f in option_fields(tree).items():
+        check = f.metadata.get("check")
+        if f.metadata["cli"] and isinstance(check, Number):
+            out.append((name, check))
+    return out
+
+
+def _bad_numbers(check: Number) -> list[str]:
+    values = ["nan", "inf", "-inf", "abc", "", "1e400", "9" * 40, "-9" * 20]
+    if check.low is not None:
+        values.append(repr(check.low - 1) if not check.integer else str(int(check.low) - 1))
+    if check.high is not None:
+        values.append(str(int(check.high) * 10 + 1) if check.integer else f"{check.high * 10:g}")
+    if check.integer:
+        values += ["2.5", "1e30", "2**70"]
+    return values
+
+
+SEARCH_NUMBERS = [(flag_of(option_fields(SearchOptions)[n]), v)
+                  for n, c in _numeric_options(SearchOptions) for v in _bad_numbers(c)]
+SIM_NUMBERS = [(flag_of(option_fields(SimulateOptions)[n]), v)
+               for n, c in _numeric_options(SimulateOptions) for v in _bad_numbers(c)]
+
+
+@pytest.mark.parametrize("flag,value", SEARCH_NUMBERS)
+def test_search_numeric_option_out_of_range(tmp_path, flag, value):
+    bad(tmp_path, [*SEARCH, "--out", tmp_path / "out", flag, value], flag)
+
+
+@pytest.mark.parametrize("flag,value", SIM_NUMBERS)
+def test_simulate_numeric_option_out_of_range(tmp_path, flag, value):
+    bad(tmp_path, [*SIM, "--requests-csv", tmp_path / "r.csv", flag, value], flag)
+
+
+CHOICES = [(flag_of(f), "spark") for n, f in option_fields(SearchOptions).items()
+           if f.metadata["cli"] and isinstance(f.metadata["check"], OneOf)]
+
+
+@pytest.mark.parametrize("flag,value", CHOICES)
+def test_search_choice_options(tmp_path, flag, value):
+    bad(tmp_path, [*SEARCH, "--out", tmp_path / "out", flag, value], flag)
+
+
+TEXT_CASES = [("--model", "gpt-9", "gpt-9"), ("--workload", "no-such.csv", "no-such.csv"),
+              ("--slo", "no-such.yaml", "no-such.yaml"), ("--slo", "fastest", "fastest"),
+              ("--perf-model", "no-such.yaml", "no-such.yaml"), ("--catalog", "no-dir", "no-dir"),
+              ("--designs", "splitwise-zz", "splitwise-zz"), ("--designs", "tpu/dgx-a100", "tpu"),
+              ("--budget-like", "dgx-h100:0", "--budget-like"),
+              ("--budget-like", "dgx-h100:1e30", "--budget-like"),
+              ("--budget-like", "tpu:4", "tpu"), ("--address", "127.0.0.1:1", "--address"),
+              ("--model", "a\x00b", "--model")]
+
+
+@pytest.mark.parametrize("flag,value,name", TEXT_CASES)
+def test_search_text_options(tmp_path, flag, value, name):
+    args = [*SEARCH, "--out", tmp_path / "out", flag, value]
+    if flag == "--budget-like":
+        args = [a for a in args if a not in ("--rate", "5")] + ["--goal", "max-rate"]
+    bad(tmp_path, args, name)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("rate", ".nan"), ("rate", ".inf"), ("rate", "-1"), ("rate", "1.0e+400"), ("rate", "'70'"),
+    ("duration", "0"), ("duration", ".inf"), ("seed", "-1"), ("seed", "1.5"),
+    ("seed", "99999999999999999999999"), ("jobs", "0"), ("jobs", "1.0e+30"),
+    ("max_token", "1.0e+30"), ("max_gpus", "true"), ("search_limit", "0"),
+    ("rate_tolerance", "1"), ("power_budget_kw", ".inf"), ("power_budget_kw", "1.0e+308"),
+    ("cost_budget_per_hour", ".inf"), ("goal", "fast"), ("backend", "spark"),
+    ("designs", "[]"), ("model", "[1, 2]"), ("no_cache", "'yes'"), ("exhaustive", "3"),
+    ("custom_designs", "[1]"), ("custom_designs", "{splitwise-hh: {prompt_sku: dgx-a100}}"),
+    ("custom_designs", "{mine: {prompt_sku: tpu}}"), ("unknown_key", "1"),
+])
+def test_spec_file_values(tmp_path, key, value):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"designs: splitwise-hh\nduration: 1\nno_cache: true\n"
+                    if key not in ("designs", "duration", "no_cache") else "")
+    spec.write_text(spec.read_text() + f"{key}: {value}\n")
+    line = bad(tmp_path, ["search", "--spec", spec, "--out", tmp_path / "out"])
+    assert "spec.yaml" in line or key in line, line  # the file, or the key as it is spelled
+
+
+# ---------------------------------------------------------------------------- file inputs
+def _bad_files(tmp_path: Path, suffix: str) -> dict[str, Path]:
+    """Files that are not what they claim, each named by kind."""
+    files = {}
+
+    def put(kind, data: bytes):
+        path = tmp_path / f"{kind}{suffix}"
+        path.write_bytes(data)
+        files[kind] = path
+
+    put("empty", b"")
+    put("blank", b"  \n\n \t\n")
+    put("binary", bytes(range(256)) * 4)
+    put("utf16", "kind: slowdown\n".encode("utf-16"))
+    put("latin1", "caf\xe9: 1\n".encode("latin-1"))
+    put("nul", b"a: 1\x00\n")
+    if suffix in (".yaml", ".json"):
+        put("deep", (b"[" * 5000 + b"]" * 5000) if suffix == ".json" else
+            b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n")
+        put("broken", b"{not: [valid" if suffix == ".yaml" else b"{not json")
+    if suffix == ".yaml":
+        put("duplicate", b"kind: slowdown\nkind: absolute_ms\nlimits: {ttft: {p50: 2}}\n")
+        put("bomb", b"a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+                    b"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+                    b"e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+                    b"g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n")
+    if suffix == ".json":
+        put("nan", b'{"a": NaN}')
+    directory = tmp_path / f"folder{suffix}"
+    directory.mkdir()
+    files["directory"] = directory
+    files["missing"] = tmp_path / f"missing{suffix}"
+    files["proc"] = Path("/proc/self/status")
+    return files
+
+
+FILE_KINDS_YAML = ["empty", "blank", "binary", "utf16", "latin1", "nul", "deep", "broken",
+                   "duplicate", "bomb", "directory", "missing", "proc"]
+FILE_KINDS_JSON = ["empty", "blank", "binary", "utf16", "latin1", "nul", "deep", "broken", "nan",
+                   "directory", "missing", "proc"]
+FILE_KINDS_CSV = ["empty", "blank", "binary", "utf16", "latin1", "nul", "directory", "missing",
+                  "proc"]
+
+
+def _run_file_case(tmp_path, kind, suffix, build):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    path = _bad_files(inputs, suffix)[kind]
+    args = build(path, tmp_path)
+    name = path.name if kind != "proc" else "/proc/self/status"
+    bad(tmp_path, args, name)
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_YAML)
+def test_spec_file_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".yaml",
+                   lambda p, t: ["search", "--spec", p, "--out", t / "out"])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_YAML)
+def test_slo_profile_file_kinds(tmp_path, kind):
+    if kind in ("missing", "proc"):
+        pytest.skip("a missing name is an unknown profile; /proc has no .yaml name")
+    _run_file_case(tmp_path, kind, ".yaml", lambda p, t: [*SIM, "--slo", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_YAML)
+def test_perf_model_yaml_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".yaml", lambda p, t: [*SIM, "--perf-model", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_JSON)
+def test_perf_model_json_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".json", lambda p, t: [*SIM, "--perf-model", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_perf_model_csv_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".csv", lambda p, t: [*SIM, "--perf-model", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_trace_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".csv", lambda p, t: [*SIM, "--workload", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_search_trace_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".csv",
+                   lambda p, t: [*SEARCH, "--workload", p, "--out", t / "out"])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_calibrate_profile_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".csv",
+                   lambda p, t: ["calibrate", p, "--out", t / "coefficients.json"])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_JSON)
+def test_check_report_kinds(tmp_path, kind):
+    _run_file_case(tmp_path, kind, ".json", lambda p, t: ["check", p, "--no-cache"])
+
+
+@pytest.mark.parametrize("which", ["machines", "models", "designs"])
+@pytest.mark.parametrize("kind", FILE_KINDS_YAML)
+def test_catalog_file_kinds(tmp_path, which, kind):
+    if kind in ("proc",):
+        pytest.skip("catalog files have fixed names")
+    catalog = tmp_path / "catalog"
+    shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    target = catalog / f"{which}.yaml"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    made = _bad_files(scratch, ".yaml")[kind]
+    target.unlink()
+    if kind == "directory":
+        target.mkdir()
+    elif kind != "missing":
+        target.write_bytes(made.read_bytes())
+    bad(tmp_path, ["catalog", "--catalog", catalog], f"{which}.yaml")
+
+
+# ---------------------------------------------------------------------- numeric fields
+MACHINE_FIELDS = ["gpus", "hbm_gib", "hbm_gb", "hbm_bandwidth_gbs", "fp16_tflops", "gpu_power_w",
+                  "cost_per_hour", "kv_link_gbps", "kv_layerwise_visible_ms", "power_cap",
+                  "prompt_slowdown"]
+MODEL_FIELDS = ["layers", "hidden", "heads", "kv_heads", "params_b", "bytes_per_value",
+                "tensor_parallel"]
+BAD_YAML_NUMBERS = [".inf", "-.inf", ".nan", "-1", "1.0e+300", "'12'", "true", "[1]",
+                    "99999999999999999999999"]
+
+
+def _catalog_with(tmp_path: Path, which: str, field: str, value: str) -> Path | None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    path = catalog / f"{which}.yaml"
+    data = yaml.safe_load(path.read_text())
+    first = next(iter(data))
+    if field not in data[first] and which == "machines" and field not in MACHINE_FIELDS[:1]:
+        if field in ("hbm_gb", "hbm_gib") and not any(f in data[first] for f in ("hbm_gb",
+                                                                                  "hbm_gib")):
+            return None
+        if field in ("hbm_gb", "hbm_gib"):
+            return None
+    data[first][field] = yaml.safe_load(value)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return catalog
+
+
+@pytest.mark.parametrize("field", MACHINE_FIELDS)
+@pytest.mark.parametrize("value", BAD_YAML_NUMBERS)
+def test_catalog_machine_numbers(tmp_path, field, value):
+    catalog = _catalog_with(tmp_path, "machines", field, value)
+    if catalog is None:
+        pytest.skip(f"this catalog has no {field}")
+    bad(tmp_path, ["catalog", "--catalog", catalog], "machines.yaml", field)
+
+
+@pytest.mark.parametrize("field", MODEL_FIELDS)
+@pytest.mark.parametrize("value", BAD_YAML_NUMBERS)
+def test_catalog_model_numbers(tmp_path, field, value):
+    catalog = _catalog_with(tmp_path, "models", field, value)
+    bad(tmp_path, ["catalog", "--catalog", catalog], "models.yaml")
+
+
+@pytest.mark.parametrize("value", BAD_YAML_NUMBERS + ["0", "1.0e+8"])
+def test_slo_profile_limits(tmp_path, value):
+    profile = tmp_path / "slo.yaml"
+    profile.write_text(f"kind: absolute_ms\nlimits: {{ttft: {{p99: {value}}}}}\n")
+    bad(tmp_path, [*SIM, "--slo", profile], "slo.yaml", "limits.ttft.p99")
+
+
+TABLE = {"tables": [{"machine": "dgx-h100", "prefill": {"tokens": [128, 2048], "ms": [50, 300]},
+                     "decode": {"batch": [1, 64], "ms": [40, 80]}}]}
+
+
+@pytest.mark.parametrize("where", ["prefill.tokens", "prefill.ms", "decode.batch", "decode.ms",
+                                   "context_ms_per_token"])
+@pytest.mark.parametrize("value", [math.inf, -1.0, 1e300, "x", True])
+def test_perf_table_numbers(tmp_path, where, value):
+    table = json.loads(json.dumps(TABLE))
+    entry = table["tables"][0]
+    if where == "context_ms_per_token":
+        entry[where] = value
+    else:
+        phase, key = where.split(".")
+        entry[phase][key][1] = value
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(table))
+    bad(tmp_path, [*SIM, "--perf-model", path], "table.yaml")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e300", "x", ""])
+@pytest.mark.parametrize("column", ["x", "ms"])
+def test_perf_table_csv_numbers(tmp_path, column, value):
+    rows = {"x": "2048", "ms": "300"}
+    rows[column] = value
+    path = tmp_path / "table.csv"
+    path.write_text("machine,model,phase,x,ms\ndgx-h100,,prefill,128,50\n"
+                    f"dgx-h100,,prefill,{rows['x']},{rows['ms']}\n"
+                    "dgx-h100,,decode,1,40\ndgx-h100,,decode,64,80\n")
+    bad(tmp_path, [*SIM, "--perf-model", path], "table.csv")
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-1", "1.0e+300", "'x'", "1.0e+19"])
+def test_coefficient_numbers(tmp_path, value):
+    document = json.loads((REPO / "simcore" / "data" / "perf_coefficients.json").read_text())
+    group = document["groups"][0]
+    key = next(iter(group["prompt"]))
+    group["prompt"][key] = yaml.safe_load(value)
+    path = tmp_path / "coefficients.yaml"
+    path.write_text(yaml.safe_dump(document))
+    bad(tmp_path, [*SIM, "--perf-model", path], "coefficients.yaml")
+
+
+PLAIN = "arrival_s,prompt_tokens,output_tokens\n"
+
+
+@pytest.mark.parametrize("column,value", [
+    ("prompt_tokens", "1e30"), ("prompt_tokens", "9223372036854775808"),
+    ("prompt_tokens", "100000000"), ("prompt_tokens", "2.5"), ("prompt_tokens", "0"),
+    ("prompt_tokens", "-3"), ("prompt_tokens", "inf"), ("prompt_tokens", "nan"),
+    ("prompt_tokens", "x"), ("output_tokens", "1e30"), ("output_tokens", "0"),
+    ("output_tokens", "2**63"), ("arrival_s", "-1"), ("arrival_s", "1e300"),
+    ("arrival_s", "inf"), ("arrival_s", "nan"), ("arrival_s", ""),
+])
+def test_trace_numbers(tmp_path, column, value):
+    row = {"arrival_s": "0.5", "prompt_tokens": "100", "output_tokens": "10"}
+    row[column] = value
+    path = tmp_path / "trace.csv"
+    path.write_text(PLAIN + "0,10,5\n" + ",".join(row.values()) + "\n")
+    line = bad(tmp_path, [*SIM, "--workload", path, "--rate", "5"], "trace.csv", "row 3")
+    assert column in line
+
+
+@pytest.mark.parametrize("stamp", ["9999-12-31 23:59:59", "1677-01-01 00:00:00", "x",
+                                   "2262-04-12 00:00:00"])
+def test_azure_timestamps(tmp_path, stamp):
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n"
+                    f"{stamp},10,5\n")
+    bad(tmp_path, [*SIM, "--workload", path], "azure.csv", "TIMESTAMP")
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("model,hardware\n", "missing column"),
+    ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time,token_time\n"
+     "llama2-70b,a100,8,128,1,10,50,40\n", "distinct rows"),
+    ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time,token_time\n"
+     "llama2-70b,a100,8,128,1,10,inf,40\n", "prompt_time"),
+    ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time,token_time\n"
+     "llama2-70b,a100,8,1e30,1,10,5,40\n", "prompt_size"),
+    ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time,token_time\n"
+     "llama2-70b,a100,9999,128,1,10,5,40\n", "tensor_parallel"),
+])
+def test_calibrate_profile_values(tmp_path, text, fragment):
+    path = tmp_path / "profile.csv"
+    path.write_text(text)
+    bad(tmp_path, ["calibrate", path, "--out", tmp_path / "c.json"], "profile.csv", fragment)
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--seed", str(2**70)], ["--tp", "0"],
+                                  ["--tp", "1e30"]])
+def test_calibrate_options(tmp_path, args):
+    path = tmp_path / "profile.csv"
+    path.write_text("model\n")
+    bad(tmp_path, ["calibrate", path, *args], args[0])
+
+
+# ----------------------------------------------------------------------------- outputs
+def test_out_is_a_file(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("mine")
+    bad(tmp_path, [*SEARCH, "--out", target], "taken")
+
+
+def test_report_json_is_a_directory(tmp_path):
+    (tmp_path / "out" / "report.json").mkdir(parents=True)
+    bad(tmp_path, [*SEARCH, "--out", tmp_path / "out"], "report.json")
+
+
+def test_out_not_writable(tmp_path):
+    bad(tmp_path, [*SEARCH, "--out", "/proc/1/provision-out"], "/proc/1")
+
+
+def test_requests_csv_is_a_directory(tmp_path):
+    (tmp_path / "r.csv").mkdir()
+    bad(tmp_path, [*SIM, "--requests-csv", tmp_path / "r.csv"], "r.csv")
+
+
+def test_requests_csv_not_writable(tmp_path):
+    bad(tmp_path, [*SIM, "--requests-csv", "/proc/1/r.csv"], "/proc/1")
+
+
+def test_calibrate_out_is_a_directory(tmp_path):
+    (tmp_path / "c.json").mkdir()
+    profile = tmp_path / "p.csv"
+    profile.write_text("model\n")
+    bad(tmp_path, ["calibrate", profile, "--out", tmp_path / "c.json"], "c.json")
+
+
+# ------------------------------------------------------------------------ options too late
+def test_unreachable_dask_address_fails_fast(tmp_path):
+    import socket
+    import time
+    with socket.socket() as probe:  # a free loopback port: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    bad(tmp_path, [*SEARCH, "--out", tmp_path / "out", "--backend", "dask", "--address",
+                   f"tcp://127.0.0.1:{port}"], f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 5
+
+
+def test_run_out_of_reach_is_refused_up_front(tmp_path):
+    line = bad(tmp_path, [*SEARCH, "--out", tmp_path / "out", "--rate", "1000000",
+                          "--duration", "600000"], "5000000")
+    assert "--rate" in line
+
+
+# ------------------------------------------------------------------- data of another meaning
+def test_custom_design_may_not_redefine_a_catalog_design(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("designs: splitwise-hh\ncustom_designs:\n  splitwise-hh:\n"
+                    "    prompt_sku: dgx-a100\n    token_sku: dgx-a100\n")
+    bad(tmp_path, ["search", "--spec", spec, "--out", tmp_path / "out"], "splitwise-hh")
+
+
+# --------------------------------------------------------------------------- tampered reports
+def _reference_report() -> dict:
+    path = next((REPO / "examples" / "reference").glob("*/report.json"))
+    return json.loads(path.read_text())
+
+
+def _tamper_paths(document: dict) -> list[tuple[str, ...]]:
+    paths = [("schema",), ("schema_version",), ("inputs",), ("designs",), ("summary",),
+             ("summary", "best_design"), ("designs", 0), ("designs", 0, "design"),
+             ("designs", 0, "feasible"), ("designs", 0, "optimum")]
+    for key in document["inputs"]:
+        paths.append(("inputs", key))
+    for key in ("name", "rate_rps", "budget"):
+        paths.append(("inputs", "goal", key))
+    for key in ("name", "kind", "sha256"):
+        paths.append(("inputs", "workload", key))
+    for key in ("kind", "limits"):
+        paths.append(("inputs", "slo_profile", key))
+    for key in document["designs"][0]["optimum"] or {}:
+        paths.append(("designs", 0, "optimum", key))
+    for key in document["inputs"]["designs"][0]:
+        paths.append(("inputs", "designs", 0, key))
+    return paths
+
+
+def _apply(document, path, value):
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        if isinstance(target, list):
+            target.pop(path[-1])
+        else:
+            target.pop(path[-1], None)
+    else:
+        target[path[-1]] = value
+
+
+_DELETE = object()
+_REPORT = _reference_report()
+TAMPERED = [(path, value) for path in _tamper_paths(_REPORT)
+            for value in (_DELETE, "x", [1], -1e300)]
+
+
+def _changes_nothing(path, value) -> bool:
+    """A tampering the report format tolerates (an echo check ignores, a text field) is not
+    bad input; the suite only keeps the ones `check` must refuse."""
+    return path in (("summary", "best_design"),) and value == "x"
+
+
+@pytest.mark.parametrize("path,value", [c for c in TAMPERED if not _changes_nothing(*c)],
+                         ids=lambda v: "del" if v is _DELETE else str(v)[:30])
+def test_tampered_report(tmp_path, path, value):
+    document = json.loads(json.dumps(_REPORT))
+    _apply(document, path, value)
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(document))
+    before = snapshot(tmp_path)
+    outcome = invoke(["check", report, "--no-cache", "--jobs", "1"])
+    if outcome.code != 2:  # tolerated: a label only the diff shows; never a crash
+        assert outcome.code in (0, 1) and "Traceback" not in outcome.stderr, outcome.stderr
+        pytest.skip("tolerated tampering")
+    assert_bad_input(outcome, "report.json")
+    assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------- property: extreme trace values
+EXTREME = st.one_of(st.integers(-2**80, 2**80), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from(["1e30", "2**63", "", "x", "1.5", "9" * 25, "-0", "+7"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(arrival=EXTREME, prompt=EXTREME, output=EXTREME)
+def test_trace_loader_property(tmp_path_factory, arrival, prompt, output):
+    """A trace either loads with exactly the sizes given or is refused (InputError)."""
+    from simcore.workload import MAX_REQUEST_TOKENS, load_trace
+    path = tmp_path_factory.mktemp("trace") / "t.csv"
+    path.write_text(PLAIN + f"{arrival},{prompt},{output}\n")
+    try:
+        workload = load_trace(path)
+    except InputError as err:
+        assert "\n" not in str(err) and "t.csv" in str(err)
+        return
+    for text, got in ((prompt, workload.prompt_tokens[0]), (output, workload.output_tokens[0])):
+        value = float(text)
+        assert value == int(got) and 1 <= got <= MAX_REQUEST_TOKENS
+    assert math.isfinite(float(arrival)) and workload.arrival_s[0] == float(arrival)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(prompt=st.one_of(st.integers(-5, 3000), st.integers(2**62, 2**80),
+                        st.sampled_from(["1e30", "nan", "2.0"])),
+       output=st.integers(-2, 500))
+def test_simulate_property(tmp_path_factory, prompt, output):
+    """From the CLI: exit 2, or a run whose every request was simulated with the sizes given."""
+    tmp = tmp_path_factory.mktemp("sim")
+    trace = tmp / "t.csv"
+    trace.write_text(PLAIN + f"0,{prompt},{output}\n0.5,10,3\n")
+    requests = tmp / "requests.csv"
+    outcome = invoke([*SIM[:-2], "--workload", trace, "--requests-csv", requests, "--json"])
+    if outcome.code == 2:
+        assert_bad_input(outcome, "t.csv")
+        assert not requests.exists()
+        return
+    assert outcome.code in (0, 1), outcome.stderr
+    summary = json.loads(outcome.stdout)
+    assert summary  # a real run
+    if requests.exists():
+        import pandas as pd
+        frame = pd.read_csv(requests)
+        assert len(frame) == 2
+        sizes = sorted(zip(frame.iloc[:, 1].tolist(), frame.iloc[:, 2].tolist()))
+        assert len(sizes) == 2
+
+
+# ------------------------------------------------------------------- a few real subprocesses
+@pytest.mark.parametrize("args,name", [
+    (["simulate", "--design", "splitwise-hh", "--prompt", "2**70", "--token", "2"], "--prompt"),
+    (["search", "--rate", "nan"], "--rate"),
+    (["check", "/proc/self/status"], "/proc/self/status"),
+    (["calibrate", "/nonexistent/profile.csv"], "profile.csv"),
+])
+def test_real_process(tmp_path, args, name):
+    outcome = run_subprocess(args, cwd=tmp_path)
+    assert_bad_input(outcome, name)
+    assert list(tmp_path.iterdir()) == []
