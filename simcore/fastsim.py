@@ -27,7 +27,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays
+from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, MachineArrays
 from simcore.workload import Workload
 
 try:
