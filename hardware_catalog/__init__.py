@@ -27,10 +27,10 @@ __all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_c
 # Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
 MAX_FILE_BYTES = 512 * 1024 * 1024   # any input file (a 5-million-request trace is ~200 MB)
 MAX_DOCUMENT_DEPTH = 32              # nesting of a YAML/JSON document (ours need 5)
-MAX_DOCUMENT_NODES = 2_000_000
+MAX_DOCUMENT_NODES = 2_000_000       # values in a YAML/JSON document (aliases counted each time)
 # Sane ranges of catalog numbers: a machine has at most this many GPUs (a model's tensor
 # parallelism too); the other fields' ranges are written where they are read.
-MAX_GPUS = 1024       # values in a YAML/JSON document (aliases counted each time)
+MAX_GPUS = 1024
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class MachineSku:
     name: str
     gpu: str
     gpus: int
-    hbm_gb: float
+    hbm_gib: float             # per GPU, as the driver reports it (nvidia-smi MiB / 1024)
     hbm_bandwidth_gbs: float
     fp16_tflops: float
     gpu_power_w: float
@@ -59,7 +59,7 @@ class MachineSku:
 
     @property
     def hbm_bytes(self) -> float:
-        return self.gpus * self.hbm_gb * 1e9
+        return self.gpus * self.hbm_gib * 2**30
 
     @property
     def kv_link_bytes_per_s(self) -> float:
@@ -67,7 +67,7 @@ class MachineSku:
         return self.gpus * self.kv_link_gbps * 1e9 / 8.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "gpu": self.gpu, "gpus": self.gpus, "hbm_gb": self.hbm_gb,
+        return {"name": self.name, "gpu": self.gpu, "gpus": self.gpus, "hbm_gib": self.hbm_gib,
                 "hbm_bandwidth_gbs": self.hbm_bandwidth_gbs, "fp16_tflops": self.fp16_tflops,
                 "gpu_power_w": self.gpu_power_w, "power_cap": self.power_cap,
                 "power_kw": round(self.power_kw, 6), "cost_per_hour": self.cost_per_hour,
@@ -90,6 +90,7 @@ class ModelSpec:
     active_params_b: float | None = None
     perf_profile: str | None = None
     source: str = ""
+    weights_bytes: float | None = None   # stated weight size; None: parameters x bytes per value
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -99,6 +100,8 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
+        if self.weights_bytes is not None:
+            return self.weights_bytes
         return self.params_b * 1e9 * self.bytes_per_value
 
     @property
@@ -397,7 +400,7 @@ class _Fields:
             raise self._err(unknown[0], f"unknown field; expected one of {', '.join(sorted(known))}")
 
 
-_MACHINE_FIELDS = {"gpu", "gpus", "hbm_gb", "hbm_bandwidth_gbs", "fp16_tflops", "gpu_power_w",
+_MACHINE_FIELDS = {"gpu", "gpus", "hbm_gib", "hbm_bandwidth_gbs", "fp16_tflops", "gpu_power_w",
                    "cost_per_hour", "kv_link_gbps", "kv_layerwise_visible_ms", "perf_profile",
                    "calibrated", "power_cap", "prompt_slowdown", "sources"}
 
@@ -410,7 +413,7 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
         raise f._err("sources", "must be a mapping of field to source")
     return MachineSku(
         name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True, at_most=MAX_GPUS),
-        hbm_gb=f.number("hbm_gb", at_most=1e5),
+        hbm_gib=f.number("hbm_gib", at_most=1e5),
         hbm_bandwidth_gbs=f.number("hbm_bandwidth_gbs", at_most=1e6),
         fp16_tflops=f.number("fp16_tflops", at_most=1e6),
         gpu_power_w=f.number("gpu_power_w", at_most=1e5),

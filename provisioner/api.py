@@ -14,23 +14,33 @@ when `cache_dir` is given.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
+from provisioner.confidence import verification
 from provisioner.evaluate import SimulationEvaluator, sim_options_echo
 from provisioner import __version__
-from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions, build,
+from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions,
+                                 StudyOptions, build,
                                  echo, from_keywords, read_spec)
-from provisioner.reports import render_reports, report_document, write_reports
-from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs
+from provisioner.reports import (render_reports, report_document, sensitivity_dict,
+                                 write_reports)
+from provisioner.presets import preset_catalog, preset_sim_options
+from provisioner.sensitivity import sensitivity
+from provisioner.runner import (DiskCache, Runner, RunStats, Verifier, default_cache_dir,
+                                default_jobs)
 from provisioner.frontier import search_designs
-from provisioner.study import (Budget, DesignResult, Goal, PerfSource, Study, WorkloadSource,
-                               perf_source, workload_source)
+from provisioner.chunked import (budget_variants, collapse_variants, progress_by_design,
+                                 with_chunk_tokens)
+from provisioner.study import (SCREEN_SEEDS, Budget, DesignResult, Goal, PerfSource, Study,
+                               WorkloadSource, perf_source, workload_source)
 from simcore import SIMULATOR_VERSION, Cluster, SimOptions, evaluate_slos
+from simcore.cluster import kv_capacity_tokens
 from simcore import simulate as run_simulation
 from simcore.perfmodel import perf_model_version
+from simcore.workload import MAX_REQUESTS, check_request_count
 from slo_profiles import load_slo_profile
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
@@ -125,16 +135,38 @@ def budget_like(text: str, catalog: Catalog) -> Budget:
 def resolve_study(options: SearchOptions) -> Study:
     """The search's question as records: every name looked up once, here."""
     s = options.study
-    catalog = with_custom_designs(resolve_catalog(s.catalog), options.question.custom_designs)
+    catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
+                                  options.question.custom_designs)
     workload = workload_source(s.workload)
     perf = perf_source(s.perf_model)
     perf.load(catalog)  # a broken file fails here, before any simulation
+    goal = resolve_goal(options, workload, catalog)
+    check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
+    settings = options.settings
+    if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
+        settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
     return Study(catalog=catalog, model=catalog.model(s.model), workload=workload,
                  duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
                  reference=catalog.machine(SLO_REFERENCE_SKU),
-                 designs=resolve_designs(options.question.designs, catalog),
-                 goal=resolve_goal(options, workload, catalog),
-                 constraints=options.constraints, settings=options.settings)
+                 designs=with_chunk_tokens(resolve_designs(options.question.designs, catalog),
+                                           s.chunk_tokens),
+                 goal=goal, constraints=options.constraints, settings=settings,
+                 chunk_tokens=s.chunk_tokens,
+                 sim_options=sim_options(options.study), assumptions=s.assumptions)
+
+
+def check_workload_size(workload: WorkloadSource, rate: float | None, duration: float,
+                        seed: int) -> None:
+    """Before any simulation: a trace is read (and checked) once, and a synthesized window is
+    within MAX_REQUESTS requests."""
+    if rate is not None:
+        check_request_count(rate, duration)
+    if workload.kind == "trace":
+        workload.at(None, duration, seed)
+
+
+def sim_options(study: StudyOptions) -> SimOptions:
+    return preset_sim_options(study.assumptions, study.memory_reserve)
 
 
 # ----------------------------------------------------------------------------- the results
@@ -154,7 +186,59 @@ def inputs_echo(study: Study) -> dict:
         "designs": [d.as_dict() for d in study.designs],
         "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},
         "sim_options": sim_options_echo(study),
+        **({"chunk_tokens": study.chunk_tokens} if study.chunk_tokens is not None else {}),
+        "kv_capacity_tokens": kv_capacities(study),
     }
+
+
+def kv_capacities(study: Study) -> dict[str, int]:
+    """KV tokens one machine of each SKU holds beside the weights (what admission checks)."""
+    skus = {m.name: m for d in study.designs for m in d.machines()}
+    return {name: kv_capacity_tokens(m, study.model, study.sim_options.memory_reserve_fraction)
+            for name, m in skus.items()}
+
+
+def uncalibrated(design: Design, study: Study) -> list[str]:
+    """The design's SKUs whose latencies for this model are scaled from datasheets."""
+    perf = study.perf.load(study.catalog)
+    return [m.name for m in design.machines() if not perf.is_calibrated(study.model, m)]
+
+
+CALIBRATION_HINT = ("latencies scaled from datasheets (uncalibrated: expect 15-30% error); "
+                    "measure one prompt and one batch-1 decode latency per GPU, run `provision "
+                    "calibrate PROFILE.csv --out coeffs.json`, then search with `--perf-model "
+                    "coeffs.json`")
+
+
+def assumptions(study: Study) -> list[dict]:
+    """Every modelling assumption that moves the answer, with its value in this run."""
+    o = study.sim_options
+    serialized = o.layerwise_min_prompt_tokens >= 1 << 62
+    return [
+        {"name": "preset", "value": study.assumptions},
+        {"name": "memory", "value": f"HBM as the catalog states it (GiB-class figures, as "
+                                    f"nvidia-smi reports); {o.memory_reserve_fraction:.0%} "
+                                    "reserved; KV capacity = GPUs x HBM x (1 - reserve) - "
+                                    "weights; a prompt's KV is held on its prompt machine "
+                                    "until transferred"},
+        {"name": "kv_admission", "value": "a decode is admitted when the KV of its prompt plus "
+                                          "its full output fits (reserved up front, FCFS)"},
+        {"name": "kv_transfer", "value": "serialized after the prompt" if serialized else
+         f"serialized below {o.layerwise_min_prompt_tokens} prompt tokens, layer-wise (only "
+         "the last layer and the link's fixed time visible) from there"},
+        {"name": "tbt", "value": "(E2E - TTFT) / output tokens" if o.tbt_per_output_token else
+         "a request's mean gap between output tokens: (E2E - TTFT) / (output tokens - 1)"},
+        {"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
+                                              "decode curve at the batch) + context term"},
+        {"name": "prompt_batching", "value": f"FCFS batches of up to {o.prompt_token_limit} "
+                                             "prompt tokens (a longer prompt runs alone)"},
+        {"name": "routing", "value": "prompt machine: fewest pending prompt tokens; token "
+                                     "machine: fewest committed KV tokens; ties to the lowest "
+                                     "index; mixed pool above "
+                                     f"{o.mixed_pool_queue_threshold} queued tokens"},
+        {"name": "verification", "value": f"every SLO on {study.settings.verify_seeds} workload "
+                                          f"sample(s), seeds {list(study.seeds)}"},
+    ]
 
 
 @dataclass
@@ -163,10 +247,15 @@ class SearchResult:
     study: Study
     designs: list[DesignResult]
     stats: RunStats = field(default_factory=RunStats)
+    sensitivity: list[dict] | None = None   # with --sensitivity: what moves each optimum
 
     def to_dict(self) -> dict:
         """Exactly the content of report.json (and of `provision search --json`)."""
-        return report_document(inputs_echo(self.study), self.designs, versions())
+        document = report_document(inputs_echo(self.study), self.designs, versions(),
+                                   assumptions(self.study), CALIBRATION_HINT)
+        if self.sensitivity is not None:
+            document["sensitivity"] = sensitivity_dict(self.sensitivity)
+        return document
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """Write report.json, evaluations.csv and report.html atomically; returns the paths."""
@@ -181,24 +270,29 @@ class SearchResult:
 def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None) -> SearchResult:
     cache_dir = None if execution.no_cache else Path(execution.cache_dir or default_cache_dir())
     cache = DiskCache(cache_dir) if cache_dir is not None else None
-    runner = Runner(SimulationEvaluator(study), execution.jobs or default_jobs(),
-                    execution.backend, execution.address, cache)
+    evaluator = SimulationEvaluator(study)
+    runner = Runner(evaluator, execution.jobs or default_jobs(), execution.backend,
+                    execution.address, cache)
+    searched, origin = budget_variants(study.designs, study.chunk_tokens)
     with runner:
-        results = search_designs(study.designs, study.goal, study.constraints, study.settings,
-                                 runner.run, on_batch)
-    return SearchResult(study, results, runner.stats)
+        results = search_designs(searched, study.goal, study.constraints, study.settings,
+                                 Verifier(runner, study.seeds, SCREEN_SEEDS,
+                                          study.settings.verify_margin).run,
+                                 progress_by_design(on_batch, origin))
+    results = collapse_variants(study.designs, results, origin, study.goal)
+    for result in results:
+        result.verification = verification(result, evaluator)
+        result.uncalibrated = uncalibrated(result.design, study)
+    moved = sensitivity(study, execution, run_study) if study.settings.sensitivity else None
+    return SearchResult(study, results, runner.stats, moved)
 
 
 def check_writable_dir(path: str | Path, field_name: str) -> None:
-    """Fail before any simulation when `path` cannot become a directory we can write."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InputError("exists and is not a directory", source=str(path), field=field_name)
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write in {existing}", source=str(path), field=field_name)
+    """Fail before any simulation when `path` cannot become a directory we can write (with the
+    report files in it, for --out)."""
+    from provisioner.files import check_output_dir
+    from provisioner.reports import REPORT_FILES
+    check_output_dir(path, field_name, REPORT_FILES if field_name == "out" else ())
 
 
 def search(*, spec: str | Path | None = None, on_batch: OnBatch | None = None,
@@ -221,6 +315,7 @@ class SimulationRun:
     workload: Any
     result: Any
     report: Any   # simcore.SloReport
+    uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -231,19 +326,35 @@ def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
 
 def simulate_options(options: SimulateOptions) -> SimulationRun:
     s, c = options.study, options.cluster
-    catalog = resolve_catalog(s.catalog)
+    catalog = preset_catalog(s.assumptions, resolve_catalog(s.catalog))
     if c.design is None:
         raise InputError("--design is required", field="design")
-    cluster = cluster_from_counts(resolve_design(c.design, catalog), c.prompt, c.token,
-                                  c.machines)
+    cluster = cluster_from_counts(design_with_budget(resolve_design(c.design, catalog),
+                                                     s.chunk_tokens),
+                                  c.prompt, c.token, c.machines)
     model, profile = catalog.model(s.model), load_slo_profile(s.slo)
     perf = perf_source(s.perf_model).load(catalog)
     source = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
-    requests = source.at(rate, s.duration, s.seed)
+    requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
     result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
-                            SimOptions(mixed_pool=c.mixed_pool))
-    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile))
+                            replace(sim_options(s), mixed_pool=c.mixed_pool))
+    uncal = [m.name for m in cluster.design.machines() if not perf.is_calibrated(model, m)]
+    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal)
+
+
+def design_with_budget(design: Design, chunk_tokens) -> Design:
+    """`provision simulate --chunk-tokens N`: the chunked design's budget set to N."""
+    if chunk_tokens is None:
+        return design
+    if chunk_tokens == "auto":
+        raise InputError("--chunk-tokens auto searches budgets: use it with `provision search`; "
+                         "give simulate a number", field="chunk_tokens")
+    if not design.is_chunked:
+        raise InputError(f"design '{design.name}' runs whole prompts: --chunk-tokens applies to "
+                         "chunked-prefill designs (sarathi-a100, sarathi-h100, or a design with "
+                         "prefill: chunked)", field="chunk_tokens")
+    return replace(design, chunk_tokens=chunk_tokens)
 
 
 def cluster_from_counts(design: Design, prompt: int | None, token: int | None,

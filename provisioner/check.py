@@ -10,7 +10,7 @@ design's feasibility, machine counts, rate, cost, power or GPUs differ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from provisioner.api import (SLO_REFERENCE_SKU, SearchResult, budget_like, resol
 from provisioner.files import file_sha256
 from provisioner.options import (Constraints, Execution, SearchOptions, SearchSettings,
                                  check_value, from_echo, option_fields)
+from provisioner.presets import preset_catalog
 from provisioner.reports import SCHEMA, SCHEMA_VERSION
+from simcore import SimOptions
 from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, perf_source,
                                workload_source)
 from simcore.workload import check_request_count
@@ -151,7 +153,9 @@ def study_from_report(document: dict, report_path: Path, *,
     shape = _Shape(source)
     try:
         inputs = shape.get(document, "inputs", dict, "")
-        catalog = resolve_catalog(catalog_dir)
+        preset = _option(SearchOptions, "assumptions", inputs.get("assumptions", "provision"),
+                         source)
+        catalog = preset_catalog(preset, resolve_catalog(catalog_dir))
         machines = shape.get(shape.get(inputs, "catalog", dict, "inputs"), "machines", dict,
                              "inputs.catalog")
         for sku, entry in machines.items():
@@ -201,7 +205,10 @@ def study_from_report(document: dict, report_path: Path, *,
                       settings=from_echo(SearchSettings, shape.get(inputs, "search", dict,
                                                                    "inputs"), source),
                       chunk_tokens=_chunk_tokens(shape.get(inputs, "chunk_tokens", object,
-                                                           "inputs", optional=True), source))
+                                                           "inputs", optional=True), source),
+                      sim_options=_sim_options(shape.get(inputs, "sim_options", dict, "inputs"),
+                                               source),
+                      assumptions=preset)
     except (KeyError, TypeError, AttributeError, IndexError) as err:
         raise InputError(f"report inputs incomplete or malformed ({err!r}); re-run the search",
                          source=source, field="inputs") from None
@@ -219,12 +226,31 @@ def _option(tree: type, name: str, value: Any, source: str) -> Any:
     return check_value(option_fields(tree)[name], value, name, source=source)
 
 
+def _sim_options(echo: dict, source: str) -> SimOptions:
+    """The simulation options the report ran with (the slowdown reference is not one)."""
+    known = {f.name for f in fields(SimOptions)}
+    try:
+        return SimOptions(**{k: v for k, v in echo.items() if k in known})
+    except (TypeError, ValueError) as err:
+        raise InputError(f"malformed simulation options ({err}); re-run the search",
+                         source=source, field="inputs.sim_options") from None
+
+
 def _design(shape: _Shape, echo: Any, where: str, catalog: Catalog) -> Design:
     name = shape.get(echo, "name", str, where)
     token_sku = shape.get(echo, "token_sku", str, where, optional=True)
     token = catalog.machine(token_sku) if token_sku is not None else None
     return Design(name, catalog.machine(shape.get(echo, "prompt_sku", str, where)), token,
-                  shape.get(echo, "mixed_pool", bool, where))
+                  shape.get(echo, "mixed_pool", bool, where),
+                  shape.get(echo, "prefill", str, where, optional=True) or "whole",
+                  shape.get(echo, "chunk_tokens", int, where, optional=True))
+
+
+def _chunk_tokens(value: Any, source: str):
+    """The echoed --chunk-tokens (absent when it was not given), checked like a spec's."""
+    from provisioner.options import check_value, option_fields
+    return check_value(option_fields(SearchOptions)["chunk_tokens"], value, "chunk_tokens",
+                       source=source)
 
 
 def catalog_notes(echoed: dict, catalog) -> list[str]:

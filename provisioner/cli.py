@@ -119,10 +119,8 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
-        check_writable_dir(Path(csv_path).parent, "requests_csv")
-        if Path(csv_path).is_dir():
-            raise InputError("is a directory, not a file", source=csv_path,
-                             field="requests_csv")
+        from provisioner.files import check_output_file
+        check_output_file(csv_path, "requests_csv")
     run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
         write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
@@ -144,8 +142,9 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the coefficients file "
                                        "(JSON; YAML if FILE ends .yaml) that --perf-model reads."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random 80:20 held-out split."),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1,
+    seed: int = typer.Option(0, "--seed", min=0, max=2**63 - 1,
+                             help="Seed of the random 80:20 held-out split."),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024,
                                      help="Fit only rows of this tensor parallelism."),
     exclude_hardware: list[str] = typer.Option([], "--exclude-hardware", help="Skip rows of this "
                                                "hardware (repeatable), e.g. synthetic rows."),
@@ -156,10 +155,12 @@ def calibrate(
     from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
     from simcore.perfmodel import coefficients_document
 
-    if out is not None and out.is_dir():
-        raise InputError("is a directory, not a file", source=str(out), field="out")
+    from provisioner.files import check_output_file
+
+    if out is not None:
+        check_output_file(out, "out")
     rows = select_rows(read_profile_csv(profile), tp, tuple(exclude_hardware), str(profile))
-    result = fit_profile(rows, seed=seed)
+    result = fit_profile(rows, seed=seed, source=str(profile))
     command = " ".join(["provision calibrate", str(profile)]
                        + ([f"--tp {tp}"] if tp is not None else [])
                        + [f"--exclude-hardware {h}" for h in exclude_hardware])
@@ -200,11 +201,15 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     report.html). With no options: BLOOM-176B, coding at 70 req/s, all designs, min-cost."""
     from provisioner.api import check_writable_dir, merge_options, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
-    from provisioner.terminal import SearchProgress, optimum_table
+    from provisioner.terminal import (SearchProgress, optimum_table, search_notes,
+                                      sensitivity_table)
+
+    from provisioner.runner import check_execution
 
     options = merge_options(SearchOptions, given_options(SearchOptions, values), spec)
     out = Path(options.execution.out)
     check_writable_dir(out, "out")
+    check_execution(options.execution)
     study = resolve_study(options)
     with SearchProgress([d.name for d in study.designs], enabled=not as_json) as progress:
         result = run_study(study, options.execution, progress.update)
@@ -215,6 +220,11 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     else:
         console = _console()
         console.print(optimum_table(document))
+        for line in search_notes(document):
+            console.print(line, highlight=False, soft_wrap=True)
+        moved = sensitivity_table(document)
+        if moved is not None:
+            console.print(moved)
         console.print(f"{result.stats.simulated} simulations, {result.stats.cache_hits} from the "
                       f"cache ({document['summary']['evaluations']} points evaluated); reports "
                       f"in {out}/", highlight=False)
@@ -247,8 +257,11 @@ def check(report: Path, as_json: bool = False, **values):
     exit 1 with a diff (design, field, old -> new) if it moved or the best design changed."""
     from provisioner.check import check_report
 
+    from provisioner.runner import check_execution
+
     given = given_options(SearchOptions, values)
     execution = build(Execution, given)
+    check_execution(execution)
     result = check_report(report, execution, catalog_dir=given.get("catalog"))
     if as_json:
         print_json(result.as_dict())
@@ -261,7 +274,12 @@ def check(report: Path, as_json: bool = False, **values):
 
 
 def main() -> None:
-    """Entry point: bad input anywhere becomes one line on stderr and exit code 2."""
+    """Entry point: bad input anywhere becomes one line on stderr and exit code 2; Ctrl-C one
+    line and exit code 130."""
+    _main()
+
+
+def _main() -> None:
     try:
         code = app(standalone_mode=False)
     except InputError as err:
@@ -276,9 +294,23 @@ def main() -> None:
     except ClickException as err:
         _fail(err.format_message())
     except (typer.Abort, KeyboardInterrupt):
-        sys.stderr.write("provision: interrupted\n")
-        sys.exit(130)
+        _interrupted()
+    if code == 130:  # typer turns a KeyboardInterrupt in a command into exit code 130
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line, exit 130; local workers are stopped, and a second Ctrl-C while
+    shutting down changes nothing."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runner = sys.modules.get("provisioner.runner")
+    if runner is not None:
+        runner.shutdown_workers()
+    sys.stderr.write("provision: interrupted\n")
+    sys.stderr.flush()
+    sys.exit(130)
 
 
 def _fail(message: str) -> None:

@@ -18,7 +18,7 @@ from slo_profiles import METRICS, PERCENTILES, SloProfile
 class Evaluator(Protocol):
     """Anything the runner can evaluate: the simulator binding or a test oracle."""
 
-    def outcome(self, point: Point) -> Outcome: ...
+    def outcome(self, point: Point, seed: int) -> Outcome: ...
 
     def identity(self) -> dict: ...
 
@@ -30,19 +30,27 @@ class SimulationEvaluator:
     """Binds the simulator to one study: model, workload, window, seed, SLOs, performance model."""
     study: Study
 
-    def outcome(self, point: Point) -> Outcome:
+    def outcome(self, point: Point, seed: int) -> Outcome:
+        """The point simulated on the workload sample drawn with `seed`."""
+        result, requests = self.simulate(point, seed)
+        s = self.study
+        report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
+        return outcome_from_slo_report(report, s.slo, len(requests))
+
+    def simulate(self, point: Point, seed: int):
+        """(simcore result, workload) of one sample, per-request arrays included."""
         s = self.study
         cluster = Cluster(point.design, point.prompt_machines, point.token_machines)
-        requests = s.workload.at(point.rate_rps, s.duration_s, s.seed)
+        requests = s.workload.at(point.rate_rps, s.duration_s, seed, base_seed=s.seed)
         result = simulate(cluster, requests, s.model, s.perf.load(s.catalog), s.reference,
                           s.sim_options)
-        return outcome_from_slo_report(evaluate_slos(result, _all_nine(s.slo)), s.slo,
-                                       len(requests))
+        return result, requests
 
     def identity(self) -> dict:
+        """Everything but the point and the sample seed that changes an outcome."""
         s = self.study
         return {"model": s.model.as_dict(), "workload": s.workload.identity(),
-                "duration_s": s.duration_s, "seed": s.seed, "slo": s.slo.as_dict(),
+                "duration_s": s.duration_s, "base_seed": s.seed, "slo": s.slo.as_dict(),
                 "perf_model": s.perf.identity(), "simulator": SIMULATOR_VERSION,
                 "sim_options": sim_options_echo(s), "reference": _priceless(s.reference)}
 

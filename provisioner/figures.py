@@ -42,7 +42,7 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
         "padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
         ".warn{color:#a15c00}</style>",
         "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
-        _inputs_html(inputs), _optimum_html(document), _non_monotone_html(document),
+        _inputs_html(inputs), _optimum_html(document), _comparison_html(document), _non_monotone_html(document),
         *parts, "</body>", "</html>", ""])
 
 
@@ -67,27 +67,92 @@ def _budget_text(budget: dict) -> str:
     return f"{budget['value']:g} {budget['unit']}{like}"
 
 
+def _comparison_html(document: dict) -> str:
+    """Disaggregated vs chunked colocated: the best design of each kind and the verdict."""
+    view = document["summary"].get("disaggregated_vs_chunked")
+    if view is None:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("", "design", "machines", "cost $/h", "power kW",
+                                               "GPUs", "headroom req/s"))
+    rows = []
+    for kind, label in (("disaggregated", "disaggregated"), ("chunked", "chunked colocated")):
+        side = view[kind]
+        if side is None:
+            rows.append(f"<tr><td>{label}</td><td colspan=\"6\">none feasible</td></tr>")
+            continue
+        machines = (f"{side['machines']} (chunk {side['chunk_tokens']})" if "machines" in side
+                    else f"{side['prompt_machines']} P + {side['token_machines']} T")
+        headroom = side.get("headroom_rps")
+        cells = (label, side["design"], machines, f"{side['cost_per_hour']:,.2f}",
+                 f"{side['power_kw']:,.1f}", str(side["gpus"]),
+                 "-" if headroom is None else f"{headroom:.4g}")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return (f"<h2>Disaggregated vs chunked colocated ({html.escape(view['goal'])})</h2>"
+            f"<p>{html.escape(view['sentence'])}</p>"
+            f"<table><tr>{head}</tr>{''.join(rows)}</table>")
+
+
 def _optimum_html(document: dict) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("design", "P", "T", "rate req/s", "cost $/h",
-                                               "power kW", "GPUs", "worst SLO margin"))
+                                               "power kW", "GPUs", "binding SLO / margin",
+                                               "headroom req/s"))
     rows = []
     for entry in document["designs"]:
         o = entry["optimum"]
         name = html.escape(entry["design"])
         if entry["design"] == document["summary"]["best_design"]:
             name = f"<b>{name}</b> ★"
+        if entry.get("uncalibrated_skus"):
+            name += ' <span class="warn">(uncalibrated)</span>'
         if o is None:
-            rows.append(f"<tr><td>{name}</td><td colspan=\"7\">infeasible: "
+            rows.append(f"<tr><td>{name}</td><td colspan=\"8\">infeasible: "
                         f"{html.escape(entry['reason'])}</td></tr>")
             continue
         p = o.get("machines", o.get("prompt_machines"))
         t = "-" if "machines" in o else o["token_machines"]
         margin = "" if o["worst_margin"] is None else f"{o['worst_margin']:+.1%}"
+        if o.get("binding_slo"):
+            margin = (f"{o['binding_slo'].replace('_', ' ').upper()} "
+                      f"{o['binding_margin']:+.1%}")
         rate = "trace" if o["rate_rps"] is None else f"{o['rate_rps']:g}"
+        headroom = "-" if o.get("headroom_rps") is None else f"{o['headroom_rps']:g}"
         cells = [p, t, rate, f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", o["gpus"],
-                 margin]
+                 margin, headroom]
         rows.append(f"<tr><td>{name}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+    warnings = "".join(f'<li class="warn">{html.escape(w)}</li>'
+                       for w in document.get("warnings", []))
+    notes = f"<ul>{warnings}</ul>" if warnings else ""
+    assumptions = "".join(f"<tr><th>{html.escape(a['name'])}</th><td style=\"text-align:left\">"
+                          f"{html.escape(a['value'])}</td></tr>"
+                          for a in document.get("assumptions", []))
+    assumed = f"<h2>Modelling assumptions</h2><table>{assumptions}</table>" if assumptions else ""
+    return (f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+            f"{notes}{_sensitivity_html(document)}{assumed}")
+
+
+def _sensitivity_html(document: dict) -> str:
+    """What moves the answer: one row per changed assumption, the optimum of every design."""
+    rows = document.get("sensitivity")
+    if not rows:
+        return ""
+    names = list(rows[0]["designs"])
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["assumption", *names])
+    body = []
+    for row in rows:
+        cells = []
+        for name in names:
+            o = row["designs"].get(name, {})
+            if not o.get("feasible"):
+                cells.append("infeasible")
+                continue
+            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
+                    else f"{o['prompt_machines']}P+{o['token_machines']}T")
+            change = o.get("cost_change")
+            cells.append(f"{size}, ${o['cost_per_hour']:,.0f}/h"
+                         + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))
+        body.append(f"<tr><td>{html.escape(row['assumption'])}</td>"
+                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f"<h2>What moves the answer</h2><table><tr>{head}</tr>{''.join(body)}</table>")
 
 
 def _non_monotone_html(document: dict) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from hardware_catalog import Design
 from provisioner.options import Constraints, SearchSettings
 from provisioner.select import select_optimum
-from provisioner.study import Budget, DesignResult, Goal, Metrics, Point
+from provisioner.study import Budget, DesignResult, Goal, Metrics, Point, Verify
 
 Search = Generator[list[Point], list[Metrics], Any]
 RunBatch = Callable[[list[Point]], list[Metrics]]  # "evaluate these points", in order
@@ -427,15 +427,75 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
+    optimum, rejected = yield from _verified(probe, optimum, candidates, goal, constraints,
+                                             design, settings)
     if optimum is None and not reason:
         reason = "no evaluated configuration meets the SLOs within the constraints"
-    if optimum is not None and optimum.rate_rps is not None and settings.load_sweep:
-        sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
-                             round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
-        yield from probe.measure_all(sweep)
+        if rejected:
+            reason += f" on every verification sample ({len(rejected)} candidates failed one)"
+    headroom = None
+    if optimum is not None and optimum.rate_rps is not None:
+        headroom = yield from _headroom(probe, optimum, goal, settings)
+        if settings.load_sweep:
+            sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
+                                 round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
+            yield from probe.measure_all(sweep)
     points = sorted(probe.seen.values(), key=_point_order)
     return DesignResult(design, goal, optimum, reason, points, frontier,
-                        non_monotone_cells(points), box)
+                        non_monotone_cells(points), box, headroom, rejected=rejected)
+
+
+MAX_VERIFY_STEPS = 24   # candidates tried before a design is reported infeasible
+
+
+def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
+              constraints: Constraints, design: Design, settings: SearchSettings):
+    """The best candidate that meets every SLO on every verification sample.
+
+    The search screened its points on a few samples; the optimum is now checked on all of
+    them. A candidate that fails one is dropped, its next-larger neighbours are screened, and
+    the best remaining candidate is checked in turn: the frontier steps up only where needed.
+    Returns (verified optimum or None, [(P, T, rate, reason) of the candidates dropped]).
+    """
+    rejected: list[Metrics] = []
+    for _ in range(MAX_VERIFY_STEPS):
+        if optimum is None:
+            break
+        (verified,) = yield [Verify(optimum.point)]
+        if verified.meets_slos:
+            return verified, [_rejection(m) for m in rejected]
+        rejected.append(verified)
+        dropped = {m.point for m in rejected}
+        neighbours = yield from probe.measure_all(_step_up(probe, optimum, goal, settings))
+        candidates = [c for c in dict.fromkeys([*candidates, *neighbours])
+                      if c.point not in dropped and c.meets_slos]
+        optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
+    return None, [_rejection(m) for m in rejected]
+
+
+def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings) -> list[Point]:
+    p, t, rate = optimum.prompt_machines, optimum.token_machines, optimum.rate_rps
+    if goal.name == "max-rate":
+        lower = round_rate(rate / (1 + settings.rate_tolerance))
+        return [probe.point(p, t, lower if lower < rate else round_rate(rate * 0.98))]
+    if t == 0:
+        return [probe.point(p + 1, 0, rate)]
+    return [probe.point(p + 1, t, rate), probe.point(p, t + 1, rate)]
+
+
+def _rejection(m: Metrics) -> dict:
+    return {"machines": [m.prompt_machines, m.token_machines], "rate_rps": m.rate_rps,
+            "reason": m.outcome.reason}
+
+
+def _headroom(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings):
+    """The highest rate the optimum sustains, to the rate tolerance: max-rate already bisected
+    it; for min-cost/min-power gallop up from the goal's rate, then bisect."""
+    if goal.name == "max-rate":
+        return optimum.rate_rps
+    cell = (optimum.prompt_machines, optimum.token_machines)
+    rates = RateSearch(probe, settings)
+    return (yield from rates.climb(cell, optimum.rate_rps, factor=2 * settings.rate_tolerance))
 
 
 def _point_order(m: Metrics):

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from hardware_catalog import InputError, read_yaml
-from hardware_catalog.checks import (Flag, Invalid, Mapping, Names, OneOf, Text, count, fraction,
+from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
+                                     Names, Number, OneOf, OrAuto, Text, count, fraction,
                                      positive)
 
 GOALS = ("min-cost", "min-power", "max-rate")
+PRESETS = ("provision", "splitwise-sim")
 BACKENDS = ("loky", "dask", "ray")
 DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
 
@@ -35,6 +37,7 @@ MAX_SEED = 2**63 - 1
 MAX_MACHINES = 100_000      # per pool, and in all
 MAX_JOBS = 1024
 MAX_BUDGET = 1e9            # kW or $/h
+CHUNK_BUDGETS = (256, 512, 1024, 2048)  # --chunk-tokens auto: Sarathi-Serve's range of budgets
 
 
 def option(default: Any, help: str, check: Any, *, short: str | None = None,
@@ -76,9 +79,22 @@ class StudyOptions:
     perf_model: Optional[str] = option(
         None, "Latency tables or calibrated coefficients file (docs/perf-model-tables.md).",
         Text(), path=True, default_text="the built-in model", metavar="FILE")
+    memory_reserve: Optional[float] = option(
+        None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
+              "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),
+        default_text="0.10; 0 with --assumptions splitwise-sim")
+    assumptions: str = option(
+        "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
+                     "(README: Assumption presets).", OneOf(PRESETS))
     catalog: Optional[str] = option(
         None, "Catalog directory (machines.yaml, models.yaml, designs.yaml).", Text(),
         path=True, default_text="built-in", metavar="DIR")
+    chunk_tokens: Optional[Any] = option(
+        None, f"Prompt tokens per iteration of chunked-prefill designs (sarathi-*, or prefill: "
+              f"chunked), {CHUNK_TOKENS_MIN}-{CHUNK_TOKENS_MAX}; auto (search only) searches "
+              f"{', '.join(map(str, CHUNK_BUDGETS))} per design and reports the best.",
+        OrAuto(count(CHUNK_TOKENS_MIN, CHUNK_TOKENS_MAX)), echo=False,
+        default_text="the design's, 512 for sarathi-*", metavar="N|auto")
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,8 @@ class QuestionOptions:
         None, "SKU:N, power:SKU:N or cost:SKU:N: the power (default) or cost of N machines of "
               "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N")
     custom_designs: Optional[dict] = option(
-        None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool}}.", Mapping(),
+        None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool, prefill, "
+              "chunk_tokens}}.", Mapping(),
         cli=False)
 
 
@@ -119,6 +136,22 @@ class SearchSettings:
                               Flag())
     search_limit: int = option(256, "Largest pool the search grows to.", count(1, MAX_MACHINES))
     rate_tolerance: float = option(0.02, "max-rate: relative precision of the rate.", fraction())
+    verify_seeds: int = option(
+        20, "Independent workload samples (seeds --seed, --seed+1, ...) the optimum must meet "
+            "every SLO on; the search screens on the first and verifies its candidates on "
+            "all.", count(1, 100))
+    verify_margin: float = option(
+        0.05, "Guard band: on every verification sample the optimum must beat each SLO limit "
+              "by this fraction (tail percentiles vary more between samples than the samples "
+              "show).", fraction(low_open=False))
+    sensitivity: bool = option(
+        False, "Also re-derive every optimum with one assumption changed (rate +-10%, HBM "
+               "reserve, KV transfer, burstier arrivals, +-15% latency on uncalibrated "
+               "hardware): a few extra searches.", Flag())
+    slo_confidence: float = option(
+        0.5, "Check each SLO percentile's one-sided upper confidence bound at this level "
+             "(an order-statistic bound over the sample's requests) instead of the percentile "
+             "itself (0.5).", Number(0.5, 0.999))
     start_rate: float = option(8.0, "max-rate: first rate tried.", positive(), cli=False,
                                spec=False)
     min_rate: float = option(0.05, "max-rate: lowest rate tried.", positive(), cli=False,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from provisioner.files import write_files_atomically
+from provisioner.chunked import comparison
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
@@ -56,10 +57,21 @@ def point_dict(m: Metrics, baseline: bool) -> dict:
 
 def design_dict(result: DesignResult) -> dict:
     d, baseline = result.design, result.design.is_baseline
-    return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku,
+    optimum = None
+    if result.optimum:
+        optimum = {**optimum_dict(result.optimum, baseline),
+                   "headroom_rps": num(result.headroom_rps),
+                   **verification_dict(result.verification)}
+    chunked = {}
+    if d.is_chunked:  # whole-prompt designs keep the keys they always had
+        chunked = {"prefill": d.prefill, "chunk_tokens": d.chunk_tokens,
+                   "chunk_search": [_rounded(line) for line in result.chunk_search]}
+    return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku, **chunked,
             "feasible": result.feasible, "reason": result.reason,
-            "optimum": optimum_dict(result.optimum, baseline) if result.optimum else None,
+            "uncalibrated_skus": list(result.uncalibrated), "optimum": optimum,
             "search_box": list(result.box) if result.box else None,
+            "rejected_candidates": [{**r, "rate_rps": num(r["rate_rps"])}
+                                    for r in result.rejected],
             "frontier": [list(cell) for cell in result.frontier],
             "non_monotone": [{**cell, "rate_rps": num(cell["rate_rps"])}
                              for cell in result.non_monotone],
@@ -67,11 +79,53 @@ def design_dict(result: DesignResult) -> dict:
             "evaluated": [point_dict(m, baseline) for m in result.points]}
 
 
-def report_document(inputs: dict, results: Sequence[DesignResult], versions: dict) -> dict:
-    """The report.json content: schema, versions, echoed inputs, per-design results, summary."""
+def verification_dict(verification: dict | None) -> dict:
+    """The optimum's confidence: binding SLO, and per SLO every sample's value and interval."""
+    if verification is None:
+        return {}
+    slo = {key: {"values": [num(v) for v in entry["values"]],
+                 "ci95": [None if ci is None else [num(ci[0]), num(ci[1])]
+                          for ci in entry["ci95"]],
+                 "worst": num(entry["worst"]), "limit": num(entry["limit"]),
+                 "margin": num(entry["margin"])}
+           for key, entry in verification["slo"].items()}
+    binding = verification["binding_slo"]
+    return {"binding_slo": binding,
+            "binding_margin": slo[binding]["margin"] if binding else None,
+            "verification": {"seeds": verification["seeds"], "slo": slo}}
+
+
+def report_document(inputs: dict, results: Sequence[DesignResult], versions: dict,
+                    assumptions: list[dict] | None = None, calibration_hint: str = "") -> dict:
+    """The report.json content: schema, versions, echoed inputs, the modelling assumptions,
+    per-design results, warnings and the summary."""
+    warnings = [f"{r.design.name}: {', '.join(r.uncalibrated)}: {calibration_hint}"
+                for r in results if r.uncalibrated]
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "versions": versions,
-            "inputs": inputs, "designs": [design_dict(r) for r in results],
-            "summary": summary_dict(results, inputs["goal"]["name"])}
+            "inputs": inputs, "assumptions": assumptions or [],
+            "designs": [design_dict(r) for r in results], "warnings": warnings,
+            "summary": with_comparison(summary_dict(results, inputs["goal"]["name"]), results,
+                                       inputs["goal"])}
+
+
+def _rounded(record: dict) -> dict:
+    return {k: num(v) if isinstance(v, float) else v for k, v in record.items()}
+
+
+def with_comparison(summary: dict, results: Sequence[DesignResult], goal: dict) -> dict:
+    """The summary plus the disaggregated-vs-chunked view when the study holds both kinds."""
+    view = comparison(results, goal["name"], goal.get("rate_rps"))
+    if view is None:
+        return summary
+    rounded = {key: (_rounded(value) if isinstance(value, dict) else value)
+               for key, value in view.items()}
+    return {**summary, "disaggregated_vs_chunked": rounded}
+
+
+def sensitivity_dict(rows: list[dict]) -> list[dict]:
+    return [{"assumption": row["assumption"],
+             "designs": {name: {k: num(v) for k, v in entry.items()}
+                         for name, entry in row["designs"].items()}} for row in rows]
 
 
 def summary_dict(results: Sequence[DesignResult], goal: str) -> dict:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import signal
+import socket
+import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,7 +22,7 @@ from hardware_catalog import InputError
 from provisioner.evaluate import Evaluator
 from provisioner.files import write_atomically
 from provisioner.options import BACKENDS
-from provisioner.study import Metrics, Outcome, Point
+from provisioner.study import Metrics, Outcome, Point, Verify, combine_samples
 
 CACHE_FORMAT = "2"  # bump when the cached record layout or the key's contents change
 
@@ -33,9 +38,14 @@ def default_jobs() -> int:
                else (os.cpu_count() or 1))
 
 
-def cache_key(evaluator: Evaluator, point: Point) -> str:
+Sample = tuple[Point, int]   # a point on the workload sample drawn with a seed
+
+
+def cache_key(evaluator: Evaluator, sample: Sample) -> str:
+    point, seed = sample
     identity = {"format": CACHE_FORMAT, "study": evaluator.identity(),
                 "point": [point.prompt_machines, point.token_machines, point.rate_rps],
+                "seed": seed,
                 "records": evaluator.point_identity(point)}
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -49,27 +59,188 @@ class DiskCache:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
+    damaged: int = 0          # entries ignored (re-simulated and overwritten) in this run
+    writable: bool = True     # False after a write failed: the run goes on uncached
+
     def get(self, key: str) -> Outcome | None:
+        """The cached outcome, or None when absent or damaged (then it is re-simulated and
+        overwritten; the first damaged entry of a run is named in one warning)."""
+        path = self._path(key)
         try:
-            data = json.loads(self._path(key).read_text())
-            return Outcome(data["meets_slos"], data["completed"], data["reason"],
-                           tuple((k, v, lim) for k, v, lim in data["slo"]),
-                           data["worst_margin"], data["requests"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # a missing or damaged entry is simply re-simulated
+            text = path.read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, UnicodeDecodeError):
+            return self._damaged(path, "unreadable")
+        try:
+            return outcome_from_json(json.loads(text, parse_constant=_reject_constant))
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
+            return self._damaged(path, str(err) or type(err).__name__)
+
+    def _damaged(self, path: Path, why: str) -> None:
+        self.damaged += 1
+        if self.damaged == 1:
+            warn(f"ignoring a damaged evaluation cache entry ({' '.join(why.split())[:80]}): "
+                 f"{path}; it is re-simulated and overwritten")
+        return None
 
     def put(self, key: str, outcome: Outcome) -> None:
+        if not self.writable:
+            return
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, json.dumps(asdict(outcome)))
+        except (OSError, ValueError) as err:
+            self.writable = False
+            why = getattr(err, "strerror", None) or str(err)
+            warn(f"cannot write the evaluation cache {self.directory} ({why}); running "
+                 "uncached (choose another with --cache-dir, or --no-cache)")
+
+
+def _reject_constant(name: str):
+    if name == "NaN":
+        raise ValueError("NaN is not a result")
+    return float(name)  # Infinity: an unlimited SLO's limit
+
+
+def outcome_from_json(data: Any) -> Outcome:
+    """An Outcome from a cache entry, every field checked against the record's schema (a NaN,
+    a wrong type or a missing key raises ValueError/KeyError/TypeError)."""
+    def number(value, *, optional=False, infinite=False):
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                math.isnan(value) or (math.isinf(value) and not infinite):
+            raise ValueError(f"not a finite number: {value!r}")
+        return value
+
+    if not isinstance(data, dict) or set(data) != {f for f in Outcome.__dataclass_fields__}:
+        raise ValueError("not an outcome record")
+    for key in ("meets_slos", "completed"):
+        if not isinstance(data[key], bool):
+            raise TypeError(f"{key} is not true/false")
+    if not isinstance(data["reason"], str):
+        raise TypeError("reason is not a string")
+    if not isinstance(data["slo"], list):
+        raise TypeError("slo is not a list")
+    slo = []
+    for item in data["slo"]:
+        key, value, limit = item
+        if not isinstance(key, str):
+            raise TypeError("slo key is not a string")
+        slo.append((key, number(value, optional=True),
+                    number(limit, optional=True, infinite=True)))
+    requests = data["requests"]
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
+        raise TypeError("requests is not a whole number >= 0")
+    return Outcome(data["meets_slos"], data["completed"], data["reason"], tuple(slo),
+                   number(data["worst_margin"], optional=True), requests)
+
+
+def warn(message: str) -> None:
+    """One line on stderr; a warning never changes the result or the exit code."""
+    sys.stderr.write(f"provision: warning: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+
+
+def _outcome_of(evaluator: Evaluator, sample: Sample) -> Outcome:
+    return evaluator.outcome(*sample)
+
+
+def _outcome_in_worker(evaluator: Evaluator, sample: Sample, parent: int | None) -> Outcome:
+    """`_outcome_of` in a worker process of this machine: Ctrl-C is the parent's to handle (the
+    worker ignores SIGINT, so no worker prints a traceback), and the worker exits when the
+    parent is gone (killed with -9, say) instead of idling for minutes."""
+    if parent is not None and os.getpid() != parent:
+        _adopt_worker(parent)
+    return evaluator.outcome(*sample)
+
+
+_WATCHED_PARENT: list[int] = []
+
+
+def _adopt_worker(parent: int) -> None:
+    if _WATCHED_PARENT:
+        return
+    _WATCHED_PARENT.append(parent)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+            threading.Event().wait(1.0)
+    threading.Thread(target=watch, name="provision-parent-watch", daemon=True).start()
+
+
+def shutdown_workers() -> None:
+    """Stop the local worker processes loky keeps for reuse (they idle for minutes)."""
+    if "joblib" not in sys.modules:
+        return
+    try:
+        from joblib.externals.loky import get_reusable_executor
+        get_reusable_executor().shutdown(wait=False, kill_workers=True)
+    except Exception:  # pragma: no cover - best effort at exit
+        pass
+
+
+def check_backend(backend: str, address: str | None, timeout: float = 3.0) -> None:
+    """Before any simulation: the backend is known and installed, and a cluster address is
+    reachable (a TCP connect within `timeout` seconds), naming the address when not."""
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend '{backend}'; use {', '.join(BACKENDS)}",
+                         field="backend")
+    if address and backend == "loky":
+        raise InputError(f"--address needs --backend dask or ray (got --address {address} with "
+                         "loky); add --backend dask", field="address")
+    module = {"dask": "distributed", "ray": "ray"}.get(backend)
+    if module is not None:
+        import importlib.util
+        if importlib.util.find_spec(module) is None:
+            hint = "'dask[distributed]'" if backend == "dask" else "'ray[default]'"
+            raise InputError(f"backend '{backend}' is not installed: pip install {hint}",
+                             field="backend")
+    if address and not (backend == "ray" and address in ("auto", "local")):
+        host, port = parse_address(address, 8786 if backend == "dask" else 6379)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
         except OSError as err:
-            raise InputError(f"cannot write the evaluation cache: {err.strerror}",
-                             source=str(self.directory), field="cache_dir") from None
+            why = "timed out" if isinstance(err, socket.timeout) else (err.strerror or str(err))
+            raise InputError(f"cannot reach the {backend} scheduler at {host}:{port} ({why} "
+                             f"within {timeout:g} s); start it, or check the address",
+                             field="address") from None
 
 
-def _outcome_of(evaluator: Evaluator, point: Point) -> Outcome:
-    return evaluator.outcome(point)
+def check_execution(execution: Any) -> None:
+    """Every execution option checked before the first simulation: the backend and its cluster
+    address (reachable within seconds), and the cache directory (unwritable: a warning, and the
+    run goes on uncached)."""
+    check_backend(execution.backend, execution.address)
+
+
+def parse_address(address: str, default_port: int) -> tuple[str, int]:
+    """(host, port) of `tcp://host:port`, `ray://host:port`, `host:port` or `host`."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    rest = rest.rstrip("/")
+    if rest.startswith("["):  # [ipv6]:port
+        host, _, tail = rest[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port_text = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    if not host or (port_text and not port_text.isdigit()):
+        raise InputError(f"--address must be [SCHEME://]HOST[:PORT], got {address!r}",
+                         field="address")
+    port = int(port_text) if port_text else default_port
+    if not 1 <= port <= 65535:
+        raise InputError(f"--address port must be 1-65535, got {port}", field="address")
+    return host, port
 
 
 @dataclass
@@ -96,64 +267,64 @@ class Runner:
     _cluster: Any = field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.backend not in BACKENDS:
-            raise InputError(f"unknown backend '{self.backend}'; use {', '.join(BACKENDS)}",
-                             field="backend")
-        if self.address and self.backend == "loky":
-            raise InputError("--address needs --backend dask or ray", field="address")
+        check_backend(self.backend, self.address)
 
     def __enter__(self) -> "Runner":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         self.close()
+        if kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            shutdown_workers()  # interrupted: stop the loky workers now, not in minutes
 
     def close(self) -> None:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
 
-    def run(self, points: Sequence[Point]) -> list[Metrics]:
-        outcomes: dict[Point, Outcome] = {}
-        keys: dict[Point, str] = {}
-        missing: list[Point] = []
-        for point in dict.fromkeys(points):  # a point asked twice in a batch is simulated once
-            found = self._known(point, keys)
-            if found is None:
-                missing.append(point)
+    def outcomes(self, samples: Sequence[Sample]) -> list[Outcome]:
+        """The outcome of every (point, seed), in the order asked."""
+        found: dict[Sample, Outcome] = {}
+        keys: dict[Sample, str] = {}
+        missing: list[Sample] = []
+        for sample in dict.fromkeys(samples):  # asked twice in a batch: simulated once
+            known = self._known(sample, keys)
+            if known is None:
+                missing.append(sample)
             else:
-                outcomes[point] = found
-        for point, outcome in zip(missing, self._evaluate(missing)):
+                found[sample] = known
+        for sample, outcome in zip(missing, self._evaluate(missing)):
             self.stats.simulated += 1
-            outcomes[point] = outcome
+            found[sample] = outcome
             if self.cache is not None:
-                self.cache.put(keys[point], outcome)
-        self._memo.update(outcomes)
-        return [Metrics.of(p, outcomes[p]) for p in points]
+                self.cache.put(keys[sample], outcome)
+        self._memo.update(found)
+        return [found[s] for s in samples]
 
-    def _known(self, point: Point, keys: dict[Point, str]) -> Outcome | None:
+    def _known(self, sample: Sample, keys: dict[Sample, str]) -> Outcome | None:
         """The outcome from this run's memo or the disk cache, counted; None if unknown."""
-        if point in self._memo:
+        if sample in self._memo:
             self.stats.memo_hits += 1
-            return self._memo[point]
+            return self._memo[sample]
         if self.cache is None:
             return None
-        keys[point] = cache_key(self.evaluator, point)
-        cached = self.cache.get(keys[point])
+        keys[sample] = cache_key(self.evaluator, sample)
+        cached = self.cache.get(keys[sample])
         if cached is not None:
             self.stats.cache_hits += 1
         return cached
 
-    def _evaluate(self, points: list[Point]) -> list[Outcome]:
-        if not points:
+    def _evaluate(self, samples: list[Sample]) -> list[Outcome]:
+        if not samples:
             return []
-        if self.backend == "loky" and (self.jobs == 1 or len(points) == 1):
-            return [_outcome_of(self.evaluator, p) for p in points]
+        if self.backend == "loky" and (self.jobs == 1 or len(samples) == 1):
+            return [_outcome_of(self.evaluator, s) for s in samples]
         from joblib import Parallel, delayed, parallel_config  # only parallel runs need joblib
         self._connect()
-        tasks = (delayed(_outcome_of)(self.evaluator, p) for p in points)
+        parent = os.getpid() if self.backend == "loky" or not self.address else None
+        tasks = (delayed(_outcome_in_worker)(self.evaluator, s, parent) for s in samples)
         if self.backend == "loky":
-            return Parallel(n_jobs=min(self.jobs, len(points)), backend="loky")(tasks)
+            return Parallel(n_jobs=min(self.jobs, len(samples)), backend="loky")(tasks)
         with parallel_config(backend=self.backend):
             return Parallel(n_jobs=-1 if self.backend == "ray" else self.jobs)(tasks)
 
@@ -174,10 +345,18 @@ def _dask_client(address: str | None, jobs: int):
         raise InputError("backend 'dask' needs dask.distributed: pip install 'provision[dask]' "
                          "(or pip install 'dask[distributed]')", field="backend") from None
     if address:
-        return Client(address)
-    cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    client = Client(cluster)
+        return Client(address, timeout=10)
+    import logging
+    # the worker processes start with SIGINT ignored (it is inherited): Ctrl-C is the parent's
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+        if threading.current_thread() is threading.main_thread() else None
+    try:
+        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                               silence_logs=logging.CRITICAL, dashboard_address=None)
+        client = Client(cluster)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
     class _Session:  # closing the client alone would leave the local cluster running
         def close(self):
@@ -200,3 +379,40 @@ def _ray_session(address: str | None):
         def close(self):
             ray.shutdown()
     return _Session()
+
+
+@dataclass
+class Verifier:
+    """Feasibility on several workload samples, evaluated lazily. A `Point` is checked on the
+    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated a few
+    at a time (as many as there are workers) and a point stops at its first failing sample:
+    it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
+    callable the search algorithm is given."""
+    runner: Runner
+    seeds: tuple[int, ...]
+    screen: int = 1
+    margin: float = 0.0   # guard band a verified candidate must keep on every sample
+
+    def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
+        wanted = [(item.point, self.seeds) if isinstance(item, Verify)
+                  else (item, self.seeds[:self.screen]) for item in items]
+        samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
+        step, done = 1, 0
+        while True:
+            alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
+                     and all(o.meets_slos for _, o in samples[i])]
+            if not alive:
+                break
+            asked = [(i, s) for i in alive for s in wanted[i][1][done:done + step]]
+            for (i, seed), outcome in zip(asked, self.runner.outcomes(
+                    [(wanted[i][0], seed) for i, seed in asked])):
+                samples[i].append((seed, outcome))
+            done += step
+            step = max(2, self.runner.jobs)   # the base seed alone, then a worker's-worth
+        return [Metrics.of(point, self._verdict(got, len(seeds)), tuple(got))
+                for (point, seeds), got in zip(wanted, samples)]
+
+    def _verdict(self, samples: list[tuple[int, Outcome]], asked: int) -> Outcome:
+        complete = len(samples) == asked and all(o.meets_slos for _, o in samples)
+        verified = complete and asked > self.screen
+        return combine_samples(samples, predict=verified, margin=self.margin)

@@ -7,6 +7,8 @@ simulation said), `Metrics` (outcome plus prices) and `DesignResult` (one design
 """
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -15,9 +17,13 @@ from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec
 from provisioner.files import file_sha256
 from provisioner.options import Constraints, SearchSettings
 from simcore import SimOptions
-from simcore.perfmodel import default_performance_model, load_performance_model
+from simcore.perfmodel import (default_performance_model, load_performance_model,
+                               perf_model_version)
+from simcore.workload import (BUILTIN_TABLES_PATH, builtin_workload_names, load_trace,
+                              resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
+SCREEN_SEEDS = 1   # samples the search checks every point on; candidates are verified on all
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the nine, in report order
 BUDGET_UNITS = {"power": "kW", "cost": "$/h"}
 
@@ -70,29 +76,38 @@ class WorkloadSource:
     kind: str                 # "builtin" or "trace"
     sha256: str               # of the built-in tables file or of the trace file
     path: str | None = None   # the file to read (trace only)
+    burstiness_cv: float = 1.0  # synthesized arrivals: Poisson (1) or gamma with this CV
 
     def identity(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "sha256": self.sha256}
+        identity = {"name": self.name, "kind": self.kind, "sha256": self.sha256}
+        if self.burstiness_cv != 1.0:
+            identity["burstiness_cv"] = self.burstiness_cv
+        return identity
 
-    def at(self, rate_rps: float | None, duration_s: float, seed: int):
-        """The requests: a built-in distribution under Poisson arrivals at `rate_rps`, or the
-        trace replayed as it is (rate None) or with its sizes under new arrivals."""
-        from simcore.workload import synthesize
+    def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
+        """One sample of the workload: a built-in distribution under Poisson arrivals at
+        `rate_rps`, or the trace with its sizes under new arrivals. A trace replayed as it is
+        (rate None) is itself for the base seed; any other seed keeps its arrival times and
+        redraws its (prompt, output) pairs, so the burstiness of the real trace is kept while
+        the sizes vary as they would on another day."""
+        arrival = {} if self.burstiness_cv == 1.0 else {"arrival": "gamma",
+                                                        "burstiness_cv": self.burstiness_cv}
         if self.kind == "builtin":
-            return synthesize(self.name, rate_rps, duration_s, seed)
+            return synthesize(self.name, rate_rps, duration_s, seed, **arrival)
         trace = _trace(self.path, self.sha256)
-        return trace if rate_rps is None else synthesize(trace, rate_rps, duration_s, seed)
+        if rate_rps is not None:
+            return synthesize(trace, rate_rps, duration_s, seed, **arrival)
+        return trace if seed == (base_seed if base_seed is not None else seed) else \
+            resample_sizes(trace, seed)
 
 
 @lru_cache(maxsize=4)
 def _trace(path: str, sha256: str):
-    from simcore.workload import load_trace
     return load_trace(path)
 
 
 def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     """A built-in name wins over a file of the same name in the working directory."""
-    from simcore.workload import BUILTIN_TABLES_PATH, builtin_workload_names
     if name in builtin_workload_names():
         return WorkloadSource(name, "builtin", file_sha256(BUILTIN_TABLES_PATH))
     path = Path(name)
@@ -111,13 +126,20 @@ class PerfSource:
     path: str | None = None     # the file to read
     sha256: str | None = None
     name: str = "default"       # as the user wrote it
+    latency_factor: float = 1.0   # every latency scaled (sensitivity to a model error)
 
     def identity(self) -> dict:
-        from simcore.perfmodel import perf_model_version
-        return {"name": self.name, "sha256": self.sha256, "version": perf_model_version()}
+        identity = {"name": self.name, "sha256": self.sha256, "version": perf_model_version()}
+        if self.latency_factor != 1.0:
+            identity["latency_factor"] = self.latency_factor
+        return identity
 
     def load(self, catalog: Catalog):
         """Built once per process (workers included); the hash makes an edited file new."""
+        model = self._load(catalog)
+        return model if self.latency_factor == 1.0 else _Scaled(model, self.latency_factor)
+
+    def _load(self, catalog: Catalog):
         if self.path is None:
             return default_performance_model()
         # keyed by the names a table is checked against (a Catalog holds dicts: not hashable)
@@ -128,6 +150,19 @@ class PerfSource:
 
 
 _LOADED_MODELS: dict = {}  # one load per file and catalog per process (workers included)
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    """A performance model whose every latency is `factor` times the model's."""
+    model: object
+    factor: float
+
+    def curves(self, model, machine):
+        return self.model.curves(model, machine).scaled(self.factor, self.factor)
+
+    def is_calibrated(self, model, machine) -> bool:
+        return self.model.is_calibrated(model, machine)
 
 
 def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
@@ -157,6 +192,19 @@ class Study:
     constraints: Constraints
     settings: SearchSettings
     sim_options: SimOptions = SimOptions()
+    chunk_tokens: int | str | None = None   # --chunk-tokens as given ("auto": searched)
+    assumptions: str = "provision"   # the preset the catalog and options were resolved under
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The verification samples: --seed, --seed + 1, ... (`provision simulate --seed S`
+        reproduces each)."""
+        return tuple(self.seed + k for k in range(self.settings.verify_seeds))
+
+    @property
+    def screen_seeds(self) -> tuple[int, ...]:
+        """The samples every searched point is checked on (the rest verify candidates only)."""
+        return self.seeds[:SCREEN_SEEDS]
 
 
 # ------------------------------------------------------------------------------- the answers
@@ -173,6 +221,13 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Verify:
+    """A request to check a candidate on every verification sample, not just the screening
+    ones (an item of a batch, like a Point)."""
+    point: Point
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What a simulation says about a point (the cacheable part of `Metrics`)."""
     meets_slos: bool               # every request finished and every SLO held
@@ -185,17 +240,20 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Metrics:
-    """One evaluated point: its outcome and its prices."""
+    """One evaluated point: its outcome over the samples evaluated, and its prices."""
     point: Point
     outcome: Outcome
     cost_per_hour: float
     power_kw: float
     gpus: int
+    samples: tuple[tuple[int, Outcome], ...] = ()   # (seed, outcome) of each sample evaluated
 
     @classmethod
-    def of(cls, point: Point, outcome: Outcome) -> "Metrics":
+    def of(cls, point: Point, outcome: Outcome,
+           samples: tuple[tuple[int, Outcome], ...] = ()) -> "Metrics":
         d, p, t = point.design, point.prompt_machines, point.token_machines
-        return cls(point, outcome, d.cost_per_hour(p, t), d.power_kw(p, t), d.gpus(p, t))
+        return cls(point, outcome, d.cost_per_hour(p, t), d.power_kw(p, t), d.gpus(p, t),
+                   samples)
 
     @property
     def meets_slos(self) -> bool:
@@ -224,8 +282,68 @@ class DesignResult:
     frontier: list[tuple[int, int]] = field(default_factory=list)  # corners or budget candidates
     non_monotone: list[dict] = field(default_factory=list)
     box: tuple[int, int] | None = None          # largest (P, T) the search considered
+    headroom_rps: float | None = None           # highest rate the optimum sustains (verified)
+    chunk_search: list[dict] = field(default_factory=list)  # --chunk-tokens auto: every budget
+    verification: dict | None = None            # per-sample SLO values, intervals, binding SLO
+    uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
+    rejected: list[dict] = field(default_factory=list)  # candidates that failed a verification seed
 
     @property
     def feasible(self) -> bool:
         """An optimum exists: some configuration meets the SLOs within the constraints."""
         return self.optimum is not None
+
+
+PASS_RATE_Z = 2.0   # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
+
+
+def combine_samples(samples: list[tuple[int, Outcome]], predict: bool = False,
+                    margin: float = 0.0) -> Outcome:
+    """One verdict over several samples: the SLOs hold only if they hold on every sample; each
+    SLO value is its worst over the samples, so margins are the smallest seen.
+
+    With `predict`, each SLO must also keep mean + 2 sd of its per-sample values under the
+    limit (the normal fitted to the samples puts a fresh sample under it with ~97.7%
+    probability) and every sample must beat every limit by `margin` (a guard band: the tails
+    are heavier than normal, a rare sample fails by 10% or more; bench/RESULTS.md measures
+    the fresh-sample pass rates these rules give).
+    """
+    first = samples[0][1]
+    if len(samples) == 1:
+        return first
+    outcomes = [o for _, o in samples]
+    failing = next(((seed, o) for seed, o in samples if not o.meets_slos), None)
+    reason = "" if failing is None else f"seed {failing[0]}: {failing[1].reason}"
+    if failing is None and predict:
+        reason = _guard_band_failure(samples, margin) or _prediction_failure(outcomes)
+    slo = []
+    for i, (key, _, limit) in enumerate(first.slo):
+        values = [o.slo[i][1] for o in outcomes]
+        slo.append((key, None if None in values else max(values), limit))
+    margins = [o.worst_margin for o in outcomes]
+    return Outcome(not reason, all(o.completed for o in outcomes), reason, tuple(slo),
+                   None if None in margins else min(margins), first.requests)
+
+
+def _guard_band_failure(samples: list[tuple[int, Outcome]], margin: float) -> str:
+    """'' when every sample beats every limit by `margin`, else the first sample that does not."""
+    for seed, outcome in samples:
+        if outcome.worst_margin is not None and outcome.worst_margin < margin:
+            return (f"seed {seed}: worst SLO margin {outcome.worst_margin:+.1%} is inside the "
+                    f"{margin:.0%} guard band")
+    return ""
+
+
+def _prediction_failure(outcomes: list[Outcome]) -> str:
+    """'' when every SLO's prediction bound holds, else the SLOs whose bound exceeds the limit."""
+    failing = []
+    for i, (key, _, limit) in enumerate(outcomes[0].slo):
+        values = [o.slo[i][1] for o in outcomes]
+        if limit is None or math.isinf(limit) or None in values:
+            continue
+        bound = statistics.fmean(values) + PASS_RATE_Z * statistics.stdev(values)
+        if bound > limit:
+            metric, pct = key.split("_")
+            failing.append(f"{metric.upper()} {pct.upper()} mean + {PASS_RATE_Z:g} sd "
+                           f"{bound:.4g} > {limit:g} over {len(values)} samples")
+    return "; ".join(failing)

@@ -48,26 +48,106 @@ class SearchProgress:
 
 def optimum_table(document: dict) -> Table:
     goal = document["inputs"]["goal"]
+    seeds = document["inputs"]["search"].get("verify_seeds", 1)
     table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
                         "* best", caption="P prompt / T token machines (baselines: P machines); "
-                        "SLO margin: worst 1 - value/limit")
+                        f"verified on {seeds} workload sample(s); binding SLO: the smallest "
+                        "margin 1 - value/limit over the samples; headroom: highest rate the "
+                        "optimum sustains")
     table.add_column("design", no_wrap=True)
-    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "SLO margin"):
+    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "binding SLO / margin", "headroom"):
         table.add_column(column, justify="right")
     best = document["summary"]["best_design"]
     for entry in document["designs"]:
         name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
+        if entry.get("uncalibrated_skus"):
+            name += " [yellow]![/]"
         o = entry["optimum"]
         if o is None:
-            table.add_row(name, "-", "-", "-", "-", "-", "-",
+            table.add_row(name, "-", "-", "-", "-", "-", "-", "-",
                           f"[red]infeasible[/]: {entry['reason']}")
             continue
         p = o.get("machines", o.get("prompt_machines"))
         t = "-" if "machines" in o else str(o["token_machines"])
         table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
-                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]),
-                      _fmt(o["worst_margin"], "+.1%"))
+                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]), _binding(o), _headroom(o))
     return table
+
+
+def comparison_lines(document: dict) -> list[str]:
+    """Disaggregated vs chunked colocated: the best of each kind side by side, and the verdict."""
+    view = document["summary"].get("disaggregated_vs_chunked")
+    if view is None:
+        return []
+    lines = ["[bold]Disaggregated vs chunked colocated[/] (best of each for "
+             f"{view['goal']}; same workload and SLOs):"]
+    for kind in ("disaggregated", "chunked"):
+        side = view[kind]
+        if side is None:
+            lines.append(f"  {kind:<13} none feasible")
+            continue
+        counts = (f"{side['machines']} machines, chunk {side['chunk_tokens']}" if "machines" in side
+                  else f"{side['prompt_machines']} prompt + {side['token_machines']} token")
+        headroom = (f", headroom {side['headroom_rps']:.4g} req/s"
+                    if side.get("headroom_rps") is not None else "")
+        lines.append(f"  {kind:<13} {side['design']} ({counts}): ${side['cost_per_hour']:,.2f}/h, "
+                     f"{side['power_kw']:,.1f} kW, {side['gpus']} GPUs{headroom}")
+    lines.append(f"  {view['sentence']}")
+    return lines
+
+
+def sensitivity_table(document: dict) -> Table | None:
+    """What moves the answer: per assumption, each design's optimum and its cost change."""
+    rows = document.get("sensitivity")
+    if not rows:
+        return None
+    designs = list(rows[0]["designs"])
+    table = Table(title="What moves the answer (each optimum re-derived, one assumption "
+                        "changed; screened on the first samples)")
+    table.add_column("assumption", no_wrap=True)
+    for name in designs:
+        table.add_column(name, justify="right", overflow="fold")
+    for row in rows:
+        cells = []
+        for name in designs:
+            o = row["designs"].get(name, {})
+            if not o.get("feasible"):
+                cells.append("infeasible")
+                continue
+            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
+                    else f"{o['prompt_machines']}+{o['token_machines']}")
+            change = o.get("rate_change") if document["inputs"]["goal"]["name"] == "max-rate" \
+                else o.get("cost_change")
+            cells.append(size + ("" if change is None or row is rows[0] else f" {change:+.0%}"))
+        table.add_row(row["assumption"], *cells)
+    return table
+
+
+def search_notes(document: dict) -> list[str]:
+    """Lines under the table: KV capacity per machine, then a warning per uncalibrated design."""
+    kv = document["inputs"].get("kv_capacity_tokens", {})
+    reserve = document["inputs"]["sim_options"]["memory_reserve_fraction"]
+    lines = []
+    if kv:
+        lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
+                     + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
+    lines += comparison_lines(document)
+    lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
+    return lines
+
+
+def _binding(optimum: dict) -> str:
+    key = optimum.get("binding_slo")
+    if key is None:
+        return _fmt(optimum["worst_margin"], "+.1%")
+    return f"{key.replace('_', ' ').upper()} {optimum['binding_margin']:+.1%}"
+
+
+def _headroom(optimum: dict) -> str:
+    headroom, rate = optimum.get("headroom_rps"), optimum["rate_rps"]
+    if headroom is None or rate is None:
+        return "-"
+    return f"{headroom:.4g} ({headroom / rate - 1:+.0%})"
 
 
 def _fmt(value, spec: str) -> str:
@@ -78,12 +158,12 @@ def _fmt(value, spec: str) -> str:
 def catalog_tables(cat, profiles) -> list[Table]:
     """Machines, models, SLO profiles and designs; names never wrap, long text columns fold."""
     machines = _table("Machine SKUs (per machine; * uncalibrated: latencies scaled from "
-                      "datasheets)", ("SKU / GPU", "GPUs", "HBM\nGB", "HBM\nTB/s", "FP16\nTFLOPS",
+                      "datasheets)", ("SKU / GPU", "GPUs", "HBM\nGiB", "HBM\nTB/s", "FP16\nTFLOPS",
                                       "kW", "$/h", "KV link\nGb/s"),
                       names=[m.name + " *" for m in cat.machines.values()])
     for m in cat.machines.values():
         name = m.name if m.calibrated else f"{m.name} [yellow]*[/]"
-        machines.add_row(f"{name}\n[dim]{m.gpu}[/]", str(m.gpus), f"{m.gpus * m.hbm_gb:g}",
+        machines.add_row(f"{name}\n[dim]{m.gpu}[/]", str(m.gpus), f"{m.gpus * m.hbm_gib:,.0f}",
                          f"{m.gpus * m.hbm_bandwidth_gbs / 1000:.1f}",
                          f"{m.gpus * m.fp16_tflops:g}", f"{m.power_kw:.2f}",
                          f"{m.cost_per_hour:.2f}", f"{m.gpus * m.kv_link_gbps:g}")
@@ -104,7 +184,9 @@ def catalog_tables(cat, profiles) -> list[Table]:
                      names=list(cat.designs),
                      text=("prompt machines", "token machines", "mixed pool"))
     for d in cat.designs.values():
-        designs.add_row(d.name, d.prompt_sku, d.token_sku or "(same machines)",
+        same = ("(same machines; chunked prefill, "
+                f"{d.chunk_tokens} tokens)" if d.is_chunked else "(same machines)")
+        designs.add_row(d.name, d.prompt_sku, d.token_sku or same,
                         "-" if d.is_baseline else ("on" if d.mixed_pool else "off"))
     return [machines, models, slos, designs]
 
@@ -146,7 +228,24 @@ def simulation_summary(run) -> dict:
         "makespan_s": round(result.makespan_s, 6),
         "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
         if result.feasible else None,
-        "pools": _pools(result) if result.feasible else {}, **run.report.as_dict()}
+        "pools": _pools(result) if result.feasible else {},
+        **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
+        "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
+
+
+def _prefill(design, result) -> dict:
+    """Chunked designs: the budget, prompt pieces per prompt, and the measured chunking overhead
+    (the pieces each priced alone against the same prompts run whole, minus one)."""
+    stats = result.machine_stats
+    prefill = {"policy": design.prefill, "chunk_tokens": design.chunk_tokens}
+    if not result.feasible or "prompt_chunks" not in stats:
+        return prefill
+    whole = float(stats["whole_prefill_s"].sum())
+    return {**prefill,
+            "chunks_per_prompt": round(float(stats["prompt_chunks"].sum()) / len(result.workload),
+                                       4),
+            "chunking_overhead": round(float(stats["chunked_prefill_s"].sum()) / whole - 1.0, 6)
+            if whole > 0 else None}
 
 
 def _pools(result) -> dict:
@@ -161,6 +260,7 @@ def _pools(result) -> dict:
             "utilization": round(float(stats["utilization"][mask].mean()), 4),
             "mean_batch": round(float(stats["mean_batch"][mask].mean()), 3),
             "peak_kv_fraction": round(float(peak.max()), 4),
+            "kv_capacity_tokens": int(stats["kv_capacity_tokens"][mask][0]),
             "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
     return pools
 
@@ -169,6 +269,10 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
     report = run.report
     for note in run.workload.notes:
         err_console.print(f"note: {note}", highlight=False)
+    if run.uncalibrated:
+        from provisioner.api import CALIBRATION_HINT
+        err_console.print(f"[yellow]warning:[/] {', '.join(run.uncalibrated)}: "
+                          f"{CALIBRATION_HINT}", highlight=False, soft_wrap=True)
     counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
               else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
     console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
@@ -181,9 +285,18 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
     console.print(_slo_table(report))
     for label, pool in summary["pools"].items():
         console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
-                      f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, peak KV "
-                      f"{pool['peak_kv_fraction']:.0%}, mixed pool {pool['mixed_pool_s']:.1f} s",
+                      f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, KV "
+                      f"capacity {pool['kv_capacity_tokens']:,} tokens/machine (peak "
+                      f"{pool['peak_kv_fraction']:.0%}), mixed pool {pool['mixed_pool_s']:.1f} s",
                       highlight=False)
+    prefill = summary.get("prefill")
+    if prefill and "chunks_per_prompt" in prefill:
+        overhead = prefill["chunking_overhead"]
+        console.print(f"chunked prefill: budget {prefill['chunk_tokens']} prompt tokens per "
+                      f"iteration, {prefill['chunks_per_prompt']:.2f} chunks per prompt, "
+                      "chunking overhead "
+                      + ("-" if overhead is None else f"{overhead:+.1%}")
+                      + " (prefill work chunked vs whole)", highlight=False)
     console.print("[green]all SLOs met[/]" if report.passed else
                   f"[bold red]{len(report.failing)} SLO(s) missed[/]")
 

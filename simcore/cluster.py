@@ -65,6 +65,7 @@ class SimOptions:
     mixed_pool_queue_threshold: int = 8192   # a prompt queue is "long" beyond this many tokens
     layerwise_min_prompt_tokens: int = 512   # serialized KV transfer below, layer-wise from here
     memory_reserve_fraction: float = 0.10    # HBM kept free for activations and fragmentation
+    tbt_per_output_token: bool = False       # TBT over output tokens (SplitwiseSim), not gaps
 
     def __post_init__(self):
         if self.prompt_token_limit < 1:
@@ -88,6 +89,8 @@ class MachineArrays:
     prompt_token_limit: int
     queue_threshold: int
     layerwise_min_prompt_tokens: int
+    chunk_tokens: int = 0       # chunked-prefill budget of the design (0: whole prompts)
+    tbt_per_output_token: bool = False
 
     @property
     def count(self) -> int:
@@ -123,7 +126,9 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
         kv_bytes_per_token=model.kv_bytes_per_token, layers=model.layers, mixed_pool=mixed,
         prompt_token_limit=options.prompt_token_limit,
         queue_threshold=options.mixed_pool_queue_threshold,
-        layerwise_min_prompt_tokens=options.layerwise_min_prompt_tokens)
+        layerwise_min_prompt_tokens=options.layerwise_min_prompt_tokens,
+        chunk_tokens=cluster.design.chunk_tokens if cluster.design.is_chunked else 0,
+        tbt_per_output_token=options.tbt_per_output_token)
 
 
 def kv_transfer_seconds(prompt_tokens: int, src: int, dst: int, m: MachineArrays) -> float:

@@ -419,8 +419,7 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
         machine.pending -= request.prompt
         t = request.token_machine
         if request.output == 1:
-            if t == m:
-                machine.memory -= request.reservation
+            machine.memory -= request.reservation if t == m else request.prompt
             request.finish = now
             finished += 1
             machines[t].committed -= request.reservation
@@ -458,10 +457,13 @@ def _end_iteration(requests, running_next, machines, settings, kv_arrivals, pool
 
 @_inlined
 def _deliver_kv(requests, machines, kv_arrivals, touched, now):
-    """KV caches that arrive now join their token machine's decode wait, by (time, request)."""
+    """KV caches that arrive now join their token machine's decode wait, by (time, request),
+    and leave their prompt machine's memory."""
     while kv_arrivals.size[0] > 0 and kv_arrivals.key[0] == now:
         r = _heap_pop(kv_arrivals)
-        t = requests[r].token_machine
+        t, p = requests[r].token_machine, requests[r].prompt_machine
+        machines[p].memory -= requests[r].prompt   # transferred: the prompt machine lets go
+        _touch(touched, machines[p], p)
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
 
@@ -605,10 +607,12 @@ def _take_prompts(requests, machine, m, limit):
         request = requests[machine.prompt_head]
         if count > 0 and tokens + request.prompt > limit:
             break
-        if request.token_machine == m:
-            if machine.memory + request.reservation > machine.capacity:
-                break
-            machine.memory += request.reservation
+        # the prompt's KV is held here while it is computed: all of its reservation when it
+        # decodes here, its prompt tokens until transferred when it decodes elsewhere
+        held = request.reservation if request.token_machine == m else request.prompt
+        if machine.memory + held > machine.capacity:
+            break
+        machine.memory += held
         r = _pop_prompt(requests, machine)
         request.batch_next = NONE
         if last != NONE:

@@ -4,6 +4,24 @@ Every curve is piecewise linear between knots, so the fast core and the referenc
 evaluate exactly the same function. The extrapolation rule, stated once for every curve:
 below the first knot the first value holds (no extrapolation towards zero); beyond the last knot
 the last segment continues linearly (work keeps growing at the last measured rate).
+
+Chunked prefill (Sarathi-Serve) adds one term per prompt chunk. A chunk of c tokens whose
+prompt already has c0 tokens in the KV cache is priced as c prompt tokens (on the prompt curve,
+inside its iteration like any prompt work) plus
+
+    chunk_extra(c, c0) = max(c0 * max(A * c, R),  W(c0 + c) - W(c0) - W(c))
+
+with W the prompt curve. The first term is the attention over the c0 cached tokens, which a
+fresh c-token pass does not do: its FLOPs (A seconds per chunk token x cached token; QK^T and AV
+are 4 x layers x hidden FLOPs per pair) or, when larger, re-reading the cached KV from HBM (R
+seconds per cached token: "the first chunk's KV is loaded N-1 times"). The second term is what
+the measured whole-prompt curve charges for extending a prompt from c0 to c0 + c tokens beyond a
+fresh c-token pass (the curve's superlinear part, which grows with the prompt's length, so
+chunking does not escape it). Summed over a prompt's chunks the second term telescopes: a
+chunked prompt never costs less than the same prompt run whole, W(P). The other chunking costs
+come from the curve itself: every chunk pays the fixed per-iteration costs (launches,
+collectives) and small chunks run at the lower efficiency of small passes. A first chunk
+(c0 = 0) and a whole prompt add nothing.
 """
 from __future__ import annotations
 
@@ -20,6 +38,8 @@ class LatencyCurves:
     decode_batch: np.ndarray         # knots: requests in a decode iteration (increasing)
     decode_seconds: np.ndarray       # decode iteration latency at zero context
     context_seconds_per_token: float # added per context token held by the decode batch
+    chunk_attention_s: float = 0.0   # A: per (chunk token x cached token) of a prompt chunk
+    chunk_kv_read_s: float = 0.0     # R: per cached token a prompt chunk reads
 
     def __post_init__(self):
         for x, y, what in ((self.prompt_tokens, self.prompt_seconds, "prompt"),
@@ -30,6 +50,8 @@ class LatencyCurves:
                 raise ValueError(f"{what} curve knots must increase and latencies be positive")
         if self.context_seconds_per_token < 0:
             raise ValueError("context_seconds_per_token must be >= 0")
+        if self.chunk_attention_s < 0 or self.chunk_kv_read_s < 0:
+            raise ValueError("chunk terms must be >= 0")
 
     def prompt_time(self, tokens):
         return piecewise_linear(np.asarray(tokens, dtype=np.float64), self.prompt_tokens,
@@ -57,11 +79,29 @@ class LatencyCurves:
         return np.where(b <= 0, piecewise_linear(pt, self.prompt_tokens, self.prompt_seconds),
                         np.where(pt <= 0, decode + ctx, both))
 
+    def chunk_extra(self, chunk_tokens: float, cached_tokens: float) -> float:
+        """Seconds a prompt chunk adds beyond its tokens on the prompt curve (see the module
+        docstring); 0 for a first chunk."""
+        if cached_tokens <= 0:
+            return 0.0
+        c, c0 = float(chunk_tokens), float(cached_tokens)
+        attention = c0 * max(self.chunk_attention_s * c, self.chunk_kv_read_s)
+        w = self.prompt_time(np.array([c0 + c, c0, c]))
+        return max(attention, float(w[0] - w[1] - w[2]))
+
+    def with_chunk_terms(self, attention_s: float, kv_read_s: float) -> "LatencyCurves":
+        return LatencyCurves(self.prompt_tokens, self.prompt_seconds, self.decode_batch,
+                             self.decode_seconds, self.context_seconds_per_token,
+                             float(attention_s), float(kv_read_s))
+
     def scaled(self, prompt_factor: float = 1.0, decode_factor: float = 1.0) -> "LatencyCurves":
-        """The same curves slowed down (e.g. a power cap slows prompt iterations only)."""
+        """The same curves slowed down (e.g. a power cap slows prompt iterations only; chunk
+        attention is prompt work)."""
         return LatencyCurves(self.prompt_tokens, self.prompt_seconds * prompt_factor,
                              self.decode_batch, self.decode_seconds * decode_factor,
-                             self.context_seconds_per_token * decode_factor)
+                             self.context_seconds_per_token * decode_factor,
+                             self.chunk_attention_s * prompt_factor,
+                             self.chunk_kv_read_s * prompt_factor)
 
 
 def piecewise_linear(x: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:

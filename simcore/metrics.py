@@ -9,25 +9,29 @@ from slo_profiles import PERCENTILES, SloProfile
 from simcore.latency import LatencyCurves
 
 
-def _per_gap(total, output):
-    """Mean time between output tokens: over output - 1 gaps, NaN for 1-token outputs."""
+def _per_gap(total, output, per_token: bool = False):
+    """Mean time between output tokens: over output - 1 gaps, NaN for 1-token outputs (or, as
+    SplitwiseSim divides, over the output tokens)."""
+    if per_token:
+        return total / output.astype(np.float64)
     gaps = (output - 1).astype(np.float64)
     return np.where(gaps > 0, total / np.where(gaps > 0, gaps, 1.0), np.nan)
 
 
-def request_latencies(arrival, output, first_token, finish):
+def request_latencies(arrival, output, first_token, finish, per_token: bool = False):
     """TTFT, TBT and E2E in seconds."""
-    return first_token - arrival, _per_gap(finish - first_token, output), finish - arrival
+    return (first_token - arrival, _per_gap(finish - first_token, output, per_token),
+            finish - arrival)
 
 
-def uncontended_latencies(prompt, output, curves: LatencyCurves):
+def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool = False):
     """The same requests alone on one machine: no queue, batch of one, no KV transfer."""
     ttft = curves.prompt_time(prompt)
     gaps = (output - 1).astype(np.float64)
     # decode k (k = 1..gaps) attends over prompt + k tokens: an arithmetic series in closed form
     decode = (gaps * curves.token_time(1, 0)
               + curves.context_seconds_per_token * (gaps * prompt + gaps * (gaps + 1) / 2))
-    return ttft, _per_gap(decode, output), ttft + decode
+    return ttft, _per_gap(decode, output, per_token), ttft + decode
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,23 @@ class SloReport:
                 "slo": {f"{c.metric}_{c.percentile}": c.as_dict() for c in self.checks}}
 
 
-def evaluate_slos(result, profile: SloProfile) -> SloReport:
-    """Compare the run's percentiles with the profile's limits (linear-interpolated percentiles)."""
+def upper_confidence_percentile(values: np.ndarray, pct: float, confidence: float) -> float:
+    """A distribution-free upper confidence bound of a percentile: the order statistic of rank
+    ceil(n q + z sqrt(n q (1 - q))), q = pct / 100, z the one-sided normal quantile of
+    `confidence` (the normal approximation of the binomial count of requests below the true
+    percentile). At confidence 0.5 it is the plain percentile."""
+    if confidence <= 0.5:
+        return float(np.percentile(values, pct))
+    from statistics import NormalDist
+    n, q = len(values), pct / 100.0
+    z = NormalDist().inv_cdf(confidence)
+    rank = min(n, int(np.ceil(n * q + z * np.sqrt(n * q * (1.0 - q)))))
+    return float(np.partition(values, rank - 1)[rank - 1])
+
+
+def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5) -> SloReport:
+    """Compare the run's percentiles with the profile's limits (linear-interpolated percentiles;
+    with `confidence` > 0.5, each percentile's upper confidence bound instead)."""
     if not result.feasible:
         return SloReport(profile.name, False, result.reason, ())
     slowdown = profile.kind == "slowdown"
@@ -91,7 +110,7 @@ def evaluate_slos(result, profile: SloProfile) -> SloReport:
         values = values[~np.isnan(values)]
         value = None
         if len(values):
-            value = float(np.percentile(values, PERCENTILES[pct]))
+            value = upper_confidence_percentile(values, PERCENTILES[pct], confidence)
             value = value if slowdown else value * 1000.0
         checks.append(SloCheck(metric, pct, value, limit, "x" if slowdown else "ms"))
     failing = [f"{c.metric.upper()} {c.percentile.upper()} {c.value:.4g} > {c.limit:g}{c.unit}"

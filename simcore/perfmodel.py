@@ -56,6 +56,16 @@ tabulation stays within 0.1% of the closed form over that range (tests check it)
 last knot the last segment continues (the closed forms are asymptotically linear there). The power cap
 (`machine.prompt_slowdown`) multiplies prompt latencies only; token iterations are unchanged.
 
+Chunked prefill
+---------------
+A prompt chunk of c tokens whose prompt has c0 tokens cached adds
+max(c0 x max(A x c, R), W(c0 + c) - W(c0) - W(c)) to its iteration, W the prompt curve
+(attention over the earlier chunks: its compute or re-reading their KV, at least what the
+whole-prompt curve charges for the longer context; see `simcore.latency`). A = C x 2 x layers x hidden / active params (C's fitted seconds per FLOP
+times the 4 x layers x hidden attention FLOPs per token pair), R = K (the fitted KV read cost of
+a decode). A latency table has no chunk dimension: its pairs take A and R from the default model
+(or, for a pair the default model cannot cover, from the datasheet roofline at full efficiency).
+
 Files (`load_performance_model`)
 --------------------------------
 - a coefficients document (JSON or YAML, the file `provision calibrate --out` writes): a mapping
@@ -263,9 +273,41 @@ class PerformanceModel:
         """Latency curves in seconds, the power cap applied to prompt latencies only."""
         key = (model.name, machine.name)
         if key not in self._cache:
-            self._cache[key] = self._uncapped(model, machine).scaled(
-                prompt_factor=machine.prompt_slowdown)
+            attention_s, kv_read_s = self.chunk_terms(model, machine)
+            self._cache[key] = self._uncapped(model, machine).with_chunk_terms(
+                attention_s, kv_read_s).scaled(prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
+
+    def chunk_terms(self, model: ModelSpec, machine: MachineSku) -> tuple[float, float]:
+        """(A, R) of chunked prefill (see the module docstring), uncapped.
+
+        From the coefficients used for the pair: A = C x 2 x layers x hidden / active params
+        (the fitted seconds per FLOP of prompt compute, C / (2 x params), times the 4 x layers x
+        hidden attention FLOPs per token pair); R = K, the fitted cost of reading one token's KV
+        in a decode iteration. A pair covered by a latency table (which has no chunk dimension)
+        takes them from the default model; a pair nothing covers, from the datasheet roofline
+        (A = 4 x layers x hidden / peak FLOP/s, R = KV bytes per token / HBM bandwidth).
+        """
+        try:
+            pair = self.coefficients(model, machine)
+            if pair is None:
+                pair = default_performance_model().coefficients(model, machine)
+        except InputError:
+            pair = None
+        if pair is None:
+            reference = Reference.of(model, machine)
+            return (4.0 * model.layers * model.hidden / reference.peak_flops,
+                    reference.kv_bytes_per_token / reference.hbm_bytes_per_s)
+        attention = (pair.prompt.compute_s_per_token * 2.0 * model.layers * model.hidden
+                     / (model.flops_params_b * 1e9))
+        return attention, pair.decode.context_s_per_token
+
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
+        """Are the pair's latencies measured (a table, or coefficients fitted to this pair),
+        rather than scaled from another pair by datasheet ratios (15-30% error)?"""
+        if self._table(model, machine) is not None or self._direct(model, machine) is not None:
+            return True
+        return self.fallback is not None and self.fallback.is_calibrated(model, machine)
 
     def coefficients(self, model: ModelSpec, machine: MachineSku) -> PairCoefficients | None:
         """The closed-form coefficients used for the pair (None when a table covers it)."""

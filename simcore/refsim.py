@@ -24,8 +24,10 @@ work of the other kind.
 
 An iteration: first admit waiting decodes (FCFS, stop at the first whose reservation of prompt +
 output tokens does not fit), then take queued prompts from the head while their tokens stay
-within the prompt token limit (the first always fits the limit; a prompt that will decode on this
-machine must also fit its reservation, else the queue waits). Prompt-only iterations cost
+within the prompt token limit (the first always fits the limit). A prompt's KV is held on the
+machine that computes it: a prompt that will decode on this machine reserves its prompt + output
+tokens, one that decodes elsewhere its prompt tokens, released when its KV cache has arrived at
+the token machine; if that does not fit, the queue waits. Prompt-only iterations cost
 prompt_time(tokens); decode-only token_time(batch, context); both mixed_time. At its end every
 prompt yields its first token, every decode one more token; finished requests free their memory.
 A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
@@ -117,6 +119,7 @@ class _ReferenceSimulation:
             self.kv_arrivals = [e for e in self.kv_arrivals if e[0] != now]
             for _, r in arrived:
                 req = self.requests[r]
+                self.machines[req.prompt_machine].memory_used -= req.prompt  # transferred
                 self.machines[req.token_machine].decode_wait.append(req)
             while (self.next_arrival < len(self.requests)
                    and self.requests[self.next_arrival].arrival == now):
@@ -226,11 +229,12 @@ class _ReferenceSimulation:
             req = mc.prompt_queue[0]
             if prompts and tokens + req.prompt > self.m.prompt_token_limit:
                 break
-            local = req.token_machine == mc.index
-            if local and mc.memory_used + req.reservation > mc.capacity:
+            # its KV is held here while computed: the whole reservation when it decodes here,
+            # the prompt's tokens until transferred when it decodes elsewhere
+            held = req.reservation if req.token_machine == mc.index else req.prompt
+            if mc.memory_used + held > mc.capacity:
                 break
-            if local:
-                mc.memory_used += req.reservation
+            mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
             tokens += req.prompt
         decodes = list(mc.running)
@@ -266,6 +270,7 @@ class _ReferenceSimulation:
                     mc.memory_used -= req.reservation
                     self._finish(req, mc, now)
                 else:
+                    mc.memory_used -= req.prompt
                     self._finish(req, self.machines[req.token_machine], now)
             elif local:
                 mc.running.append(req)

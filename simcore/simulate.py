@@ -12,7 +12,7 @@ from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.refsim import simulate_reference
 from simcore.workload import Workload
 
-SIMULATOR_VERSION = "1"  # bump when simulation semantics change (search caches key on it)
+SIMULATOR_VERSION = "3"  # bump when simulation semantics change (search caches key on it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +84,13 @@ def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
         i = int(too_big[0])
         return (f"{len(too_big)} request(s) never fit in KV memory, e.g. request {i} needs "
                 f"{int(need[i])} tokens, a token machine holds {capacity}")
+    hold = int(machines.kv_capacity.min())   # any machine may compute a prompt (mixed pool)
+    too_long = np.flatnonzero(workload.prompt_tokens > hold)
+    if len(too_long):
+        i = int(too_long[0])
+        return (f"{len(too_long)} prompt(s) never fit in a machine's KV memory while computed, "
+                f"e.g. request {i} has {int(workload.prompt_tokens[i])} tokens, a machine holds "
+                f"{hold}")
     return ""
 
 
@@ -94,11 +101,25 @@ def _infeasible(workload: Workload, reason: str) -> SimResult:
                      nan)
 
 
+def _chunking_stats(w: Workload, raw: dict, machines: MachineArrays) -> dict:
+    """Chunked designs: prompt pieces per machine, their cost each priced alone, and the cost
+    of the same prompts run whole on the machines that prefilled them (the measured chunking
+    overhead is the ratio of the two sums, minus one)."""
+    whole = np.zeros(machines.count)
+    for kind, curves in enumerate(machines.curves):
+        mine = machines.kind[raw["prompt_machine"]] == kind
+        np.add.at(whole, raw["prompt_machine"][mine], curves.prompt_time(w.prompt_tokens[mine]))
+    return {"prompt_chunks": raw["prompt_chunks"], "chunked_prefill_s": raw["chunked_prefill_s"],
+            "whole_prefill_s": whole}
+
+
 def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, cluster) -> SimResult:
     w = workload
-    ttft, tbt, e2e = request_latencies(w.arrival_s, w.output_tokens,
-                                       raw["first_token_s"], raw["finish_s"])
-    ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(w.prompt_tokens, w.output_tokens, reference)
+    per_token = machines.tbt_per_output_token
+    ttft, tbt, e2e = request_latencies(w.arrival_s, w.output_tokens, raw["first_token_s"],
+                                       raw["finish_s"], per_token)
+    ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(w.prompt_tokens, w.output_tokens, reference,
+                                                       per_token)
     makespan = float(np.max(raw["finish_s"]))
     iterations = raw["iterations"]
     stats = {
@@ -110,6 +131,8 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
         "max_memory_tokens": raw["max_memory_tokens"], "kv_capacity_tokens": machines.kv_capacity,
         "mixed_pool_s": raw["mixed_pool_s"],
     }
+    if machines.chunk_tokens > 0 and "prompt_chunks" in raw:
+        stats.update(_chunking_stats(w, raw, machines))
     with np.errstate(invalid="ignore", divide="ignore"):
         return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
                          e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],

@@ -378,3 +378,14 @@ def _arrival_times(rng: np.random.Generator, rate_rps: float, duration_s: float,
         if times[-1] >= duration_s:
             return np.concatenate(pieces)
         start = times[-1]
+
+
+def resample_sizes(trace: Workload, seed: int) -> Workload:
+    """The trace's own arrival times with its (prompt, output) pairs redrawn with replacement:
+    another day of the same service, keeping the real arrival burstiness."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(trace), size=len(trace))
+    note = f"sizes of {trace.name} redrawn with replacement (seed {seed}), arrival times kept"
+    return Workload(f"{trace.name}/sizes-seed{seed}", trace.arrival_s,
+                    trace.prompt_tokens[picks], trace.output_tokens[picks],
+                    (*trace.notes, note))

@@ -18,7 +18,7 @@ class OracleEvaluator:
     rule: Rule
     name: str
 
-    def outcome(self, point: Point) -> Outcome:
+    def outcome(self, point: Point, seed: int) -> Outcome:
         ok = bool(self.rule(point.design.name, point.prompt_machines, point.token_machines,
                             point.rate_rps))
         value = 3.0 if ok else 9.0

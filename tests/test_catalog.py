@@ -26,10 +26,13 @@ def test_table_v_ratios_come_out_of_the_defaults():
 
 def test_published_figures_and_sources():
     a100, h100 = CATALOG.machine("dgx-a100"), CATALOG.machine("dgx-h100")
-    assert (a100.hbm_gb, a100.hbm_bandwidth_gbs, a100.gpu_power_w, a100.cost_per_hour) == \
+    assert (a100.hbm_gib, a100.hbm_bandwidth_gbs, a100.gpu_power_w, a100.cost_per_hour) == \
         (80, 2039, 400, 17.6)
-    assert (h100.hbm_gb, h100.hbm_bandwidth_gbs, h100.gpu_power_w, h100.cost_per_hour) == \
-        (80, 3352, 700, 38.0)
+    assert (h100.hbm_gib, h100.hbm_bandwidth_gbs, h100.gpu_power_w, h100.cost_per_hour) == \
+        (81559 / 1024, 3352, 700, 38.0)
+    # HBM in the unit the driver reports: 81,920 MiB and 81,559 MiB per GPU (nvidia-smi)
+    assert a100.hbm_bytes == 8 * 81920 * 2**20
+    assert round(h100.hbm_bytes / 8 / 2**20) == 81559
     assert (a100.kv_link_gbps, h100.kv_link_gbps) == (200, 400)
     for machine in CATALOG.machines.values():
         assert machine.sources, machine.name
@@ -49,7 +52,8 @@ def test_kv_bytes_per_token_accounts_for_grouped_query_attention():
 
 def test_designs_of_the_paper():
     assert set(CATALOG.designs) == {"baseline-a100", "baseline-h100", "splitwise-aa",
-                                    "splitwise-hh", "splitwise-ha", "splitwise-hhcap"}
+                                    "splitwise-hh", "splitwise-ha", "splitwise-hhcap",
+                                    "sarathi-a100", "sarathi-h100"}
     assert CATALOG.design("splitwise-ha").token_sku == "dgx-a100"
     assert CATALOG.design("baseline-h100").is_baseline
 
@@ -71,8 +75,8 @@ def catalog_copy(tmp_path):
 @pytest.mark.parametrize("file, old, new, fragment", [
     ("machines.yaml", "cost_per_hour: 17.6", "cost_per_hour: cheap", "field 'cost_per_hour'"),
     ("machines.yaml", "cost_per_hour: 17.6", "cost_per_hour: -1", "must be a number > 0"),
-    ("machines.yaml", "  gpus: 8\n  hbm_gb: 80\n  hbm_bandwidth_gbs: 2039",
-     "  gpus: 8\n  hbm_bandwidth_gbs: 2039", "field 'hbm_gb': entry 'dgx-a100': missing"),
+    ("machines.yaml", "  gpus: 8\n  hbm_gib: 80.0\n  hbm_bandwidth_gbs: 2039",
+     "  gpus: 8\n  hbm_bandwidth_gbs: 2039", "field 'hbm_gib': entry 'dgx-a100': missing"),
     ("machines.yaml", "power_cap: 0.70", "power_cap: 1.5", "must be a number > 0 and <= 1"),
     ("models.yaml", "kv_heads: 8", "kv_heads: 7", "field 'kv_heads'"),
     ("models.yaml", "layers: 70", "layers: .nan", "field 'layers'"),
@@ -129,7 +133,7 @@ def test_catalog_command_lists_everything_as_json():
     doc = json.loads(run.stdout)
     assert {m["name"] for m in doc["machines"]} >= {"dgx-a100", "dgx-h100", "dgx-h100-cap", "b200"}
     assert {m["name"] for m in doc["models"]} >= {"llama2-70b", "bloom-176b", "mixtral-8x7b"}
-    assert len(doc["designs"]) == 6 and len(doc["slo_profiles"]) >= 3
+    assert len(doc["designs"]) == 8 and len(doc["slo_profiles"]) >= 3
 
 
 def test_broken_slo_file_through_the_cli_exits_2(tmp_path):

@@ -17,7 +17,7 @@ from oracles import OracleEvaluator  # noqa: E402
 from hardware_catalog import InputError, load_catalog  # noqa: E402
 from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,  # noqa: E402
                                  from_keywords)
-from provisioner.runner import Runner  # noqa: E402
+from provisioner.runner import Runner, Verifier  # noqa: E402
 from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
 from provisioner.select import select_optimum  # noqa: E402
 from provisioner.study import Budget, Goal, Point  # noqa: E402
@@ -31,7 +31,8 @@ NO_SWEEP = dict(load_sweep=(), search_limit=48)
 def run(rule, goal, constraints=Constraints(), designs=DESIGNS, jobs=1, **settings):
     runner = Runner(OracleEvaluator(CATALOG, rule, rule.__name__), jobs=jobs)
     results = search_designs(designs, goal, constraints, SearchSettings(**{**NO_SWEEP,
-                                                                           **settings}), runner.run)
+                                                                           **settings}),
+                             Verifier(runner, (0,)).run)
     return results, runner.stats
 
 
@@ -131,7 +132,7 @@ def test_select_optimum_breaks_ties_by_power_then_size():
     design = CATALOG.design("splitwise-hh")
     pools = design
     runner = Runner(OracleEvaluator(CATALOG, oracles.diagonal, "diagonal"))
-    points = runner.run([Point(design, p, 12 - p, 10.0) for p in range(2, 11)])
+    points = Verifier(runner, (0,)).run([Point(design, p, 12 - p, 10.0) for p in range(2, 11)])
     best = select_optimum(points, Goal("min-cost", 10.0), Constraints(), pools)
     assert (best.prompt_machines, best.token_machines) == (2, 10)  # all cost the same
 

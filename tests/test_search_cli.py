@@ -118,8 +118,9 @@ def test_cache_hit_on_rerun_and_reuse_when_widened(tmp_path):
     assert second.stats.simulated == 0 and second.stats.cache_hits == first.stats.simulated
     assert first.to_dict() == second.to_dict()
     _, wider = rendered(small_plan(tmp_path, **{**narrow, "designs": "splitwise-ha,baseline-a100"}))
-    baseline_points = wider.to_dict()["designs"][1]["evaluations"]
-    assert wider.stats.simulated == baseline_points       # only the new design is simulated
+    _, alone = rendered(small_plan(tmp_path, designs="baseline-a100", no_cache=True))
+    assert wider.stats.cache_hits == first.stats.simulated   # the first design is all reused
+    assert wider.stats.simulated == alone.stats.simulated    # only the new design is simulated
 
 
 def test_a_failing_writer_leaves_no_partial_report(tmp_path, monkeypatch):
@@ -300,7 +301,7 @@ def test_check_bad_reports_exit_2(report_dir, tmp_path):
     future = tmp_path / "future.json"
     document = json.loads((out / "report.json").read_text())
     future.write_text(json.dumps({**document, "schema_version": 99}))
-    for path, message in ((tmp_path / "missing.json", "cannot read report"),
+    for path, message in ((tmp_path / "missing.json", "cannot read file"),
                           (broken, "broken JSON"), (future, "schema version 99")):
         run = provision("check", str(path))
         assert run.returncode == 2 and message in run.stderr, run.stderr

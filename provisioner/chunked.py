@@ -1,0 +1,203 @@
+"""Chunked prefill in the search: `--chunk-tokens N|auto` and the disaggregated-vs-chunked view.
+
+- `--chunk-tokens N` sets the budget of every chunked-prefill design (records by value: the
+  design record is replaced, other designs keep theirs).
+- `--chunk-tokens auto` searches each chunked design once per budget of `CHUNK_BUDGETS` (variant
+  design records named `NAME@BUDGET`, searched together with the other designs) and keeps the
+  variant that is best for the goal, under the design's own name, with the chosen budget and a
+  line per budget tried (`DesignResult.chunk_search`).
+- `comparison` answers the question Sarathi-Serve left open ("a quantitative comparison between
+  Sarathi-Serve and disaggregation-based solutions"): for the same workload, SLOs and goal, the
+  best Splitwise design against the best chunked colocated design, on cost, power, GPUs and
+  headroom, with one sentence on which wins and by how much.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Sequence
+
+from hardware_catalog import Design
+from provisioner.options import CHUNK_BUDGETS
+from provisioner.study import DesignResult, Goal
+
+VARIANT_SEPARATOR = "@"
+
+
+def with_chunk_tokens(designs: Sequence[Design], chunk_tokens) -> tuple[Design, ...]:
+    """A whole-number budget replaces the budget of every chunked design."""
+    if not isinstance(chunk_tokens, int) or isinstance(chunk_tokens, bool):
+        return tuple(designs)
+    return tuple(replace(d, chunk_tokens=chunk_tokens) if d.is_chunked else d for d in designs)
+
+
+def budget_variants(designs: Sequence[Design], chunk_tokens) -> tuple[list[Design], dict[str, str]]:
+    """The designs to search (auto: one record per budget of every chunked design) and the
+    design name each one stands for."""
+    searched, origin = [], {}
+    for d in designs:
+        if chunk_tokens == "auto" and d.is_chunked:
+            for budget in CHUNK_BUDGETS:
+                variant = replace(d, name=f"{d.name}{VARIANT_SEPARATOR}{budget}",
+                                  chunk_tokens=budget)
+                searched.append(variant)
+                origin[variant.name] = d.name
+        else:
+            searched.append(d)
+            origin[d.name] = d.name
+    return searched, origin
+
+
+def progress_by_design(on_batch: Callable[[dict[str, int]], None] | None,
+                       origin: dict[str, str]):
+    """Progress counts of the variants summed under the design they stand for."""
+    if on_batch is None:
+        return None
+
+    def update(asked: dict[str, int]) -> None:
+        totals: dict[str, int] = {}
+        for name, count in asked.items():
+            totals[origin[name]] = totals.get(origin[name], 0) + count
+        on_batch(totals)
+    return update
+
+
+def goal_key(goal_name: str):
+    """Order of design results for a goal: the best first (ties: cheaper)."""
+    return {"min-cost": lambda r: (r.optimum.cost_per_hour, r.optimum.power_kw),
+            "min-power": lambda r: (r.optimum.power_kw, r.optimum.cost_per_hour),
+            "max-rate": lambda r: (-r.optimum.rate_rps, r.optimum.cost_per_hour)}[goal_name]
+
+
+def best_of(results: Sequence[DesignResult], goal_name: str) -> DesignResult | None:
+    feasible = [r for r in results if r.feasible]
+    return min(feasible, key=goal_key(goal_name)) if feasible else None
+
+
+def collapse_variants(designs: Sequence[Design], results: Sequence[DesignResult],
+                      origin: dict[str, str], goal: Goal) -> list[DesignResult]:
+    """One result per design asked for: an auto design's best budget (or, when no budget is
+    feasible, its largest budget's result), under the design's own name, with every budget's
+    optimum in `chunk_search`."""
+    groups: dict[str, list[DesignResult]] = {}
+    for r in results:
+        groups.setdefault(origin[r.design.name], []).append(r)
+    merged = []
+    for d in designs:
+        group = groups[d.name]
+        if len(group) == 1 and group[0].design.name == d.name:
+            merged.append(group[0])
+            continue
+        chosen = best_of(group, goal.name) or group[-1]
+        merged.append(replace(chosen, design=replace(chosen.design, name=d.name),
+                              chunk_search=[_budget_line(r) for r in group]))
+    return merged
+
+
+def _budget_line(r: DesignResult) -> dict:
+    o = r.optimum
+    line = {"chunk_tokens": r.design.chunk_tokens, "feasible": r.feasible}
+    if o is None:
+        return {**line, "reason": r.reason}
+    line.update(machines=o.prompt_machines, rate_rps=o.rate_rps, cost_per_hour=o.cost_per_hour,
+                power_kw=o.power_kw, gpus=o.gpus)
+    headroom = getattr(r, "headroom_rps", None)
+    if headroom is not None:
+        line["headroom_rps"] = headroom
+    return line
+
+
+# ---------------------------------------------------------------- disaggregated vs chunked
+def comparison(results: Sequence[DesignResult], goal_name: str,
+               rate_rps: float | None = None) -> dict | None:
+    """The best disaggregated (Splitwise) design against the best chunked colocated design for
+    the goal (`rate_rps`: the goal's load, for the sentence), or None when the study does not
+    hold both kinds. Headroom is shown when the results carry it."""
+    split = [r for r in results if not r.design.is_baseline]
+    chunked = [r for r in results if r.design.is_baseline and r.design.is_chunked]
+    if not split or not chunked:
+        return None
+    a, b = best_of(split, goal_name), best_of(chunked, goal_name)
+    view = {"goal": goal_name, "disaggregated": _side(a), "chunked": _side(b)}
+    winner, sentence = _verdict(a, b, goal_name, rate_rps)
+    return {**view, "winner": winner, "sentence": sentence}
+
+
+def _side(r: DesignResult | None) -> dict | None:
+    if r is None:
+        return None
+    o, d = r.optimum, r.design
+    side = {"design": d.name}
+    if d.is_baseline:
+        side["machines"] = o.prompt_machines
+    else:
+        side.update(prompt_machines=o.prompt_machines, token_machines=o.token_machines)
+    if d.is_chunked:
+        side["chunk_tokens"] = d.chunk_tokens
+    side.update(rate_rps=o.rate_rps, cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,
+                gpus=o.gpus)
+    headroom = getattr(r, "headroom_rps", None)
+    if headroom is not None:
+        side["headroom_rps"] = headroom
+    return side
+
+
+def _label(r: DesignResult) -> str:
+    d = r.design
+    if d.is_chunked:
+        return f"chunked colocated {d.name} (chunk {d.chunk_tokens}, {r.optimum.prompt_machines} machines)"
+    return (f"disaggregated {d.name} ({r.optimum.prompt_machines} prompt + "
+            f"{r.optimum.token_machines} token machines)")
+
+
+def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
+             rate_rps: float | None) -> tuple[str | None, str]:
+    if a is None and b is None:
+        return None, "Neither a disaggregated nor a chunked colocated design meets the SLOs."
+    if a is None or b is None:
+        only, kind = (b, "chunked colocated") if a is None else (a, "disaggregated")
+        other = "disaggregated" if a is None else "chunked colocated"
+        return ("chunked" if a is None else "disaggregated",
+                f"Only {_label(only)} meets the SLOs; no {other} design does within the limits.")
+    oa, ob = a.optimum, b.optimum
+    if goal_name == "max-rate":
+        va, vb, unit, better = oa.rate_rps, ob.rate_rps, "req/s", "more"
+        what = "sustains"
+    elif goal_name == "min-power":
+        va, vb, unit, better, what = oa.power_kw, ob.power_kw, "kW", "less power", "draws"
+    else:
+        va, vb, unit, better, what = oa.cost_per_hour, ob.cost_per_hour, "$/h", "cheaper", "costs"
+    higher_wins = goal_name == "max-rate"
+    if va == vb:
+        winner, w, l = "tie", a, b
+    elif (va > vb) == higher_wins:
+        winner, w, l = "disaggregated", a, b
+    else:
+        winner, w, l = "chunked", b, a
+    wv = va if w is a else vb
+    lv = vb if w is a else va
+    rate = f" at {rate_rps:g} req/s" if rate_rps is not None and goal_name != "max-rate" else ""
+    others = [f"{oa.gpus} vs {ob.gpus} GPUs"]
+    if goal_name != "min-power":
+        others.append(f"{oa.power_kw:,.1f} vs {ob.power_kw:,.1f} kW")
+    if goal_name != "min-cost":
+        others.append(f"${oa.cost_per_hour:,.2f} vs ${ob.cost_per_hour:,.2f}/h")
+    ha, hb = getattr(a, "headroom_rps", None), getattr(b, "headroom_rps", None)
+    if ha is not None and hb is not None:
+        others.append(f"headroom {ha:.4g} vs {hb:.4g} req/s")
+    extras = f" ({', '.join(others)}, disaggregated vs chunked)."
+    if winner == "tie":
+        return winner, (f"Tie: {_label(a)} and {_label(b)} both {what} {_value(va, unit)}"
+                        f"{rate}{extras}")
+    if higher_wins:
+        margin = f"{(wv / lv - 1):.0%} {better}" if lv > 0 else better
+    else:
+        margin = f"{(1 - wv / lv):.0%} {better}"
+    side = "Disaggregated" if winner == "disaggregated" else "Chunked colocated"
+    return winner, (f"{side} wins: {_label(w)} {what} {_value(wv, unit)}, {margin} than "
+                    f"{_label(l)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
+
+
+def _value(value: float, unit: str) -> str:
+    if unit == "$/h":
+        return f"${value:,.2f}/h"
+    return f"{value:,.4g} {unit}" if unit == "req/s" else f"{value:,.1f} {unit}"

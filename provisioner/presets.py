@@ -1,0 +1,67 @@
+"""Assumption presets: `provision` (our semantics, SPEC section 4) and `splitwise-sim` (the
+modelling choices of the simulator the Splitwise paper used, so that its study can be
+reproduced with our engine and each choice's effect seen).
+
+`splitwise-sim` emulates these choices of SplitwiseSim (numbers from
+`shared/design/splitwise-sim-semantics.md`, read from its code at commit 8f99e7d):
+- #1 HBM: 8 x 80 GiB per DGX-A100 / DGX-H100;
+- #2 weights as it states them: BLOOM-176B 329e9 B, Llama2-70B 138e9 B (a GiB figure written
+  as bytes: a bug of it, emulated because it is one number);
+- #3 no HBM reserve;
+- #4 KV bytes per token ignoring grouped-query attention (a bug: Llama2-70B's KV is 8x too
+  large; emulated because it is one field);
+- #5 KV transfer always serialized after the prompt, at 200 GiB/s per machine;
+- #6 TBT = (E2E - TTFT) / output tokens.
+Not emulated (they need a different engine, or are bugs that are not cheap): #7-#11 its
+latency model (1-D curves over "batch tokens", decode time looked up at x = number of decodes,
+mixed iterations at 1.1x the prompt curve, its SLO reference), #12 its batch limits (decodes
+counting one token each, at most 512 requests), #13 KV(prompt + 1) instead of KV(prompt) held on
+the prompt machine, #14-#16 its mixed-pool return and routing keys. `--perf-model` can load a
+latency table derived from its profiles (docs/perf-model-tables.md).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hardware_catalog import Catalog, ModelSpec
+from provisioner.options import PRESETS
+from simcore import SimOptions
+DEFAULT_RESERVE = {"provision": 0.10, "splitwise-sim": 0.0}
+assert set(DEFAULT_RESERVE) == set(PRESETS)
+
+_SPLITWISE_SIM_HBM_GIB = 80.0
+_SPLITWISE_SIM_MACHINES = ("dgx-a100", "dgx-h100", "dgx-h100-cap")
+_SPLITWISE_SIM_WEIGHTS = {"bloom-176b": 329e9, "llama2-70b": 138e9}
+_SPLITWISE_SIM_LINK_BYTES_PER_S = 200 * 2**30
+_NEVER_LAYERWISE = 1 << 62   # every transfer is below the layer-wise threshold
+
+
+def preset_catalog(name: str, catalog: Catalog) -> Catalog:
+    """The catalog with the preset's machine and model figures (unchanged for `provision`)."""
+    if name == "provision":
+        return catalog
+    machines = dict(catalog.machines)
+    for sku in _SPLITWISE_SIM_MACHINES:
+        if sku in machines:
+            m = machines[sku]
+            link_gbps = _SPLITWISE_SIM_LINK_BYTES_PER_S * 8 / (m.gpus * 1e9)
+            machines[sku] = replace(m, hbm_gib=_SPLITWISE_SIM_HBM_GIB, kv_link_gbps=link_gbps)
+    models = {name_: _splitwise_sim_model(m) for name_, m in catalog.models.items()}
+    designs = {n: replace(d, prompt=machines[d.prompt.name],
+                          token=machines[d.token.name] if d.token is not None else None)
+               for n, d in catalog.designs.items()}
+    return Catalog(machines, models, designs)
+
+
+def _splitwise_sim_model(model: ModelSpec) -> ModelSpec:
+    return replace(model, kv_heads=model.heads,
+                   weights_bytes=_SPLITWISE_SIM_WEIGHTS.get(model.name, model.weights_bytes))
+
+
+def preset_sim_options(name: str, reserve: float | None) -> SimOptions:
+    """The simulation options of the preset; an explicit --memory-reserve wins."""
+    reserve = DEFAULT_RESERVE[name] if reserve is None else reserve
+    if name == "provision":
+        return SimOptions(memory_reserve_fraction=reserve)
+    return SimOptions(memory_reserve_fraction=reserve,
+                      layerwise_min_prompt_tokens=_NEVER_LAYERWISE, tbt_per_output_token=True)
