@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -212,7 +213,9 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     check_execution(options.execution)
     study = resolve_study(options)
     with SearchProgress([d.name for d in study.designs], enabled=not as_json) as progress:
+        started = time.perf_counter()
         result = run_study(study, options.execution, progress.update)
+        wall = time.perf_counter() - started
     document = result.to_dict()
     write_reports(out, render_reports(document, result.designs))
     if as_json:
@@ -225,9 +228,11 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
         moved = sensitivity_table(document)
         if moved is not None:
             console.print(moved)
-        console.print(f"{result.stats.simulated} simulations, {result.stats.cache_hits} from the "
-                      f"cache ({document['summary']['evaluations']} points evaluated); reports "
-                      f"in {out}/", highlight=False)
+        rate = result.stats.simulated / max(wall, 1e-9)
+        console.print(f"{result.stats.simulated} simulations ({rate:,.0f}/s over {wall:.1f} s), "
+                      f"{result.stats.cache_hits} from the cache "
+                      f"({document['summary']['evaluations']} points evaluated); reports in "
+                      f"{out}/", highlight=False)
     _search_warnings(document, options.settings.exhaustive)
     if not document["summary"]["feasible_designs"]:
         note("[bold red]no feasible configuration[/] for any design: "

@@ -131,14 +131,31 @@ def _pool_caps(design: Design, constraints: Constraints, limit: int) -> tuple[in
     return p_cap, t_cap
 
 
+GROWTH_CHECKED = 256   # up to here pools double blindly; beyond, only while margins improve
+
+
 def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool):
-    """Double the pools from (1, 1) until feasible; None when even the caps fail."""
-    p, t = 1, 0 if baseline else 1
-    while not (yield from probe.meets_slos(p, t, rate)):
+    """Double the pools from (1, 1) until feasible: ((P, T), "") or (None, why not).
+
+    Beyond GROWTH_CHECKED machines it stops early when doubling both pools no longer improves
+    the worst SLO margin: the SLOs are then out of reach at any size (e.g. one long prompt
+    alone misses its TTFT), and simulating ever larger fleets would only cost time."""
+    p, t, before = 1, 0 if baseline else 1, None
+    while True:
+        m = yield from probe.measure(p, t, rate)
+        if m.meets_slos:
+            return (p, t), ""
+        margin = m.outcome.worst_margin
         if p >= p_cap and t >= t_cap:
-            return None
+            why = f": {m.outcome.reason}" if m.outcome.reason else ""
+            return None, (f"infeasible even with {_describe(p, t, baseline)}{why} (the search "
+                          "grows pools up to --search-limit; raise it or the --max-* limits)")
+        if (p + t > GROWTH_CHECKED and before is not None and margin is not None
+                and margin <= before + 1e-9):
+            return None, (f"infeasible at any size: doubling to {_describe(p, t, baseline)} "
+                          f"no longer improves the SLOs ({m.outcome.reason})")
+        before = margin
         p, t = min(2 * p, p_cap), (0 if baseline else min(2 * t, t_cap))
-    return p, t
 
 
 def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
@@ -172,12 +189,8 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
     p_cap, t_cap = _pool_caps(design, constraints, settings.search_limit)
     if p_cap < 1 or (not baseline and t_cap < 1):
         return [], [], None, "the constraints leave no room for a machine in every pool"
-    corner = yield from _grow(probe, rate, p_cap, t_cap, baseline)
+    corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline)
     if corner is None:
-        largest = probe.seen.get(probe.point(p_cap, 0 if baseline else t_cap, rate))
-        why = f": {largest.outcome.reason}" if largest is not None and largest.outcome.reason else ""
-        reason = (f"infeasible even with {_describe(p_cap, t_cap, baseline)}{why} "
-                  "(raise --search-limit or the --max-* limits)")
         return [], [], (p_cap, t_cap), reason
     p_hi, t_hi = corner if baseline else _search_box(design, corner, constraints, p_cap, t_cap)
     if settings.exhaustive:
@@ -445,7 +458,7 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
                         non_monotone_cells(points), box, headroom, rejected=rejected)
 
 
-MAX_VERIFY_STEPS = 24   # candidates tried before a design is reported infeasible
+MAX_VERIFY_STEPS = 64   # candidates tried before a design is reported infeasible
 
 
 def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
@@ -465,12 +478,19 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
         if verified.meets_slos:
             return verified, [_rejection(m) for m in rejected]
         rejected.append(verified)
-        dropped = {m.point for m in rejected}
         neighbours = yield from probe.measure_all(_step_up(probe, optimum, goal, settings))
+        # more machines never hurt: whatever is below a rejected point at its rate is out too
         candidates = [c for c in dict.fromkeys([*candidates, *neighbours])
-                      if c.point not in dropped and c.meets_slos]
+                      if c.meets_slos and not any(_below(c, r) for r in rejected)]
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     return None, [_rejection(m) for m in rejected]
+
+
+def _below(candidate: Metrics, rejected: Metrics) -> bool:
+    """Is `candidate` no larger than `rejected`, at a rate no lower (so it cannot do better)?"""
+    return (candidate.prompt_machines <= rejected.prompt_machines
+            and candidate.token_machines <= rejected.token_machines
+            and _rate_covers(candidate.rate_rps, rejected.rate_rps))
 
 
 def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings) -> list[Point]:

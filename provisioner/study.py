@@ -309,13 +309,15 @@ def combine_samples(samples: list[tuple[int, Outcome]], predict: bool = False,
     the fresh-sample pass rates these rules give).
     """
     first = samples[0][1]
-    if len(samples) == 1:
+    if len(samples) == 1 and not (margin and first.meets_slos):
         return first
     outcomes = [o for _, o in samples]
     failing = next(((seed, o) for seed, o in samples if not o.meets_slos), None)
     reason = "" if failing is None else f"seed {failing[0]}: {failing[1].reason}"
-    if failing is None and predict:
-        reason = _guard_band_failure(samples, margin) or _prediction_failure(outcomes)
+    if failing is None:
+        reason = _guard_band_failure(samples, margin)
+    if not reason and predict:
+        reason = _prediction_failure(outcomes)
     slo = []
     for i, (key, _, limit) in enumerate(first.slo):
         values = [o.slo[i][1] for o in outcomes]

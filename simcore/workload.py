@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
@@ -102,6 +101,7 @@ def load_trace(path: str | Path) -> Workload:
 
 def _read_csv_as_text(path: str | Path) -> pd.DataFrame:
     """Every cell as a string, so each bad value can be reported with its row and field."""
+    import pandas as pd  # ~0.5 s to import, and only traces need it
     source = str(path)
     text = read_text(path)
     try:
@@ -164,6 +164,7 @@ def _reject(bad: np.ndarray, values: pd.Series, rows: np.ndarray, source: str, c
 
 
 def _parse_numbers(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
+    import pandas as pd  # ~0.5 s to import, and only traces need it (see _read_csv_as_text)
     numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     _reject(~np.isfinite(numbers), values, rows, source, column, "expected a finite number")
     return numbers
@@ -191,6 +192,7 @@ def _parse_seconds(values: pd.Series, rows: np.ndarray, source: str, column: str
 def _timestamps_to_seconds(values: pd.Series, rows: np.ndarray, source: str,
                            column: str) -> tuple[np.ndarray, list[str]]:
     """Wall-clock timestamps -> seconds after the earliest one (which is named in a note)."""
+    import pandas as pd  # ~0.5 s to import, and only traces need it
     try:
         stamps = pd.to_datetime(values.str.strip(), format="ISO8601", errors="coerce")
     except (ValueError, TypeError) as err:  # e.g. a mix of time zones
