@@ -115,14 +115,15 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
     from provisioner.api import check_writable_dir, merge_options, simulate_options
     from provisioner.files import write_atomically
-    from provisioner.terminal import print_simulation, simulation_summary
+    from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
     options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
         from provisioner.files import check_output_file
         check_output_file(csv_path, "requests_csv")
-    run = simulate_options(options)
+    with compile_notice(enabled=not as_json):
+        run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
         write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
     summary = simulation_summary(run)
@@ -202,8 +203,9 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     report.html). With no options: BLOOM-176B, coding at 70 req/s, all designs, min-cost."""
     from provisioner.api import check_writable_dir, merge_options, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
-    from provisioner.terminal import (SearchProgress, optimum_table, search_notes,
-                                      sensitivity_table)
+    from provisioner.evaluate import warm_up
+    from provisioner.terminal import (SearchProgress, compile_notice, optimum_table,
+                                      search_notes, sensitivity_table)
 
     from provisioner.runner import check_execution
 
@@ -212,6 +214,8 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     check_writable_dir(out, "out")
     check_execution(options.execution)
     study = resolve_study(options)
+    with compile_notice(enabled=not as_json):
+        warm_up(study)
     with SearchProgress([d.name for d in study.designs], enabled=not as_json) as progress:
         started = time.perf_counter()
         result = run_study(study, options.execution, progress.update)

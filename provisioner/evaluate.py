@@ -10,8 +10,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
+import numpy as np
+
 from provisioner.study import SLO_KEYS, Outcome, Point, Study
-from simcore import SIMULATOR_VERSION, Cluster, evaluate_slos, simulate
+from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 
@@ -59,6 +61,16 @@ class SimulationEvaluator:
         a simulation, and prices are recomputed from the current catalog on every read."""
         return {"design": point.design.as_dict(),
                 "machines": {m.name: _priceless(m) for m in point.design.machines()}}
+
+
+def warm_up(study: Study) -> None:
+    """Load (or, on a fresh install, compile) the simulator core on one tiny request, so that a
+    search's first batch does not look hung while numba compiles."""
+    design = study.designs[0]
+    cluster = Cluster(design, 1, 0 if design.is_baseline else 1)
+    tiny = Workload("warm-up", np.zeros(1), np.array([16]), np.array([2]))
+    simulate(cluster, tiny, study.model, study.perf.load(study.catalog), study.reference,
+             study.sim_options)
 
 
 def sim_options_echo(study: Study) -> dict:

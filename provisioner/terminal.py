@@ -1,8 +1,10 @@
 """What provision shows on the terminal: rich tables and progress (no files, no computation)."""
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -10,6 +12,42 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
+
+
+# ------------------------------------------------------------------------------- first run
+COMPILE_NOTICE_S = 1.5   # a warm simulation takes milliseconds: longer means numba is compiling
+
+
+@contextmanager
+def compile_notice(enabled: bool = True) -> Iterator[None]:
+    """Say what is happening when the first simulation is slow: on a fresh install numba
+    compiles the simulator core (~10-30 s, cached on disk for every later run)."""
+    if not enabled:
+        yield
+        return
+    status = None
+    lock = threading.Lock()
+
+    def show():
+        nonlocal status
+        with lock:
+            if status is None:
+                status = Console(stderr=True).status(
+                    "compiling the simulator core (first run after install; cached for later "
+                    "runs)...")
+                status.start()
+
+    timer = threading.Timer(COMPILE_NOTICE_S, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            if status is not None:
+                status.stop()
+            status = False
 
 
 # ------------------------------------------------------------------------------------ search

@@ -260,3 +260,15 @@ def test_non_monotone_cells_reach_the_terminal_and_the_html():
     (line,) = non_monotone_lines(document)
     assert line.startswith("splitwise-aa: (6, 8) is infeasible although") and "10 req/s" in line
     assert "Non-monotone cells" in html_report(document, results)
+
+
+def test_growth_stops_when_more_machines_no_longer_help():
+    """Pools double up to the search limit, but past 256 machines only while the SLO margins
+    still improve: an SLO out of reach at any size does not simulate ever larger fleets."""
+    results, stats = run(oracles.never, Goal("min-cost", 10.0), designs=DESIGNS[1:2],
+                         search_limit=100_000)
+    (aa,) = results
+    assert aa.optimum is None and "infeasible at any size" in aa.reason
+    assert stats.simulated <= 12
+    results, _ = run(oracles.never, Goal("min-cost", 10.0), designs=DESIGNS[1:2], search_limit=8)
+    assert "--search-limit" in results[0].reason
