@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from provisioner.reports import sensitivity_cells
 from provisioner.study import DesignResult, Metrics
 
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
@@ -132,26 +133,13 @@ def _optimum_html(document: dict) -> str:
 
 def _sensitivity_html(document: dict) -> str:
     """What moves the answer: one row per changed assumption, the optimum of every design."""
-    rows = document.get("sensitivity")
+    names, rows = sensitivity_cells(document)
     if not rows:
         return ""
-    names = list(rows[0]["designs"])
     head = "".join(f"<th>{html.escape(h)}</th>" for h in ["assumption", *names])
-    body = []
-    for row in rows:
-        cells = []
-        for name in names:
-            o = row["designs"].get(name, {})
-            if not o.get("feasible"):
-                cells.append("infeasible")
-                continue
-            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
-                    else f"{o['prompt_machines']}P+{o['token_machines']}T")
-            change = o.get("cost_change")
-            cells.append(f"{size}, ${o['cost_per_hour']:,.0f}/h"
-                         + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))
-        body.append(f"<tr><td>{html.escape(row['assumption'])}</td>"
-                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    body = [f"<tr><td>{html.escape(label)}</td>"
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+            for label, cells in rows]
     return (f"<h2>What moves the answer</h2><table><tr>{head}</tr>{''.join(body)}</table>")
 
 

@@ -18,7 +18,7 @@ from provisioner.chunked import comparison
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: verification, headroom, assumptions, warnings, sensitivity
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
 
 
@@ -126,6 +126,29 @@ def sensitivity_dict(rows: list[dict]) -> list[dict]:
     return [{"assumption": row["assumption"],
              "designs": {name: {k: num(v) for k, v in entry.items()}
                          for name, entry in row["designs"].items()}} for row in rows]
+
+
+def sensitivity_cells(document: dict) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The sensitivity table as text: (design names, [(assumption, one cell per design)]);
+    a cell is the optimum's pools and cost, with its change against the run as it is."""
+    rows = document.get("sensitivity") or []
+    names = list(rows[0]["designs"]) if rows else []
+    changed = "rate_change" if document["inputs"]["goal"]["name"] == "max-rate" else "cost_change"
+    table = []
+    for row in rows:
+        cells = []
+        for name in names:
+            o = row["designs"].get(name, {})
+            if not o.get("feasible"):
+                cells.append("infeasible")
+                continue
+            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
+                    else f"{o['prompt_machines']}P+{o['token_machines']}T")
+            change = o.get(changed)
+            cells.append(f"{size} ${o['cost_per_hour']:,.0f}/h"
+                         + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))
+        table.append((row["assumption"], cells))
+    return names, table
 
 
 def summary_dict(results: Sequence[DesignResult], goal: str) -> dict:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from provisioner.reports import sensitivity_cells
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 
 
@@ -91,7 +92,7 @@ def optimum_table(document: dict) -> Table:
                         "* best", caption="P prompt / T token machines (baselines: P machines); "
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
                         "margin 1 - value/limit over the samples; headroom: highest rate the "
-                        "optimum sustains")
+                        "optimum sustains on the base sample")
     table.add_column("design", no_wrap=True)
     for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "binding SLO / margin", "headroom"):
         table.add_column(column, justify="right")
@@ -136,28 +137,16 @@ def comparison_lines(document: dict) -> list[str]:
 
 def sensitivity_table(document: dict) -> Table | None:
     """What moves the answer: per assumption, each design's optimum and its cost change."""
-    rows = document.get("sensitivity")
+    names, rows = sensitivity_cells(document)
     if not rows:
         return None
-    designs = list(rows[0]["designs"])
-    table = Table(title="What moves the answer (each optimum re-derived, one assumption "
-                        "changed; screened on the first samples)")
+    table = Table(title="What moves the answer (each optimum re-derived with one assumption "
+                        "changed; verified on 3 samples)")
     table.add_column("assumption", no_wrap=True)
-    for name in designs:
+    for name in names:
         table.add_column(name, justify="right", overflow="fold")
-    for row in rows:
-        cells = []
-        for name in designs:
-            o = row["designs"].get(name, {})
-            if not o.get("feasible"):
-                cells.append("infeasible")
-                continue
-            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
-                    else f"{o['prompt_machines']}+{o['token_machines']}")
-            change = o.get("rate_change") if document["inputs"]["goal"]["name"] == "max-rate" \
-                else o.get("cost_change")
-            cells.append(size + ("" if change is None or row is rows[0] else f" {change:+.0%}"))
-        table.add_row(row["assumption"], *cells)
+    for label, cells in rows:
+        table.add_row(label, *cells)
     return table
 
 
