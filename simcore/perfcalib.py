@@ -332,7 +332,7 @@ def check_group_sizes(clean: pd.DataFrame, source: str = "profile") -> None:
                 f"group {model}/{hardware}/tp{tp} has {len(rows)} distinct rows over "
                 f"{rows.prompt_size.nunique()} prompt sizes and {rows.batch_size.nunique()} "
                 f"batch sizes; a fit needs >= {MIN_GROUP_ROWS} rows over >= 2 of each: measure "
-                "more points, or leave the group out with --tp / --exclude-hardware",
+                "more points, or leave the group out (tensor_parallel / hardware filters)",
                 source=source)
 
 

@@ -347,7 +347,7 @@ def check_request_count(rate_rps: float, duration_s: float) -> None:
     """Refuse a window whose expected request count is out of reach, before drawing it."""
     if rate_rps * duration_s > MAX_SYNTHESIZED_REQUESTS:
         raise InputError(f"rate x duration ({rate_rps:g} req/s x {duration_s:g} s) asks for more "
-                         f"than {MAX_SYNTHESIZED_REQUESTS} requests; lower --rate or --duration")
+                         f"than {MAX_SYNTHESIZED_REQUESTS} requests; lower the rate or the duration")
 
 
 def _size_sampler(sizes: str | Workload):
