@@ -5,7 +5,7 @@ token machines (P..P+T-1); a baseline cluster has N machines that serve both pha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -13,6 +13,10 @@ from hardware_catalog import Design, InputError, MachineSku, ModelSpec
 from simcore.latency import LatencyCurves
 
 ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
+
+
+class Stalled(RuntimeError):
+    """A simulation is left with requests that no event will ever serve."""
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,30 @@ class SimOptions:
     layerwise_min_prompt_tokens: int = 512   # serialized KV transfer below, layer-wise from here
     memory_reserve_fraction: float = 0.10    # HBM kept free for activations and fragmentation
     tbt_per_output_token: bool = False       # TBT over output tokens (SplitwiseSim), not gaps
+    # machine failures (DejaVu; see simcore.failures): an explicit schedule of
+    # (time_s, pool "prompt"|"token"|"any", index in the pool, down_s), and/or random failures
+    # from a per-machine MTBF (hours, 0: none) with a repair time, drawn with `failure_seed`
+    failures: tuple = ()
+    mtbf_hours: float = 0.0
+    repair_s: float = 0.0
+    failure_seed: int = 0
+    detection_s: float = 5.0                 # heartbeat timeout before the loss is acted on
+    recovery: str = "restart"                # restart | replicate (KV streamed as generated)
+    replica_target: str = "host"             # replicate: remote host memory, or a peer's HBM
 
     def __post_init__(self):
         if self.prompt_token_limit < 1:
             raise InputError("prompt_token_limit must be >= 1")
+        if self.recovery not in ("restart", "replicate"):
+            raise InputError("recovery must be restart or replicate")
+        if self.replica_target not in ("host", "peer"):
+            raise InputError("replica_target must be host or peer")
+        if self.detection_s < 0 or self.mtbf_hours < 0 or self.repair_s < 0:
+            raise InputError("detection_s, mtbf_hours and repair_s must be >= 0")
+
+    @property
+    def has_failures(self) -> bool:
+        return bool(self.failures) or self.mtbf_hours > 0
         if not 0 <= self.memory_reserve_fraction < 1:
             raise InputError("memory_reserve_fraction must be in [0, 1)")
 
@@ -91,6 +115,12 @@ class MachineArrays:
     layerwise_min_prompt_tokens: int
     chunk_tokens: int = 0       # chunked-prefill budget of the design (0: whole prompts)
     tbt_per_output_token: bool = False
+    # failures (simcore.failures): rows (time_s, machine, down_s) sorted by (time, machine), no
+    # machine failing while down; empty: no failure code runs at all
+    failures: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    detection_s: float = 0.0
+    replicate: bool = False     # recovery: False restart, True replicate
+    replica_peer: np.ndarray | None = None  # per machine: the peer holding its replicas, -1 host
 
     @property
     def count(self) -> int:
@@ -114,12 +144,18 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
                     dtype=np.int64)
     mixed = (not baseline) and (cluster.design.mixed_pool if options.mixed_pool is None
                                 else options.mixed_pool)
+    capacity = np.array([kv_capacity_tokens(records[s], model, options.memory_reserve_fraction)
+                         for s in skus], dtype=np.int64)
+    peer = np.full(len(skus), -1, np.int64)
+    if options.has_failures and options.recovery == "replicate" and options.replica_target == "peer":
+        # a ring over the decoding machines: each holds its own KV plus its predecessor's replica
+        decoders = np.flatnonzero(role != ROLE_PROMPT)
+        peer[decoders] = np.roll(decoders, -1)
+        capacity[decoders] //= 2
     return MachineArrays(
         role=role,
         kind=np.array([distinct.index(s) for s in skus], dtype=np.int64),
-        kv_capacity=np.array([kv_capacity_tokens(records[s], model,
-                                                 options.memory_reserve_fraction) for s in skus],
-                             dtype=np.int64),
+        kv_capacity=capacity,
         link_bytes_per_s=np.array([records[s].kv_link_bytes_per_s for s in skus]),
         layerwise_visible_s=np.array([records[s].kv_layerwise_visible_ms / 1000.0 for s in skus]),
         curves=tuple(perf.curves(model, records[s]) for s in distinct),
@@ -128,7 +164,9 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
         queue_threshold=options.mixed_pool_queue_threshold,
         layerwise_min_prompt_tokens=options.layerwise_min_prompt_tokens,
         chunk_tokens=cluster.design.chunk_tokens if cluster.design.is_chunked else 0,
-        tbt_per_output_token=options.tbt_per_output_token)
+        tbt_per_output_token=options.tbt_per_output_token,
+        detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
+        replica_peer=peer)
 
 
 def kv_transfer_seconds(prompt_tokens: int, src: int, dst: int, m: MachineArrays) -> float:

@@ -27,7 +27,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, MachineArrays
+from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, MachineArrays, Stalled
 from simcore.workload import Workload
 
 try:
@@ -62,6 +62,12 @@ REQUEST = np.dtype([
     ("kv_transfer", np.float64),
     ("queue_next", np.int64),       # prompt queue, later (remote decode) the decode wait
     ("batch_next", np.int64),       # prompts of the iteration in flight
+    # failures (see simcore.refsim)
+    ("prefill", np.int64),          # tokens its next prefill computes
+    ("kv_from", np.int64),          # machine holding its KV until delivered (NONE: a replica)
+    ("from_epoch", np.int64), ("token_epoch", np.int64), ("recover_kind", np.int64),
+    ("lost_at", np.float64), ("ready_at", np.float64),
+    ("recoveries", np.int64), ("recomputed", np.int64), ("recovery_s", np.float64),
 ], align=True)
 
 MACHINE = np.dtype([
@@ -83,6 +89,8 @@ MACHINE = np.dtype([
     # statistics
     ("busy_s", np.float64), ("iterations", np.int64), ("batch_size_sum", np.int64),
     ("max_memory", np.int64), ("mixed_s", np.float64),
+    # failures
+    ("down", np.bool_), ("epoch", np.int64), ("detect_at", np.float64), ("up_since", np.float64),
 ], align=True)
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
@@ -90,7 +98,13 @@ Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU
 
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
-    "layerwise_min"])
+    "layerwise_min", "detection", "replicate"])
+
+# failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
+# the replica peer of every machine (NONE: host memory), and the heap of lost requests to act
+# on, keyed (time, request); next: [next failure, next repair]
+Failures = namedtuple("Failures", ["schedule", "repairs", "peer", "recover", "next"])
+RESTART, RETARGET, RESTORE = 0, 1, 2
 
 Heap = namedtuple("Heap", ["key", "item", "size"])  # binary min-heap on (key, item); size: [n]
 
@@ -196,6 +210,32 @@ def _heap_pop(heap):
         items[best], items[i] = items[i], items[best]
         i = best
     return top
+
+
+@_compiled
+def _sift_down(heap, i):
+    keys, items, size = heap.key, heap.item, heap.size[0]
+    while True:
+        left, right, best = 2 * i + 1, 2 * i + 2, i
+        if left < size and (keys[left] < keys[best]
+                            or (keys[left] == keys[best] and items[left] < items[best])):
+            best = left
+        if right < size and (keys[right] < keys[best]
+                             or (keys[right] == keys[best] and items[right] < items[best])):
+            best = right
+        if best == i:
+            break
+        keys[best], keys[i] = keys[i], keys[best]
+        items[best], items[i] = items[i], items[best]
+        i = best
+
+
+@_compiled
+def _heapify(heap, size):
+    """Keep the first `size` entries (compacted by the caller) as a heap."""
+    heap.size[0] = size
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, i)
 
 
 @_compiled
@@ -313,9 +353,10 @@ def _tree_key(tree, classes):
 @_inlined
 def _membership(machine, slot, classes):
     """The slot-th tree machine m can belong to (NONE: no such tree) and whether it is in."""
-    own = not machine.in_mixed
+    up = not machine.down       # a down machine is in no tree: the router never picks it
+    own = not machine.in_mixed and up
     if slot == 0:
-        return TREE_PROMPT_COMMITTED + classes + machine.capacity_class, True
+        return TREE_PROMPT_COMMITTED + classes + machine.capacity_class, up
     if machine.role == ROLE_BOTH:
         return NONE, False
     if slot == 1:
@@ -324,7 +365,8 @@ def _membership(machine, slot, classes):
         if machine.role != ROLE_PROMPT:
             return NONE, False
         return TREE_PROMPT_COMMITTED + machine.capacity_class, own
-    return (TREE_MIXED_PENDING if slot == 3 else TREE_MIXED_COMMITTED), not own
+    return ((TREE_MIXED_PENDING if slot == 3 else TREE_MIXED_COMMITTED),
+            machine.in_mixed and up)
 
 
 @_inlined
@@ -405,33 +447,42 @@ def _end_decodes(requests, running_next, machines, m, now):
 
 
 @_inlined
-def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, m, now):
-    """Each prompt yields its first token; its decode continues here, or on its token machine
-    once the KV cache has arrived. Returns how many requests finished (one-token outputs)."""
+def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, failures, m,
+                 now):
+    """Each prompt yields its first token (a re-prefill after a loss yields none); its decode
+    continues here, or on its token machine once the KV cache has arrived (if that machine
+    failed meanwhile, on one chosen at detection). Returns how many requests finished."""
     machine = machines[m]
     finished = 0
     r = machine.batch_head
     while r != NONE:
         request = requests[r]
         after = request.batch_next
-        request.generated = 1
-        request.first_token = now
-        machine.pending -= request.prompt
+        if request.generated == 0:
+            request.generated = 1
+            request.first_token = now
+        machine.pending -= request.prefill
         t = request.token_machine
-        if request.output == 1:
-            machine.memory -= request.reservation if t == m else request.prompt
+        if request.generated == request.output:
+            machine.memory -= request.reservation if t == m else request.prefill
             request.finish = now
             finished += 1
-            machines[t].committed -= request.reservation
-            if t != m:
-                in_mixed = machines[t].in_mixed
-                _leave_mixed_if_done(machines[t], now)
-                _refresh(pools, machines, t, CHANGED_COMMITTED
-                         | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
+            _recovered(request, now)
+            if machines[t].epoch == request.token_epoch:
+                machines[t].committed -= request.reservation
+                if t != m:
+                    in_mixed = machines[t].in_mixed
+                    _leave_mixed_if_done(machines[t], now)
+                    _refresh(pools, machines, t, CHANGED_COMMITTED
+                             | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
         elif t == m:
             _append_running(requests, running_next, machine, r)
+            _recovered(request, now)
+        elif machines[t].epoch != request.token_epoch:
+            request.from_epoch = machine.epoch
+            _lose(requests, failures, r, RETARGET, now, max(now, machines[t].detect_at))
         else:
-            request.kv_transfer = _kv_transfer(settings, request.prompt, machine, machines[t])
+            request.kv_transfer = _kv_transfer(settings, request.prefill, machine, machines[t])
             _heap_push(kv_arrivals, now + request.kv_transfer, r)
         r = after
     machine.batch_head = NONE
@@ -439,13 +490,13 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
 
 
 @_inlined
-def _end_iteration(requests, running_next, machines, settings, kv_arrivals, pools, touched, m,
-                   now):
+def _end_iteration(requests, running_next, machines, settings, kv_arrivals, pools, touched,
+                   failures, m, now):
     machine = machines[m]
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
     finished = _end_decodes(requests, running_next, machines, m, now)
-    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, m,
-                             now)
+    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
+                             failures, m, now)
     machines[m].busy = False
     _leave_mixed_if_done(machines[m], now)
     _refresh(pools, machines, m, _changes(machine, pending, committed, in_mixed))
@@ -461,11 +512,13 @@ def _deliver_kv(requests, machines, kv_arrivals, touched, now):
     and leave their prompt machine's memory."""
     while kv_arrivals.size[0] > 0 and kv_arrivals.key[0] == now:
         r = _heap_pop(kv_arrivals)
-        t, p = requests[r].token_machine, requests[r].prompt_machine
-        machines[p].memory -= requests[r].prompt   # transferred: the prompt machine lets go
-        _touch(touched, machines[p], p)
+        t, p = requests[r].token_machine, requests[r].kv_from
+        if p != NONE:  # (NONE: a replica restored after a failure)
+            machines[p].memory -= requests[r].prefill   # transferred: the prompt machine lets go
+            _touch(touched, machines[p], p)
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
+        _recovered(requests[r], now)
 
 
 # ---------------------------------------------------------------------------- (3) routing
@@ -550,22 +603,31 @@ def _choose_token_machine(machines, settings, pools, reservation, now):
 
 @_compiled
 def _route(requests, machines, settings, pools, touched, r, now):
-    """Pick both machines on arrival (prompt side first) and queue the prompt."""
+    """Pick both machines on arrival (prompt side first) and queue the prompt; False when no
+    machine that can hold the request is up."""
     request = requests[r]
     prompt_m, token_m = NONE, NONE
     lent_p, lent_t = NONE, NONE
     if machines[0].role != ROLE_BOTH:
-        prompt_m, lent_p = _choose_prompt_machine(machines, settings, pools, request.prompt,
+        prompt_m, lent_p = _choose_prompt_machine(machines, settings, pools, request.prefill,
                                                   now)
         if prompt_m != NONE:
             token_m, lent_t = _choose_token_machine(machines, settings, pools,
                                                     request.reservation, now)
     if prompt_m == NONE or token_m == NONE:
         prompt_m = token_m = _least_loaded(machines, pools, request.reservation)
+    if prompt_m == NONE:
+        for m in (lent_p, lent_t):
+            if m != NONE:
+                _leave_mixed_if_done(machines[m], now)
+                _refresh(pools, machines, m, CHANGED_ALL)
+        return False
     request.prompt_machine = prompt_m
     request.token_machine = token_m
+    request.token_epoch = machines[token_m].epoch
+    request.kv_from = prompt_m
     _push_prompt(requests, machines[prompt_m], r)
-    machines[prompt_m].pending += request.prompt
+    machines[prompt_m].pending += request.prefill
     machines[token_m].committed += request.reservation
     # a machine lent for nothing (the fallback took over) returns at once
     for m in (lent_p, lent_t):
@@ -575,6 +637,7 @@ def _route(requests, machines, settings, pools, touched, r, now):
     _refresh(pools, machines, prompt_m, CHANGED_PENDING)
     _refresh(pools, machines, token_m, CHANGED_COMMITTED)
     _touch(touched, machines[prompt_m], prompt_m)
+    return True
 
 
 # ---------------------------------------------------------------------------- (4) iterations start
@@ -609,7 +672,7 @@ def _take_prompts(requests, machine, m, limit):
             break
         # the prompt's KV is held here while it is computed: all of its reservation when it
         # decodes here, its prompt tokens until transferred when it decodes elsewhere
-        held = request.reservation if request.token_machine == m else request.prompt
+        held = request.reservation if request.token_machine == m else request.prefill
         if machine.memory + held > machine.capacity:
             break
         machine.memory += held
@@ -620,7 +683,7 @@ def _take_prompts(requests, machine, m, limit):
         else:
             machine.batch_head = r
         last = r
-        tokens += request.prompt
+        tokens += request.prefill
         count += 1
     return count, tokens
 
@@ -644,11 +707,188 @@ def _start_iteration(requests, running_next, machines, curves, settings, busy_he
         machine.max_memory = machine.memory
 
 
+# ---------------------------------------------------------------------------- failures
+# Only run when the schedule has rows; the semantics are the reference's (simcore.refsim).
+
+@_inlined
+def _recovered(request, now):
+    request.ready_at = now
+    if request.lost_at >= 0:
+        request.recovery_s += now - request.lost_at
+        request.lost_at = -1.0
+
+
+@_compiled
+def _lose(requests, failures, r, kind, now, at):
+    """Request r lost its work or KV: act on it at `at` (INF: never, the run stalls)."""
+    request = requests[r]
+    request.recover_kind = kind
+    request.lost_at = now
+    request.recoveries += 1
+    if at < INF:
+        _heap_push(failures.recover, at, r)
+
+
+@_compiled
+def _next_repair(failures):
+    i = failures.next[1]
+    return failures.repairs[i, 0] if i < len(failures.repairs) else INF
+
+
+@_compiled
+def _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools, failures,
+          m, now):
+    """Machine m fails: its iteration in flight and every request whose work or KV it held are
+    lost (acted on at detection); it leaves every routing tree."""
+    machine = machines[m]
+    machine.down = True
+    machine.epoch += 1
+    machine.detect_at = now + settings.detection
+    at = machine.detect_at
+    if machine.busy:
+        machine.busy_s -= machine.busy_until - now
+        machine.busy = False
+        kept = 0
+        for i in range(busy_heap.size[0]):
+            if busy_heap.item[i] != m:
+                busy_heap.key[kept], busy_heap.item[kept] = busy_heap.key[i], busy_heap.item[i]
+                kept += 1
+        _heapify(busy_heap, kept)
+    if machine.in_mixed:
+        machine.in_mixed = False
+        machine.mixed_s += now - machine.mixed_since
+    decoding = RESTORE if settings.replicate else RESTART
+    r = machine.batch_head
+    while r != NONE:
+        after = requests[r].batch_next
+        _lose(requests, failures, r, RESTART, now, at)
+        r = after
+    r = machine.prompt_head
+    while r != NONE:
+        after = requests[r].queue_next
+        _lose(requests, failures, r, RESTART, now, at)
+        r = after
+    r = machine.running_head
+    while r != NONE:
+        after = running_next[r]
+        _lose(requests, failures, r, decoding, now, at)
+        r = after
+    r = machine.wait_head
+    while r != NONE:
+        after = requests[r].queue_next
+        _lose(requests, failures, r, decoding, now, at)
+        r = after
+    kept = 0
+    for i in range(kv_arrivals.size[0]):
+        r = kv_arrivals.item[i]
+        if requests[r].kv_from == m:             # sent from here: the KV is gone
+            _lose(requests, failures, r, RESTART, now, at)
+        elif requests[r].token_machine == m:     # sent here: resend from where it is
+            _lose(requests, failures, r,
+                  RETARGET if requests[r].kv_from != NONE else RESTORE, now, at)
+        else:
+            kv_arrivals.key[kept], kv_arrivals.item[kept] = kv_arrivals.key[i], kv_arrivals.item[i]
+            kept += 1
+    _heapify(kv_arrivals, kept)
+    machine.prompt_head = machine.prompt_tail = machine.wait_head = machine.wait_tail = NONE
+    machine.running_head = machine.running_tail = machine.batch_head = NONE
+    machine.prompt_len = machine.running_count = machine.running_context = 0
+    machine.memory = machine.pending = machine.committed = 0
+    _refresh(pools, machines, m, CHANGED_ALL)
+
+
+@_compiled
+def _repair(machines, pools, m, now):
+    machines[m].down = False
+    machines[m].up_since = now
+    _refresh(pools, machines, m, CHANGED_ALL)
+
+
+@_compiled
+def _defer(failures, r):
+    """Nothing can take it now: wait for the next repair (none: the run stalls)."""
+    at = _next_repair(failures)
+    if at < INF:
+        _heap_push(failures.recover, at, r)
+
+
+@_compiled
+def _recover(requests, machines, settings, pools, touched, kv_arrivals, failures, r, now):
+    """Act on a lost request at its detection: restart it through the router, or send its KV
+    (held on its prompt machine, or a replica) to a token machine chosen as on arrival."""
+    request = requests[r]
+    kind = request.recover_kind
+    peers = failures.peer
+    if kind == RETARGET and machines[request.kv_from].epoch != request.from_epoch:
+        kind = RESTART
+    if kind == RESTORE and peers[request.token_machine] != NONE:
+        peer = machines[peers[request.token_machine]]
+        if peer.down or peer.up_since > request.ready_at:
+            kind = RESTART
+    if kind == RESTART:
+        request.recover_kind = RESTART
+        t = request.token_machine
+        if t != NONE and machines[t].epoch == request.token_epoch:
+            machines[t].committed -= request.reservation
+            _leave_mixed_if_done(machines[t], now)
+            _refresh(pools, machines, t, CHANGED_ALL)
+        if request.prompt_machine != NONE:
+            request.prefill = request.prompt + request.generated
+            request.recomputed += request.prefill
+        request.prompt_machine = request.token_machine = NONE
+        if not _route(requests, machines, settings, pools, touched, r, now):
+            _defer(failures, r)
+        return
+    token = NONE
+    if machines[0].role != ROLE_BOTH:
+        token, lent = _choose_token_machine(machines, settings, pools, request.reservation, now)
+    if token == NONE:
+        token = _least_loaded(machines, pools, request.reservation)
+    if token == NONE:
+        _defer(failures, r)
+        return
+    source = peers[request.token_machine]
+    request.token_machine = token
+    request.token_epoch = machines[token].epoch
+    machines[token].committed += request.reservation
+    _refresh(pools, machines, token, CHANGED_COMMITTED)
+    if kind == RETARGET:
+        request.kv_transfer = _kv_transfer(settings, request.prefill, machines[request.kv_from],
+                                           machines[token])
+        due = now + request.kv_transfer
+    else:
+        request.kv_from = NONE
+        link = machines[token].link
+        if source != NONE:
+            link = min(link, machines[source].link)
+        due = now + (request.prompt + request.generated) * settings.kv_bytes / link
+    _heap_push(kv_arrivals, due, r)
+
+
+@_compiled
+def _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools,
+                   touched, failures, now):
+    """(2a) repairs, (2b) failures, by machine index; (2c) lost requests, by request."""
+    nxt = failures.next
+    while nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] == now:
+        _repair(machines, pools, int(failures.repairs[nxt[1], 1]), now)
+        nxt[1] += 1
+    while nxt[0] < len(failures.schedule) and failures.schedule[nxt[0], 0] == now:
+        _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools, failures,
+              int(failures.schedule[nxt[0], 1]), now)
+        nxt[0] += 1
+    recover = failures.recover
+    while recover.size[0] > 0 and recover.key[0] == now:
+        r = _heap_pop(recover)
+        _recover(requests, machines, settings, pools, touched, kv_arrivals, failures, r, now)
+
+
 # ---------------------------------------------------------------------------- event loop
 
 @_inlined
-def _next_event_time(requests, kv_arrivals, busy_heap, next_arrival):
-    """Earliest iteration end, KV arrival or request arrival; INF when nothing is left."""
+def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
+    """Earliest iteration end, KV arrival, request arrival, failure, repair or lost request to
+    act on; INF when nothing is left."""
     now = INF
     if busy_heap.size[0] > 0:
         now = busy_heap.key[0]
@@ -656,6 +896,14 @@ def _next_event_time(requests, kv_arrivals, busy_heap, next_arrival):
         now = kv_arrivals.key[0]
     if next_arrival < len(requests) and requests[next_arrival].arrival < now:
         now = requests[next_arrival].arrival
+    if len(failures.schedule):
+        nxt = failures.next
+        if nxt[0] < len(failures.schedule) and failures.schedule[nxt[0], 0] < now:
+            now = failures.schedule[nxt[0], 0]
+        if nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] < now:
+            now = failures.repairs[nxt[1], 0]
+        if failures.recover.size[0] > 0 and failures.recover.key[0] < now:
+            now = failures.recover.key[0]
     return now
 
 
@@ -681,24 +929,29 @@ def _start_touched(requests, running_next, machines, curves, settings, busy_heap
 
 @_compiled
 def _run(requests, running_next, machines, curves, settings, kv_arrivals, busy_heap, pools,
-         touched):
+         touched, failures):
     """The event loop; returns False if it stalls with unfinished requests."""
     n = len(requests)
     next_arrival = 0
     finished = 0
     end_time = 0.0
+    failing = len(failures.schedule) > 0
     while finished < n:
-        now = _next_event_time(requests, kv_arrivals, busy_heap, next_arrival)
+        now = _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival)
         if now == INF:
             return False
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
             finished += _end_iteration(requests, running_next, machines, settings, kv_arrivals,
-                                       pools, touched, m, now)
+                                       pools, touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
+        if failing:
+            _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap,
+                           pools, touched, failures, now)
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
-            _route(requests, machines, settings, pools, touched, next_arrival, now)
+            if not _route(requests, machines, settings, pools, touched, next_arrival, now):
+                _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
         _start_touched(requests, running_next, machines, curves, settings, busy_heap, touched,
                        now)  # (4)
@@ -748,6 +1001,13 @@ def _fill_requests(requests, arrival, prompt, output):
         request.queue_next = request.running_prev = request.batch_next = NONE
         request.first_token = request.finish = np.nan
         request.kv_transfer = 0.0
+        request.prefill = prompt[r]
+        request.kv_from = NONE
+        request.from_epoch = request.token_epoch = request.recover_kind = 0
+        request.lost_at = -1.0
+        request.ready_at = 0.0
+        request.recoveries = request.recomputed = 0
+        request.recovery_s = 0.0
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
@@ -777,19 +1037,35 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     return machines
 
 
+def _new_failures(m: MachineArrays, n: int) -> Failures:
+    schedule = np.ascontiguousarray(m.failures, dtype=np.float64).reshape(-1, 3)
+    ends = schedule[:, 0] + schedule[:, 2]
+    finite = np.isfinite(ends)
+    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
+    repairs = np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
+    peer = (np.full(m.count, NONE, np.int64) if m.replica_peer is None
+            else np.ascontiguousarray(m.replica_peer, dtype=np.int64))
+    size = n if len(schedule) else 0
+    return Failures(schedule, repairs, peer,
+                    Heap(np.zeros(size), np.zeros(size, np.int64), np.zeros(1, np.int64)),
+                    np.zeros(2, np.int64))
+
+
 def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
     kv_arrivals = Heap(np.zeros(n), np.zeros(n, np.int64), np.zeros(1, np.int64))
     settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
-                        m.queue_threshold, m.layerwise_min_prompt_tokens)
+                        m.queue_threshold, m.layerwise_min_prompt_tokens, float(m.detection_s),
+                        bool(m.replicate))
+    failures = _new_failures(m, n)
     running_next = np.full(n, NONE, np.int64)
     busy_heap = Heap(np.zeros(m.count), np.zeros(m.count, np.int64), np.zeros(1, np.int64))
     touched = Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64))
     if not _run(requests, running_next, machines, _stack_curves(m.curves), settings, kv_arrivals,
-                busy_heap, _new_pools(machines), touched):
-        raise RuntimeError("simulation stalled with unfinished requests")
+                busy_heap, _new_pools(machines), touched, failures):
+        raise Stalled("simulation stalled with unfinished requests")
 
     def column(records, name):
         return np.ascontiguousarray(records[name])
@@ -802,4 +1078,8 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
             "busy_s": column(machines, "busy_s"), "iterations": column(machines, "iterations"),
             "batch_size_sum": column(machines, "batch_size_sum"),
             "max_memory_tokens": column(machines, "max_memory"),
-            "mixed_pool_s": column(machines, "mixed_s")}
+            "mixed_pool_s": column(machines, "mixed_s"),
+            **({} if not len(m.failures) else {
+                "recoveries": column(requests, "recoveries"),
+                "recomputed_tokens": column(requests, "recomputed"),
+                "recovery_s": column(requests, "recovery_s")})}

@@ -32,6 +32,22 @@ prompt_time(tokens); decode-only token_time(batch, context); both mixed_time. At
 prompt yields its first token, every decode one more token; finished requests free their memory.
 A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
 earlier than the transfer's end.
+
+Failures (only when `machines.failures` has rows; DejaVu, SPEC 4): after step (2), at the same
+instant, (2a) machines whose repair ends rejoin their pools empty, by index; (2b) machines fail,
+by index: the iteration in flight is lost, and so is every request whose work or KV was on the
+machine (queued or computing prompts, KV caches sent from it still in flight, decodes waiting or
+running there). The router never picks a down machine. Lost requests are acted on when the
+failure is detected (`detection_s` later), in step (2c), by (time, request): `restart` sends the
+request back to the router, which re-prefills its prompt plus the tokens it already generated
+(no token is produced again; its first token stays); `replicate` restores a decoding request's
+KV (prompt + generated tokens, replicated as generated, to remote host memory or to the peer
+machine of a ring) on a token machine chosen as on arrival, taking size / link bandwidth, and
+restarts it as above when the replica is gone (peer down or repaired since) or the KV never
+reached a token machine. A KV cache in flight to a machine that failed, or whose prompt ended
+after its token machine failed, stays on its prompt machine and is sent to a newly chosen token
+machine at detection. A request the router cannot place (every machine that could hold it is
+down) waits for the next repair.
 """
 from __future__ import annotations
 
@@ -40,7 +56,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays, kv_transfer_seconds
+from simcore.cluster import (ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays, Stalled,
+                            kv_transfer_seconds)
 from simcore.workload import Workload
 
 
@@ -56,6 +73,17 @@ class _Request:
     first_token: float = np.nan
     finish: float = np.nan
     kv_transfer: float = 0.0
+    # failures
+    prefill: int = 0             # tokens its next prefill computes (prompt; + generated after a loss)
+    kv_from: int = -1            # machine holding its KV until delivered (-1: a replica)
+    from_epoch: int = 0
+    token_epoch: int = 0         # its token machine's failure count when chosen
+    recover_kind: int = 0        # 0 restart, 1 send the KV held on kv_from, 2 restore a replica
+    lost_at: float = -1.0
+    ready_at: float = 0.0        # when its KV last reached its token machine
+    recoveries: int = 0
+    recomputed: int = 0
+    recovery_s: float = 0.0
 
     @property
     def reservation(self) -> int:
@@ -89,6 +117,14 @@ class _Machine:
     batch_size_sum: int = 0
     max_memory_used: int = 0
     mixed_time: float = 0.0
+    # failures
+    down: bool = False
+    epoch: int = 0
+    detect_at: float = 0.0
+    up_since: float = 0.0
+
+
+RESTART, RETARGET, RESTORE = 0, 1, 2
 
 
 def simulate_reference(workload: Workload, machines: MachineArrays):
@@ -100,13 +136,19 @@ def simulate_reference(workload: Workload, machines: MachineArrays):
 class _ReferenceSimulation:
     def __init__(self, workload: Workload, m: MachineArrays):
         self.m = m
-        self.requests = [_Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(
-            zip(workload.arrival_s, workload.prompt_tokens, workload.output_tokens))]
+        self.requests = [_Request(i, float(a), int(p), int(o), prefill=int(p))
+                         for i, (a, p, o) in enumerate(zip(workload.arrival_s,
+                                                           workload.prompt_tokens,
+                                                           workload.output_tokens))]
         self.machines = [_Machine(i, int(m.role[i]), int(m.kind[i]), int(m.kv_capacity[i]))
                          for i in range(m.count)]
         self.kv_arrivals: list[tuple[float, int]] = []
         self.next_arrival = 0
         self.finished = 0
+        self.failures = [(float(t), int(mc), float(d)) for t, mc, d in m.failures]
+        self.repairs = sorted((t + d, mc) for t, mc, d in self.failures if np.isfinite(t + d))
+        self.recoveries: list[tuple[float, int]] = []
+        self.iteration_log: list[tuple[int, float, float]] = []  # (machine, start, end), tests
 
     # ------------------------------------------------------------------ event loop
     def run(self):
@@ -119,11 +161,17 @@ class _ReferenceSimulation:
             self.kv_arrivals = [e for e in self.kv_arrivals if e[0] != now]
             for _, r in arrived:
                 req = self.requests[r]
-                self.machines[req.prompt_machine].memory_used -= req.prompt  # transferred
+                if req.kv_from >= 0:
+                    self.machines[req.kv_from].memory_used -= req.prefill  # transferred
                 self.machines[req.token_machine].decode_wait.append(req)
+                self._recovered(req, now)
+            if self.failures or self.repairs or self.recoveries:
+                self._failure_steps(now)
             while (self.next_arrival < len(self.requests)
                    and self.requests[self.next_arrival].arrival == now):
-                self._route(self.requests[self.next_arrival], now)
+                req = self.requests[self.next_arrival]
+                if not self._route(req, now):
+                    self._lose(req, RESTART, now, self._next_repair())
                 self.next_arrival += 1
             for machine in self.machines:
                 if machine.busy_until is None:
@@ -135,37 +183,165 @@ class _ReferenceSimulation:
         times += [t for t, _ in self.kv_arrivals]
         if self.next_arrival < len(self.requests):
             times.append(self.requests[self.next_arrival].arrival)
+        times += [e[0] for e in self.failures[:1] + self.repairs[:1] + self.recoveries]
         if not times:
-            raise RuntimeError("simulation stalled with unfinished requests")
+            raise Stalled("simulation stalled with unfinished requests")
         return min(times)
 
-    # ------------------------------------------------------------------ routing
-    def _route(self, req: _Request, now: float) -> None:
-        ms = self.machines
-        if self.m.role[0] == ROLE_BOTH:
-            target = self._least_loaded(req)
-            req.prompt_machine = req.token_machine = target.index
+    # ------------------------------------------------------------------ failures
+    def _failure_steps(self, now: float) -> None:
+        while self.repairs and self.repairs[0][0] == now:  # (2a)
+            mc = self.machines[self.repairs.pop(0)[1]]
+            mc.down, mc.up_since = False, now
+        while self.failures and self.failures[0][0] == now:  # (2b)
+            self._fail(self.machines[self.failures.pop(0)[1]], now)
+        due = sorted(e for e in self.recoveries if e[0] == now)  # (2c)
+        self.recoveries = [e for e in self.recoveries if e[0] != now]
+        for _, r in due:
+            self._recover(self.requests[r], now)
+
+    def _fail(self, mc: _Machine, now: float) -> None:
+        mc.down, mc.epoch, mc.detect_at = True, mc.epoch + 1, now + self.m.detection_s
+        if mc.busy_until is not None:  # the iteration in flight is lost
+            mc.busy_time -= mc.busy_until - now
+            mc.busy_until = None
+        if mc.in_mixed:
+            mc.in_mixed = False
+            mc.mixed_time += now - mc.mixed_since
+        lost = [(r, RESTART) for r in mc.batch_prompts + list(mc.prompt_queue)]
+        decoding = RESTORE if self.m.replicate else RESTART
+        lost += [(r, decoding) for r in mc.running + list(mc.decode_wait)]
+        keep = []
+        for t, r in self.kv_arrivals:
+            req = self.requests[r]
+            if req.kv_from == mc.index:      # sent from here: the KV is gone
+                lost.append((req, RESTART))
+            elif req.token_machine == mc.index:  # sent here: resend from where it is
+                lost.append((req, RETARGET if req.kv_from >= 0 else RESTORE))
+            else:
+                keep.append((t, r))
+        self.kv_arrivals = keep
+        mc.prompt_queue.clear()
+        mc.decode_wait.clear()
+        mc.running, mc.batch_prompts, mc.batch_decodes = [], [], []
+        mc.memory_used = mc.pending_prompt_tokens = mc.committed = 0
+        for req, kind in lost:
+            self._lose(req, kind, now, mc.detect_at)
+
+    def _lose(self, req: _Request, kind: int, now: float, at: float) -> None:
+        req.recover_kind = kind
+        req.lost_at = now
+        req.recoveries += 1
+        if np.isfinite(at):  # else nothing will ever take it: the run stalls
+            self.recoveries.append((at, req.index))
+
+    def _recovered(self, req: _Request, now: float) -> None:
+        req.ready_at = now
+        if req.lost_at >= 0:
+            req.recovery_s += now - req.lost_at
+            req.lost_at = -1.0
+
+    def _release_token_machine(self, req: _Request, now: float) -> None:
+        """Its token machine forgets it (unless that machine failed since it was chosen)."""
+        if req.token_machine < 0:
+            return
+        t = self.machines[req.token_machine]
+        if t.epoch == req.token_epoch:
+            t.committed -= req.reservation
+            self._maybe_leave_mixed(t, now)
+
+    def _next_repair(self) -> float:
+        return self.repairs[0][0] if self.repairs else np.inf
+
+    def _recover(self, req: _Request, now: float) -> None:
+        kind = req.recover_kind
+        if kind == RETARGET and self.machines[req.kv_from].epoch != req.from_epoch:
+            kind = RESTART
+        if kind == RESTORE and self._peer(req.token_machine) >= 0:
+            peer = self.machines[self.m.replica_peer[req.token_machine]]
+            if peer.down or peer.up_since > req.ready_at:
+                kind = RESTART
+        if kind == RESTART:
+            req.recover_kind = RESTART
+            self._release_token_machine(req, now)
+            if req.prompt_machine >= 0:  # (not an arrival that found every machine down)
+                req.prefill = req.prompt + req.generated
+                req.recomputed += req.prefill
+            req.prompt_machine = req.token_machine = -1  # (a deferral must not release twice)
+            if not self._route(req, now):
+                return self._defer(req, now)
+            return
+        token = self._recovery_token_machine(req, now)
+        if token is None:
+            return self._defer(req, now)
+        source = self._peer(req.token_machine)
+        req.token_machine, req.token_epoch = token.index, token.epoch
+        token.committed += req.reservation
+        if kind == RETARGET:
+            req.kv_transfer = kv_transfer_seconds(req.prefill, req.kv_from, token.index, self.m)
+            due = now + req.kv_transfer
         else:
-            moved: list[_Machine] = []
+            req.kv_from = -1
+            link = self.m.link_bytes_per_s[token.index]
+            if source >= 0:
+                link = min(link, self.m.link_bytes_per_s[source])
+            due = now + req.context * self.m.kv_bytes_per_token / link
+        self.kv_arrivals.append((due, req.index))
+
+    def _peer(self, machine: int) -> int:
+        peers = self.m.replica_peer
+        return -1 if peers is None else int(peers[machine])
+
+    def _defer(self, req: _Request, now: float) -> None:
+        """Nothing can take it now: wait for the next repair (none: the run stalls)."""
+        at = self._next_repair()
+        if np.isfinite(at):
+            self.recoveries.append((at, req.index))
+
+    def _recovery_token_machine(self, req: _Request, now: float) -> _Machine | None:
+        if self.m.role[0] != ROLE_BOTH:
+            token = self._choose_token_machine(req, now, [])
+            if token is not None:
+                return token
+        return self._least_loaded(req)
+
+    # ------------------------------------------------------------------ routing
+    def _route(self, req: _Request, now: float) -> bool:
+        """Place a request; False when no machine that can hold it is up."""
+        ms = self.machines
+        moved: list[_Machine] = []
+        if self.m.role[0] == ROLE_BOTH:
+            prompt = token = self._least_loaded(req)
+        else:
             prompt = self._choose_prompt_machine(req, now, moved)
             token = self._choose_token_machine(req, now, moved) if prompt is not None else None
             if prompt is None or token is None:
                 prompt = token = self._least_loaded(req)
-            req.prompt_machine, req.token_machine = prompt.index, token.index
+        if prompt is None:
+            for mc in moved:
+                self._maybe_leave_mixed(mc, now)
+            return False
+        req.prompt_machine, req.token_machine = prompt.index, token.index
+        req.token_epoch, req.kv_from = token.epoch, prompt.index
         ms[req.prompt_machine].prompt_queue.append(req)
-        ms[req.prompt_machine].pending_prompt_tokens += req.prompt
+        ms[req.prompt_machine].pending_prompt_tokens += req.prefill
         ms[req.token_machine].committed += req.reservation
         if self.m.role[0] != ROLE_BOTH:
             for mc in moved:  # a move the fallback made useless is undone at once
                 self._maybe_leave_mixed(mc, now)
+        return True
 
-    def _least_loaded(self, req: _Request) -> _Machine:
-        fits = [mc for mc in self.machines if mc.capacity >= req.reservation]
-        return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index))
+    def _up(self):
+        return [mc for mc in self.machines if not mc.down]
+
+    def _least_loaded(self, req: _Request) -> _Machine | None:
+        fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
+        return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index),
+                   default=None)
 
     def _is_long(self, mc: _Machine, req: _Request) -> bool:
         return (len(mc.prompt_queue) > 0
-                and mc.pending_prompt_tokens + req.prompt > self.m.queue_threshold)
+                and mc.pending_prompt_tokens + req.prefill > self.m.queue_threshold)
 
     def _is_loaded(self, mc: _Machine, req: _Request) -> bool:
         return mc.committed + req.reservation > mc.capacity
@@ -173,7 +349,7 @@ class _ReferenceSimulation:
     def _choose_prompt_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
         def fewest_pending(pool):
             return min(pool, key=lambda mc: (mc.pending_prompt_tokens, mc.index), default=None)
-        own = fewest_pending([mc for mc in self.machines
+        own = fewest_pending([mc for mc in self._up()
                               if mc.role == ROLE_PROMPT and not mc.in_mixed])
         if not self.m.mixed_pool:
             return own
@@ -182,7 +358,7 @@ class _ReferenceSimulation:
         mixed = fewest_pending([mc for mc in self.machines if mc.in_mixed])
         if mixed is not None and not self._is_long(mixed, req):
             return mixed
-        other = min((mc for mc in self.machines if mc.role == ROLE_TOKEN and not mc.in_mixed),
+        other = min((mc for mc in self._up() if mc.role == ROLE_TOKEN and not mc.in_mixed),
                     key=lambda mc: (mc.committed, mc.index), default=None)
         if other is not None:
             self._enter_mixed(other, now)
@@ -192,7 +368,7 @@ class _ReferenceSimulation:
     def _choose_token_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
         def fewest_committed(pool):
             return min(pool, key=lambda mc: (mc.committed, mc.index), default=None)
-        own = fewest_committed([mc for mc in self.machines
+        own = fewest_committed([mc for mc in self._up()
                                 if mc.role == ROLE_TOKEN and not mc.in_mixed])
         if not self.m.mixed_pool:
             return own
@@ -201,7 +377,7 @@ class _ReferenceSimulation:
         mixed = fewest_committed([mc for mc in self.machines if mc.in_mixed])
         if mixed is not None and not self._is_loaded(mixed, req):
             return mixed
-        other = fewest_committed([mc for mc in self.machines if mc.role == ROLE_PROMPT
+        other = fewest_committed([mc for mc in self._up() if mc.role == ROLE_PROMPT
                                   and not mc.in_mixed and not self._is_loaded(mc, req)])
         if other is not None:
             self._enter_mixed(other, now)
@@ -231,12 +407,12 @@ class _ReferenceSimulation:
                 break
             # its KV is held here while computed: the whole reservation when it decodes here,
             # the prompt's tokens until transferred when it decodes elsewhere
-            held = req.reservation if req.token_machine == mc.index else req.prompt
+            held = req.reservation if req.token_machine == mc.index else req.prefill
             if mc.memory_used + held > mc.capacity:
                 break
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
-            tokens += req.prompt
+            tokens += req.prefill
         decodes = list(mc.running)
         if not prompts and not decodes:
             return
@@ -250,6 +426,7 @@ class _ReferenceSimulation:
             duration = float(curves.token_time(batch, context))
         mc.batch_prompts, mc.batch_decodes = prompts, decodes
         mc.busy_until = now + duration
+        self.iteration_log.append((mc.index, now, mc.busy_until))
         mc.busy_time += duration
         mc.iterations += 1
         mc.batch_size_sum += len(prompts) + batch
@@ -261,21 +438,27 @@ class _ReferenceSimulation:
             if req.generated == req.output:
                 self._finish(req, mc, now)
         for req in mc.batch_prompts:
-            req.generated = 1
-            req.first_token = now
-            mc.pending_prompt_tokens -= req.prompt
+            if req.generated == 0:  # (after a loss, a re-prefill yields no token)
+                req.generated = 1
+                req.first_token = now
+            mc.pending_prompt_tokens -= req.prefill
             local = req.token_machine == mc.index
-            if req.output == 1:
+            token = self.machines[req.token_machine]
+            if req.generated == req.output:
                 if local:
                     mc.memory_used -= req.reservation
                     self._finish(req, mc, now)
                 else:
-                    mc.memory_used -= req.prompt
-                    self._finish(req, self.machines[req.token_machine], now)
+                    mc.memory_used -= req.prefill
+                    self._finish(req, token, now)
             elif local:
                 mc.running.append(req)
+                self._recovered(req, now)
+            elif token.epoch != req.token_epoch:  # its token machine failed: choose another
+                req.from_epoch = mc.epoch
+                self._lose(req, RETARGET, now, max(now, token.detect_at))
             else:
-                req.kv_transfer = kv_transfer_seconds(req.prompt, mc.index, req.token_machine,
+                req.kv_transfer = kv_transfer_seconds(req.prefill, mc.index, req.token_machine,
                                                       self.m)
                 self.kv_arrivals.append((now + req.kv_transfer, req.index))
         mc.batch_prompts, mc.batch_decodes = [], []
@@ -284,7 +467,9 @@ class _ReferenceSimulation:
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
-        token_machine.committed -= req.reservation
+        self._recovered(req, now)
+        if token_machine.epoch == req.token_epoch:
+            token_machine.committed -= req.reservation
         if req in token_machine.running:
             token_machine.running.remove(req)
             token_machine.memory_used -= req.reservation
@@ -310,4 +495,8 @@ class _ReferenceSimulation:
             "batch_size_sum": np.array([mc.batch_size_sum for mc in ms], dtype=np.int64),
             "max_memory_tokens": np.array([mc.max_memory_used for mc in ms], dtype=np.int64),
             "mixed_pool_s": np.array([mc.mixed_time for mc in ms]),
+            **({} if not len(self.m.failures) else {
+                "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
+                "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),
+                "recovery_s": np.array([r.recovery_s for r in reqs])}),
         }

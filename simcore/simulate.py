@@ -1,6 +1,7 @@
 """`simulate(cluster, workload, model, perf, catalog)`: one cluster, one workload, one rate."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -9,7 +10,7 @@ from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays
 from simcore.fastsim import simulate_fast
 from simcore.metrics import request_latencies, uncontended_latencies
-from simcore.refsim import simulate_reference
+from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload
 
 SIMULATOR_VERSION = "3"  # bump when simulation semantics change (search caches key on it)
@@ -32,6 +33,8 @@ class SimResult:
     token_machine: np.ndarray
     kv_transfer_s: np.ndarray
     machine_stats: dict = field(default_factory=dict)
+    failure_stats: dict | None = None   # per request, when failures were simulated:
+    # recoveries (times sent back after a loss), recomputed_tokens, recovery_s; and `schedule`
 
     @property
     def makespan_s(self) -> float:
@@ -65,9 +68,26 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     reason = _unservable_reason(cluster, workload, model, machines)
     if reason:
         return _infeasible(workload, reason)
+    if options.has_failures:
+        from simcore.failures import failure_array
+        schedule = failure_array(cluster, options, float(np.max(workload.arrival_s)))
+        machines = dataclasses.replace(machines, failures=schedule)
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
-    raw = run(workload, machines)
-    return _result(workload, raw, machines, perf.curves(model, reference), cluster)
+    try:
+        raw = run(workload, machines)
+    except Stalled:
+        if not len(machines.failures):
+            raise
+        return _infeasible(workload, "requests were left unserved: every machine that could "
+                           "take them is down for the rest of the run")
+    result = _result(workload, raw, machines, perf.curves(model, reference), cluster)
+    if options.has_failures:
+        n = len(workload)
+        result = dataclasses.replace(result, failure_stats={
+            "recoveries": raw.get("recoveries", np.zeros(n, np.int64)),
+            "recomputed_tokens": raw.get("recomputed_tokens", np.zeros(n, np.int64)),
+            "recovery_s": raw.get("recovery_s", np.zeros(n)), "schedule": machines.failures})
+    return result
 
 
 def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,

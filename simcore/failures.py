@@ -1,0 +1,152 @@
+"""Machine failures (DejaVu, ICML 2024): schedules and their metrics.
+
+A schedule is given at the edge as rows (time_s, pool, index, down_s): `pool` is "prompt",
+"token" or "any" and `index` numbers the machines of that pool from 0 ("any": the whole
+cluster, prompt machines first; a baseline has one pool, which all three names mean). Random
+failures come from a per-machine MTBF: each machine fails after exponential up-times of mean
+MTBF and stays down `repair_s`, drawn with a seed, over the window of the workload's arrivals.
+
+`failure_array(cluster, options, horizon_s)` turns both into what the simulators run on: rows
+(time_s, machine, down_s) sorted by (time, machine), with any failure of a machine that is still
+down dropped (a down machine cannot fail again). `down_s` may be infinite (never repaired).
+"""
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+
+from hardware_catalog import InputError, read_text
+from hardware_catalog.checks import Invalid, Number
+
+POOLS = ("prompt", "token", "any")
+COLUMNS = ("time_s", "pool", "machine", "down_s")
+_TIME = Number(low=0.0)
+_DOWN = Number(low=0.0, low_open=True)
+_INDEX = Number(low=0, integer=True)
+
+
+def read_failure_csv(path) -> tuple:
+    """Rows (time_s, pool, machine, down_s) of a failure schedule CSV; `down_s` may be `inf`
+    (down for the whole run)."""
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; a failure schedule has "
+                         f"columns {', '.join(COLUMNS)}", source=str(path))
+    rows = []
+    for number, raw in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
+        rows.append(_row(row, str(path), number))
+    if not rows:
+        raise InputError("has no failure rows", source=str(path))
+    return tuple(rows)
+
+
+def _row(row: dict, source: str, number: int) -> tuple:
+    values = []
+    for name, check in (("time_s", _TIME), ("pool", None), ("machine", _INDEX),
+                        ("down_s", _DOWN)):
+        text = row[name]
+        try:
+            if name == "pool":
+                if text.lower() not in POOLS:
+                    raise Invalid(f"must be one of {', '.join(POOLS)}, got {text!r}")
+                values.append(text.lower())
+            elif name == "down_s" and text.lower() in ("inf", "infinity"):
+                values.append(float("inf"))
+            else:
+                number_value = float(text) if name != "machine" else _whole(text)
+                values.append(check(number_value))
+        except (Invalid, ValueError) as err:
+            message = str(err) if isinstance(err, Invalid) else f"not a number: {text!r}"
+            raise InputError(message, source=source, row=number, field=name) from None
+    return tuple(values)
+
+
+def _whole(text: str):
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def check_schedule(rows, prompt_machines: int, token_machines: int, baseline: bool,
+                   source: str = "failures") -> None:
+    """Every row names a machine of the cluster (InputError otherwise)."""
+    for i, (_, pool, index, _) in enumerate(rows):
+        size = _pool_size(pool, prompt_machines, token_machines, baseline)
+        if index >= size:
+            raise InputError(f"row {i + 1}: machine {index} of pool '{pool}' does not exist: "
+                             f"the pool has {size} machine(s)", source=source)
+
+
+def _pool_size(pool, prompt, token, baseline):
+    if baseline or pool == "any":
+        return prompt + token
+    return prompt if pool == "prompt" else token
+
+
+def _machine(pool, index, prompt, baseline):
+    return index + (prompt if pool == "token" and not baseline else 0)
+
+
+def random_failures(machines: int, mtbf_s: float, repair_s: float, horizon_s: float,
+                    seed: int) -> list[tuple[float, int, float]]:
+    """Each machine fails after exponential up-times (mean `mtbf_s`) within [0, horizon_s) and
+    is down `repair_s` each time; one stream per machine, so a machine's failures do not depend
+    on the cluster's size."""
+    rows = []
+    for m in range(machines):
+        rng = np.random.default_rng([seed, 12, m])
+        t = 0.0
+        while True:
+            t += float(rng.exponential(mtbf_s))
+            if t >= horizon_s:
+                break
+            rows.append((t, m, repair_s))
+            t += repair_s
+    return rows
+
+
+def failure_array(cluster, options, horizon_s: float) -> np.ndarray:
+    """The schedule the simulators run on: rows (time_s, machine, down_s), sorted, no machine
+    failing while it is down."""
+    baseline = cluster.design.is_baseline
+    prompt, token = cluster.prompt_machines, cluster.token_machines
+    check_schedule(options.failures, prompt, token, baseline)
+    rows = [(float(t), _machine(pool, int(i), prompt, baseline), float(d))
+            for t, pool, i, d in options.failures]
+    if options.mtbf_hours > 0:
+        rows += random_failures(prompt + token, options.mtbf_hours * 3600.0,
+                                max(options.repair_s, 1e-9), horizon_s, options.failure_seed)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    kept, up_at = [], {}
+    for t, m, d in rows:
+        if t < up_at.get(m, -1.0):
+            continue  # still down
+        kept.append((t, m, d))
+        up_at[m] = t + d
+    return np.array(kept, dtype=np.float64).reshape(-1, 3)
+
+
+def failure_metrics(result, failures: np.ndarray, slo_limits: dict | None = None) -> dict:
+    """Requests affected, tokens recomputed, recovery time, machine downtime and goodput.
+
+    `slo_limits` maps metric ("ttft", "tbt", "e2e") to the per-request limit a request must meet
+    to count in goodput (in the unit of the result's slowdown or seconds, see `goodput`)."""
+    stats = result.failure_stats
+    affected = stats["recoveries"] > 0
+    recovery = stats["recovery_s"][affected]
+    end = result.makespan_s
+    down = float(np.sum(np.clip(np.minimum(failures[:, 0] + failures[:, 2], end)
+                                - failures[:, 0], 0, None))) if len(failures) else 0.0
+    return {
+        "failures": int(np.sum(failures[:, 0] < end)) if len(failures) else 0,
+        "machine_down_s": down,
+        "requests_affected": int(affected.sum()),
+        "tokens_recomputed": int(stats["recomputed_tokens"].sum()),
+        "recovery_s_mean": float(recovery.mean()) if len(recovery) else 0.0,
+        "recovery_s_max": float(recovery.max()) if len(recovery) else 0.0,
+    }
