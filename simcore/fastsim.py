@@ -19,6 +19,11 @@ routed prompt), sorted by index, since any other idle machine was idle with noth
 before and nothing it depends on has changed; routing reads the winner of tournament trees
 keyed (pending tokens, index), (committed tokens, index) or (load, index), one per pool, so the
 tie rule is the reference's: the lowest index.
+
+Chunked prefill (see `simcore.refsim`): a request record carries the tokens of its prefill
+already computed and the piece of the iteration in flight; a partially prefilled prompt stays at
+the head of its queue, so "the ongoing prompt first" is the queue order. A whole prompt is a
+piece of its full length, so both policies end an iteration the same way.
 """
 from __future__ import annotations
 
@@ -68,6 +73,9 @@ REQUEST = np.dtype([
     ("from_epoch", np.int64), ("token_epoch", np.int64), ("recover_kind", np.int64),
     ("lost_at", np.float64), ("ready_at", np.float64),
     ("recoveries", np.int64), ("recomputed", np.int64), ("recovery_s", np.float64),
+    # chunked prefill
+    ("prefilled", np.int64),        # tokens of its prefill computed by ended iterations
+    ("piece", np.int64),            # tokens of its prefill in the iteration in flight
 ], align=True)
 
 MACHINE = np.dtype([
@@ -91,14 +99,17 @@ MACHINE = np.dtype([
     ("max_memory", np.int64), ("mixed_s", np.float64),
     # failures
     ("down", np.bool_), ("epoch", np.int64), ("detect_at", np.float64), ("up_since", np.float64),
+    # chunked designs: prompt pieces run (a whole prompt is one) and their cost priced alone
+    ("prompt_chunks", np.int64), ("chunked_prefill_s", np.float64),
 ], align=True)
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
-    "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s"])
+    "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s",
+    "chunk_attention", "chunk_kv_read"])
 
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
-    "layerwise_min", "detection", "replicate"])
+    "layerwise_min", "detection", "replicate", "chunk_tokens"])
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act
@@ -140,6 +151,24 @@ def _piecewise_linear(x, xs, ys, n):
         return ys[j]
     slope = (ys[j] - ys[j - 1]) / (xs[j] - xs[j - 1])
     return slope * (x - xs[j - 1]) + ys[j - 1]
+
+
+@_inlined
+def _prompt_time(curves, kind, tokens):
+    return _piecewise_linear(float(tokens), curves.prompt_x[kind], curves.prompt_y[kind],
+                             curves.prompt_n[kind])
+
+
+@_inlined
+def _chunk_extra(curves, kind, piece, before):
+    """LatencyCurves.chunk_extra: attention over the `before` tokens already prefilled."""
+    if before <= 0:
+        return 0.0
+    c, c0 = float(piece), float(before)
+    attention = c0 * max(curves.chunk_attention[kind] * c, curves.chunk_kv_read[kind])
+    knee = (_prompt_time(curves, kind, c0 + c) - _prompt_time(curves, kind, c0)
+            - _prompt_time(curves, kind, c))
+    return max(attention, knee)
 
 
 @_inlined
@@ -458,10 +487,14 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
     while r != NONE:
         request = requests[r]
         after = request.batch_next
+        request.prefilled += request.piece
+        machine.pending -= request.piece
+        if request.prefilled < request.prefill:  # more pieces to come
+            r = after
+            continue
         if request.generated == 0:
             request.generated = 1
             request.first_token = now
-        machine.pending -= request.prefill
         t = request.token_machine
         if request.generated == request.output:
             machine.memory -= request.reservation if t == m else request.prefill
@@ -659,7 +692,7 @@ def _admit_decodes(requests, running_next, machine):
 
 
 @_inlined
-def _take_prompts(requests, machine, m, limit):
+def _take_prompts(requests, machine, m, limit, curves, chunked_design):
     """Queued prompts join from the head within the token limit (the first always does); one
     that decodes here must also fit its reservation, else the queue waits. Returns (count,
     tokens)."""
@@ -677,6 +710,7 @@ def _take_prompts(requests, machine, m, limit):
             break
         machine.memory += held
         r = _pop_prompt(requests, machine)
+        request.piece = request.prefill
         request.batch_next = NONE
         if last != NONE:
             requests[last].batch_next = r
@@ -685,18 +719,76 @@ def _take_prompts(requests, machine, m, limit):
         last = r
         tokens += request.prefill
         count += 1
+        if chunked_design:  # a whole prompt is one piece
+            machine.prompt_chunks += 1
+            machine.chunked_prefill_s += _prompt_time(curves, machine.kind, request.prefill)
     return count, tokens
+
+
+@_inlined
+def _chunks_now(requests, machine, settings):
+    """Chunked designs: baseline machines always; Splitwise machines while they decode or
+    finish a partially prefilled prompt."""
+    if settings.chunk_tokens <= 0:
+        return False
+    return (machine.role == ROLE_BOTH or machine.running_count > 0
+            or (machine.prompt_head != NONE and requests[machine.prompt_head].prefilled > 0))
+
+
+@_inlined
+def _take_chunks(requests, machine, m, curves, budget):
+    """Stall-free batching: prefill work from the head (the ongoing prompt first) within the
+    budget, each prompt with the largest piece that fits; a prompt's KV is held from its first
+    piece (as in `_take_prompts`). A prompt not finished stays at the head. Returns (count,
+    tokens, chunk extras)."""
+    tokens = 0
+    count = 0
+    last = NONE
+    extra = 0.0
+    while machine.prompt_head != NONE and budget > 0:
+        r = machine.prompt_head
+        request = requests[r]
+        if request.prefilled == 0:
+            held = request.reservation if request.token_machine == m else request.prefill
+            if machine.memory + held > machine.capacity:
+                break
+            machine.memory += held
+        piece = min(request.prefill - request.prefilled, budget)
+        request.piece = piece
+        request.batch_next = NONE
+        if last != NONE:
+            requests[last].batch_next = r
+        else:
+            machine.batch_head = r
+        last = r
+        tokens += piece
+        count += 1
+        budget -= piece
+        piece_extra = _chunk_extra(curves, machine.kind, piece, request.prefilled)
+        extra += piece_extra
+        machine.chunked_prefill_s += _prompt_time(curves, machine.kind, piece) + piece_extra
+        if request.prefilled + piece < request.prefill:
+            break
+        _pop_prompt(requests, machine)
+    machine.prompt_chunks += count
+    return count, tokens, extra
 
 
 @_inlined
 def _start_iteration(requests, running_next, machines, curves, settings, busy_heap, m, now):
     machine = machines[m]
     _admit_decodes(requests, running_next, machine)
-    count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit)
+    extra = 0.0
+    if _chunks_now(requests, machine, settings):
+        count, tokens, extra = _take_chunks(requests, machine, m, curves, settings.chunk_tokens)
+    else:
+        count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
+                                      settings.chunk_tokens > 0)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
-    duration = _iteration_time(curves, machine.kind, tokens, decodes, machine.running_context)
+    duration = _iteration_time(curves, machine.kind, tokens, decodes,
+                               machine.running_context) + extra
     machine.busy = True
     machine.busy_until = now + duration
     _heap_push(busy_heap, machine.busy_until, m)
@@ -723,6 +815,7 @@ def _lose(requests, failures, r, kind, now, at):
     """Request r lost its work or KV: act on it at `at` (INF: never, the run stalls)."""
     request = requests[r]
     request.recover_kind = kind
+    request.prefilled = 0           # its prefilled pieces are lost with it
     request.lost_at = now
     request.recoveries += 1
     if at < INF:
@@ -758,15 +851,19 @@ def _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, po
         machine.in_mixed = False
         machine.mixed_s += now - machine.mixed_since
     decoding = RESTORE if settings.replicate else RESTART
+    partial = NONE  # a prompt whose piece in flight is not its last: also still queued
     r = machine.batch_head
     while r != NONE:
         after = requests[r].batch_next
+        if requests[r].prefilled + requests[r].piece < requests[r].prefill:
+            partial = r
         _lose(requests, failures, r, RESTART, now, at)
         r = after
     r = machine.prompt_head
     while r != NONE:
         after = requests[r].queue_next
-        _lose(requests, failures, r, RESTART, now, at)
+        if r != partial:
+            _lose(requests, failures, r, RESTART, now, at)
         r = after
     r = machine.running_head
     while r != NONE:
@@ -971,13 +1068,14 @@ def _stack_curves(curves) -> Curves:
     px, py = np.zeros((k, pmax)), np.zeros((k, pmax))
     dx, dy = np.zeros((k, dmax)), np.zeros((k, dmax))
     pn, dn = np.zeros(k, np.int64), np.zeros(k, np.int64)
-    ctx = np.zeros(k)
+    ctx, attention, kv_read = np.zeros(k), np.zeros(k), np.zeros(k)
     for i, c in enumerate(curves):
         pn[i], dn[i] = len(c.prompt_tokens), len(c.decode_batch)
         px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
         dx[i, :dn[i]], dy[i, :dn[i]] = c.decode_batch, c.decode_seconds
         ctx[i] = c.context_seconds_per_token
-    return Curves(px, py, pn, dx, dy, dn, ctx)
+        attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
+    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read)
 
 
 def _new_requests(workload: Workload) -> np.recarray:
@@ -1008,6 +1106,7 @@ def _fill_requests(requests, arrival, prompt, output):
         request.ready_at = 0.0
         request.recoveries = request.recomputed = 0
         request.recovery_s = 0.0
+        request.prefilled = request.piece = 0
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
@@ -1058,7 +1157,7 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     kv_arrivals = Heap(np.zeros(n), np.zeros(n, np.int64), np.zeros(1, np.int64))
     settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
                         m.queue_threshold, m.layerwise_min_prompt_tokens, float(m.detection_s),
-                        bool(m.replicate))
+                        bool(m.replicate), int(m.chunk_tokens))
     failures = _new_failures(m, n)
     running_next = np.full(n, NONE, np.int64)
     busy_heap = Heap(np.zeros(m.count), np.zeros(m.count, np.int64), np.zeros(1, np.int64))
@@ -1079,6 +1178,8 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
             "batch_size_sum": column(machines, "batch_size_sum"),
             "max_memory_tokens": column(machines, "max_memory"),
             "mixed_pool_s": column(machines, "mixed_s"),
+            "prompt_chunks": column(machines, "prompt_chunks"),
+            "chunked_prefill_s": column(machines, "chunked_prefill_s"),
             **({} if not len(m.failures) else {
                 "recoveries": column(requests, "recoveries"),
                 "recomputed_tokens": column(requests, "recomputed"),

@@ -33,6 +33,21 @@ prompt yields its first token, every decode one more token; finished requests fr
 A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
 earlier than the transfer's end.
 
+Chunked prefill (designs with prefill: chunked; Sarathi-Serve's stall-free batching): a machine
+runs a chunked iteration when it serves both phases (a baseline machine) or, on a Splitwise
+design, when it has running decodes or a partially prefilled prompt (a mixed-pool machine, or
+the fallback); otherwise it batches whole prompts as above. A chunked iteration admits waiting
+decodes as above and runs every running decode (stall-free), then takes prompt work from the
+head of the queue within a budget of `chunk_tokens` prompt tokens: the ongoing partially
+prefilled prompt (always the head) continues, then new prompts join, each with the largest piece
+that fits the leftover budget; a prompt's KV is held from its first piece on (as above: its
+reservation, or its prompt tokens until transferred), and if that does not fit the queue waits.
+A prompt whose last piece is not in the iteration stays at the head of its queue (still counted
+as queued); pending prompt tokens fall by each piece at the end of its iteration. The iteration
+costs the same as a mixed or prompt iteration over the pieces' tokens plus
+`chunk_extra(piece, prefilled before it)` per piece (`simcore.latency`). A prompt yields its first
+token when its last piece ends. A failure loses the prefilled pieces (a restart prefills anew).
+
 Failures (only when `machines.failures` has rows; DejaVu, SPEC 4): after step (2), at the same
 instant, (2a) machines whose repair ends rejoin their pools empty, by index; (2b) machines fail,
 by index: the iteration in flight is lost, and so is every request whose work or KV was on the
@@ -84,6 +99,7 @@ class _Request:
     recoveries: int = 0
     recomputed: int = 0
     recovery_s: float = 0.0
+    prefilled: int = 0           # tokens of its prefill computed so far (chunked prefill)
 
     @property
     def reservation(self) -> int:
@@ -104,6 +120,7 @@ class _Machine:
     decode_wait: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     batch_prompts: list = field(default_factory=list)
+    batch_chunks: list = field(default_factory=list)   # (request, piece, prefilled before)
     batch_decodes: list = field(default_factory=list)
     busy_until: float | None = None
     memory_used: int = 0
@@ -117,6 +134,8 @@ class _Machine:
     batch_size_sum: int = 0
     max_memory_used: int = 0
     mixed_time: float = 0.0
+    prompt_chunks: int = 0            # chunked designs: prompt pieces run (whole prompt: 1)
+    chunked_prefill_s: float = 0.0    # chunked designs: those pieces each priced alone
     # failures
     down: bool = False
     epoch: int = 0
@@ -127,15 +146,17 @@ class _Machine:
 RESTART, RETARGET, RESTORE = 0, 1, 2
 
 
-def simulate_reference(workload: Workload, machines: MachineArrays):
+def simulate_reference(workload: Workload, machines: MachineArrays, trace: list | None = None):
     """Run the reference event loop; returns per-request arrays and per-machine statistics."""
-    sim = _ReferenceSimulation(workload, machines)
+    sim = _ReferenceSimulation(workload, machines, trace)
     return sim.run()
 
 
 class _ReferenceSimulation:
-    def __init__(self, workload: Workload, m: MachineArrays):
+    def __init__(self, workload: Workload, m: MachineArrays, trace: list | None = None):
         self.m = m
+        self.trace = trace  # with a list: every iteration as a dict (machine, start, end,
+        #                     decodes, chunks), for tests
         self.requests = [_Request(i, float(a), int(p), int(o), prefill=int(p))
                          for i, (a, p, o) in enumerate(zip(workload.arrival_s,
                                                            workload.prompt_tokens,
@@ -208,7 +229,8 @@ class _ReferenceSimulation:
         if mc.in_mixed:
             mc.in_mixed = False
             mc.mixed_time += now - mc.mixed_since
-        lost = [(r, RESTART) for r in mc.batch_prompts + list(mc.prompt_queue)]
+        prefilling = mc.batch_prompts + [r for r, _, _ in mc.batch_chunks]
+        lost = [(r, RESTART) for r in dict.fromkeys(prefilling + list(mc.prompt_queue))]
         decoding = RESTORE if self.m.replicate else RESTART
         lost += [(r, decoding) for r in mc.running + list(mc.decode_wait)]
         keep = []
@@ -223,13 +245,14 @@ class _ReferenceSimulation:
         self.kv_arrivals = keep
         mc.prompt_queue.clear()
         mc.decode_wait.clear()
-        mc.running, mc.batch_prompts, mc.batch_decodes = [], [], []
+        mc.running, mc.batch_prompts, mc.batch_decodes, mc.batch_chunks = [], [], [], []
         mc.memory_used = mc.pending_prompt_tokens = mc.committed = 0
         for req, kind in lost:
             self._lose(req, kind, now, mc.detect_at)
 
     def _lose(self, req: _Request, kind: int, now: float, at: float) -> None:
         req.recover_kind = kind
+        req.prefilled = 0
         req.lost_at = now
         req.recoveries += 1
         if np.isfinite(at):  # else nothing will ever take it: the run stalls
@@ -400,6 +423,9 @@ class _ReferenceSimulation:
             req = mc.decode_wait.popleft()
             mc.memory_used += req.reservation
             mc.running.append(req)
+        if self._chunks_now(mc):
+            self._start_chunked_iteration(mc, now)
+            return
         prompts, tokens = [], 0
         while mc.prompt_queue:
             req = mc.prompt_queue[0]
@@ -416,21 +442,75 @@ class _ReferenceSimulation:
         decodes = list(mc.running)
         if not prompts and not decodes:
             return
+        if self.m.chunk_tokens > 0:  # a chunked design's whole prompts count as one piece each
+            curves = self.m.curves[mc.kind]
+            mc.prompt_chunks += len(prompts)
+            for req in prompts:
+                mc.chunked_prefill_s += float(curves.prompt_time(req.prefill))
+        mc.batch_prompts, mc.batch_decodes = prompts, decodes
+        self._begin(mc, now, tokens, decodes, 0.0, [(req, req.prefill, 0) for req in prompts])
+
+    def _begin(self, mc: _Machine, now: float, tokens: int, decodes: list, extra: float,
+               pieces: list) -> None:
+        """Price the iteration (prompt, token or mixed time, plus chunk extras) and start it."""
         curves = self.m.curves[mc.kind]
         batch, context = len(decodes), sum(r.context for r in decodes)
-        if prompts and decodes:
+        if tokens and decodes:
             duration = float(curves.mixed_time(tokens, batch, context))
-        elif prompts:
+        elif tokens:
             duration = float(curves.prompt_time(tokens))
         else:
             duration = float(curves.token_time(batch, context))
-        mc.batch_prompts, mc.batch_decodes = prompts, decodes
+        duration += extra
         mc.busy_until = now + duration
         self.iteration_log.append((mc.index, now, mc.busy_until))
         mc.busy_time += duration
         mc.iterations += 1
-        mc.batch_size_sum += len(prompts) + batch
+        mc.batch_size_sum += len(pieces) + batch
         mc.max_memory_used = max(mc.max_memory_used, mc.memory_used)
+        if self.trace is not None:
+            self.trace.append({"machine": mc.index, "start": now, "end": mc.busy_until,
+                               "decodes": [r.index for r in decodes],
+                               "chunks": [(r.index, piece, before) for r, piece, before in pieces]})
+
+    def _chunks_now(self, mc: _Machine) -> bool:
+        """Chunked designs: baseline machines always; Splitwise machines while they decode or
+        finish a partially prefilled prompt."""
+        if self.m.chunk_tokens <= 0:
+            return False
+        return (mc.role == ROLE_BOTH or bool(mc.running)
+                or bool(mc.prompt_queue and mc.prompt_queue[0].prefilled > 0))
+
+    def _start_chunked_iteration(self, mc: _Machine, now: float) -> None:
+        budget, chunks = self.m.chunk_tokens, []
+        for req in mc.prompt_queue:
+            if budget == 0:
+                break
+            if req.prefilled == 0:  # its KV is held here from its first piece
+                held = req.reservation if req.token_machine == mc.index else req.prefill
+                if mc.memory_used + held > mc.capacity:
+                    break
+                mc.memory_used += held
+            piece = min(req.prefill - req.prefilled, budget)
+            chunks.append((req, piece, req.prefilled))
+            budget -= piece
+            if req.prefilled + piece < req.prefill:
+                break  # the ongoing prompt: it stays at the head of the queue
+        for req, piece, before in chunks:
+            if before + piece == req.prefill:
+                mc.prompt_queue.popleft()
+        decodes = list(mc.running)
+        if not chunks and not decodes:
+            return
+        curves = self.m.curves[mc.kind]
+        extra = 0.0
+        for req, piece, before in chunks:
+            piece_extra = curves.chunk_extra(piece, before)
+            extra += piece_extra
+            mc.chunked_prefill_s += float(curves.prompt_time(piece)) + piece_extra
+        mc.prompt_chunks += len(chunks)
+        mc.batch_chunks, mc.batch_decodes = chunks, decodes
+        self._begin(mc, now, sum(piece for _, piece, _ in chunks), decodes, extra, chunks)
 
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
@@ -438,32 +518,42 @@ class _ReferenceSimulation:
             if req.generated == req.output:
                 self._finish(req, mc, now)
         for req in mc.batch_prompts:
-            if req.generated == 0:  # (after a loss, a re-prefill yields no token)
-                req.generated = 1
-                req.first_token = now
             mc.pending_prompt_tokens -= req.prefill
-            local = req.token_machine == mc.index
-            token = self.machines[req.token_machine]
-            if req.generated == req.output:
-                if local:
-                    mc.memory_used -= req.reservation
-                    self._finish(req, mc, now)
-                else:
-                    mc.memory_used -= req.prefill
-                    self._finish(req, token, now)
-            elif local:
-                mc.running.append(req)
-                self._recovered(req, now)
-            elif token.epoch != req.token_epoch:  # its token machine failed: choose another
-                req.from_epoch = mc.epoch
-                self._lose(req, RETARGET, now, max(now, token.detect_at))
-            else:
-                req.kv_transfer = kv_transfer_seconds(req.prefill, mc.index, req.token_machine,
-                                                      self.m)
-                self.kv_arrivals.append((now + req.kv_transfer, req.index))
-        mc.batch_prompts, mc.batch_decodes = [], []
+            self._prompt_done(req, mc, now)
+        for req, piece, _ in mc.batch_chunks:
+            req.prefilled += piece
+            mc.pending_prompt_tokens -= piece
+            if req.prefilled == req.prefill:
+                self._prompt_done(req, mc, now)
+        mc.batch_prompts, mc.batch_decodes, mc.batch_chunks = [], [], []
         mc.busy_until = None
         self._maybe_leave_mixed(mc, now)
+
+    def _prompt_done(self, req: _Request, mc: _Machine, now: float) -> None:
+        """Its prefill's last piece ended: its first token (none after a loss); its decode
+        continues here or, once its KV cache has arrived, on its token machine."""
+        if req.generated == 0:  # (after a loss, a re-prefill yields no token)
+            req.generated = 1
+            req.first_token = now
+        local = req.token_machine == mc.index
+        token = self.machines[req.token_machine]
+        if req.generated == req.output:
+            if local:
+                mc.memory_used -= req.reservation
+                self._finish(req, mc, now)
+            else:
+                mc.memory_used -= req.prefill
+                self._finish(req, token, now)
+        elif local:
+            mc.running.append(req)
+            self._recovered(req, now)
+        elif token.epoch != req.token_epoch:  # its token machine failed: choose another
+            req.from_epoch = mc.epoch
+            self._lose(req, RETARGET, now, max(now, token.detect_at))
+        else:
+            req.kv_transfer = kv_transfer_seconds(req.prefill, mc.index, req.token_machine,
+                                                  self.m)
+            self.kv_arrivals.append((now + req.kv_transfer, req.index))
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
@@ -495,6 +585,8 @@ class _ReferenceSimulation:
             "batch_size_sum": np.array([mc.batch_size_sum for mc in ms], dtype=np.int64),
             "max_memory_tokens": np.array([mc.max_memory_used for mc in ms], dtype=np.int64),
             "mixed_pool_s": np.array([mc.mixed_time for mc in ms]),
+            "prompt_chunks": np.array([mc.prompt_chunks for mc in ms], dtype=np.int64),
+            "chunked_prefill_s": np.array([mc.chunked_prefill_s for mc in ms]),
             **({} if not len(self.m.failures) else {
                 "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
                 "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),
