@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,11 +23,11 @@ from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_de
 from provisioner.confidence import verification
 from provisioner.evaluate import SimulationEvaluator, sim_options_echo
 from provisioner import __version__
-from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions,
-                                 StudyOptions, build,
+from provisioner.options import (DEFAULT_RATE, Execution, FailureOptions, SearchOptions,
+                                 SimulateOptions, StudyOptions, build,
                                  echo, from_keywords, read_spec)
-from provisioner.reports import (render_reports, report_document, sensitivity_dict,
-                                 write_reports)
+from provisioner.reports import (machines_of, render_reports, report_document,
+                                 sensitivity_dict, write_reports)
 from provisioner.presets import preset_catalog, preset_sim_options
 from provisioner.sensitivity import sensitivity
 from provisioner.runner import (DiskCache, Runner, RunStats, Verifier, default_cache_dir,
@@ -152,7 +153,9 @@ def resolve_study(options: SearchOptions) -> Study:
                                            s.chunk_tokens),
                  goal=goal, constraints=options.constraints, settings=settings,
                  chunk_tokens=s.chunk_tokens,
-                 sim_options=sim_options(options.study), assumptions=s.assumptions)
+                 sim_options=sim_options(options.study, options.resilience),
+                 assumptions=s.assumptions,
+                 survive_failures=options.question.survive_failures or 0)
 
 
 def check_workload_size(workload: WorkloadSource, rate: float | None, duration: float,
@@ -165,8 +168,17 @@ def check_workload_size(workload: WorkloadSource, rate: float | None, duration: 
         workload.at(None, duration, seed)
 
 
-def sim_options(study: StudyOptions) -> SimOptions:
-    return preset_sim_options(study.assumptions, study.memory_reserve)
+def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
+                failures: tuple = ()) -> SimOptions:
+    """The preset's simulation options; with failure options, those too (explicit schedule
+    rows `failures`, random failures, recovery), seeded by --seed."""
+    options = preset_sim_options(study.assumptions, study.memory_reserve)
+    if resilience is None:
+        return options
+    return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,
+                   repair_s=resilience.repair_minutes * 60.0, failure_seed=study.seed,
+                   detection_s=resilience.detection_s, recovery=resilience.recovery,
+                   replica_target=resilience.replica_target)
 
 
 # ----------------------------------------------------------------------------- the results
@@ -187,6 +199,7 @@ def inputs_echo(study: Study) -> dict:
         "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},
         "sim_options": sim_options_echo(study),
         **({"chunk_tokens": study.chunk_tokens} if study.chunk_tokens is not None else {}),
+        **({"survive_failures": study.survive_failures} if study.survive_failures else {}),
         "kv_capacity_tokens": kv_capacities(study),
     }
 
@@ -267,7 +280,8 @@ class SearchResult:
         return next((r for r in self.designs if r.design.name == best), None)
 
 
-def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None) -> SearchResult:
+def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None,
+              resilience: bool = True) -> SearchResult:
     cache_dir = None if execution.no_cache else Path(execution.cache_dir or default_cache_dir())
     cache = DiskCache(cache_dir) if cache_dir is not None else None
     evaluator = SimulationEvaluator(study)
@@ -283,8 +297,43 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
     for result in results:
         result.verification = verification(result, evaluator)
         result.uncalibrated = uncalibrated(result.design, study)
-    moved = sensitivity(study, execution, run_study) if study.settings.sensitivity else None
+    if study.survive_failures and resilience:
+        price_of_resilience(study, execution, results)
+    moved = (sensitivity(study, execution, partial(run_study, resilience=False))
+             if study.settings.sensitivity else None)
     return SearchResult(study, results, runner.stats, moved)
+
+
+def price_of_resilience(study: Study, execution: Execution, results: list[DesignResult]) -> None:
+    """--survive-failures: each design's plain optimum (no failures) and its failure-aware
+    optimum under restart and under replicate, with their costs and powers (one extra search
+    without failures and one with the other recovery policy)."""
+    plain = replace(study, survive_failures=0, settings=replace(study.settings, sensitivity=False,
+                                                                load_sweep=()),
+                    sim_options=replace(study.sim_options, mtbf_hours=0.0, failures=()))
+    runs = {"plain": plain}
+    for policy in ("restart", "replicate"):
+        if policy != study.sim_options.recovery:
+            runs[policy] = replace(plain, survive_failures=study.survive_failures,
+                                   sim_options=replace(study.sim_options, recovery=policy))
+    optima = {name: {r.design.name: r.optimum
+                     for r in run_study(variant, execution, resilience=False).designs}
+              for name, variant in runs.items()}
+    optima[study.sim_options.recovery] = {r.design.name: r.optimum for r in results}
+    for result in results:
+        name = result.design.name
+        base = optima["plain"].get(name)
+        entry = {"survive_failures": study.survive_failures,
+                 "replica_target": study.sim_options.replica_target}
+        for label in ("plain", "restart", "replicate"):
+            o = optima[label].get(name)
+            entry[label] = None if o is None else {
+                **machines_of(o, result.design.is_baseline),
+                "cost_per_hour": o.cost_per_hour, "power_kw": o.power_kw}
+            if label != "plain" and o is not None and base is not None:
+                entry[label]["cost_ratio"] = o.cost_per_hour / base.cost_per_hour
+                entry[label]["power_ratio"] = o.power_kw / base.power_kw
+        result.resilience = entry
 
 
 def check_writable_dir(path: str | Path, field_name: str) -> None:
@@ -316,6 +365,7 @@ class SimulationRun:
     result: Any
     report: Any   # simcore.SloReport
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
+    profile: Any = None   # the SLO profile (goodput counts requests within its limits)
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -337,10 +387,18 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     source = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
     requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
+    rows = ()
+    if c.failures is not None:
+        from simcore.failures import check_schedule, read_failure_csv
+        rows = read_failure_csv(c.failures)
+        check_schedule(rows, cluster.prompt_machines, cluster.token_machines,
+                       cluster.design.is_baseline, source=c.failures)
     result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
-                            replace(sim_options(s), mixed_pool=c.mixed_pool))
+                            replace(sim_options(s, options.resilience, rows),
+                                    mixed_pool=c.mixed_pool))
     uncal = [m.name for m in cluster.design.machines() if not perf.is_calibrated(model, m)]
-    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal)
+    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
+                         profile)
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

@@ -208,7 +208,9 @@ def study_from_report(document: dict, report_path: Path, *,
                                                            "inputs", optional=True), source),
                       sim_options=_sim_options(shape.get(inputs, "sim_options", dict, "inputs"),
                                                source),
-                      assumptions=preset)
+                      assumptions=preset,
+                      survive_failures=_option(SearchOptions, "survive_failures",
+                                               inputs.get("survive_failures"), source) or 0)
     except (KeyError, TypeError, AttributeError, IndexError) as err:
         raise InputError(f"report inputs incomplete or malformed ({err!r}); re-run the search",
                          source=source, field="inputs") from None
@@ -230,7 +232,10 @@ def _sim_options(echo: dict, source: str) -> SimOptions:
     """The simulation options the report ran with (the slowdown reference is not one)."""
     known = {f.name for f in fields(SimOptions)}
     try:
-        return SimOptions(**{k: v for k, v in echo.items() if k in known})
+        values = {k: v for k, v in echo.items() if k in known}
+        if "failures" in values:  # JSON lists back to the schedule's rows
+            values["failures"] = tuple(tuple(row) for row in values["failures"])
+        return SimOptions(**values)
     except (TypeError, ValueError) as err:
         raise InputError(f"malformed simulation options ({err}); re-run the search",
                          source=source, field="inputs.sim_options") from None

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from provisioner.study import SLO_KEYS, Outcome, Point, Study
+from provisioner.study import SLO_KEYS, Outcome, Point, Study, combine_samples
 from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
@@ -33,19 +33,35 @@ class SimulationEvaluator:
     study: Study
 
     def outcome(self, point: Point, seed: int) -> Outcome:
-        """The point simulated on the workload sample drawn with `seed`."""
-        result, requests = self.simulate(point, seed)
+        """The point simulated on the workload sample drawn with `seed` (with
+        --survive-failures, in every failure placement: it passes only if all of them do)."""
         s = self.study
-        report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
-        return outcome_from_slo_report(report, s.slo, len(requests))
+        cases = failure_cases(point, s.survive_failures, s.duration_s)
+        if not cases:
+            result, requests = self.simulate(point, seed)
+            report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
+            return outcome_from_slo_report(report, s.slo, len(requests))
+        outcomes = []
+        for label, rows in cases:
+            result, requests = self.simulate(point, seed, rows)
+            report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
+            outcomes.append((label, outcome_from_slo_report(report, s.slo, len(requests))))
+        combined = combine_samples(outcomes)
+        if combined.reason.startswith("seed "):  # the case, not a seed, failed
+            combined = replace(combined, reason=combined.reason[len("seed "):])
+        return combined
 
-    def simulate(self, point: Point, seed: int):
-        """(simcore result, workload) of one sample, per-request arrays included."""
+    def simulate(self, point: Point, seed: int, failures: tuple = ()):
+        """(simcore result, workload) of one sample, per-request arrays included; `failures`
+        adds schedule rows (a failure case)."""
         s = self.study
         cluster = Cluster(point.design, point.prompt_machines, point.token_machines)
         requests = s.workload.at(point.rate_rps, s.duration_s, seed, base_seed=s.seed)
+        options = s.sim_options
+        if options.has_failures or failures:
+            options = replace(options, failures=options.failures + failures, failure_seed=seed)
         result = simulate(cluster, requests, s.model, s.perf.load(s.catalog), s.reference,
-                          s.sim_options)
+                          options)
         return result, requests
 
     def identity(self) -> dict:
@@ -54,7 +70,8 @@ class SimulationEvaluator:
         return {"model": s.model.as_dict(), "workload": s.workload.identity(),
                 "duration_s": s.duration_s, "base_seed": s.seed, "slo": s.slo.as_dict(),
                 "perf_model": s.perf.identity(), "simulator": SIMULATOR_VERSION,
-                "sim_options": sim_options_echo(s), "reference": _priceless(s.reference)}
+                "sim_options": sim_options_echo(s), "reference": _priceless(s.reference),
+                **({"survive_failures": s.survive_failures} if s.survive_failures else {})}
 
     def point_identity(self, point: Point) -> dict:
         """The records the point simulates on. Cost is left out on purpose: it does not change
@@ -73,9 +90,59 @@ def warm_up(study: Study) -> None:
              study.sim_options)
 
 
+FAILURE_FIELDS = ("failures", "mtbf_hours", "repair_s", "failure_seed", "detection_s",
+                  "recovery", "replica_target")
+FAILURE_AT = 0.10   # --survive-failures: the k machines fail this far into the window
+
+
 def sim_options_echo(study: Study) -> dict:
-    """The simulation options as report.json echoes them (with the slowdown reference)."""
-    return {**asdict(study.sim_options), "reference_sku": study.reference.name}
+    """The simulation options as report.json echoes them (with the slowdown reference). The
+    failure options appear only when failures are simulated, so other reports do not change;
+    the failure seed is each sample's seed, not an option."""
+    echoed = asdict(study.sim_options)
+    failing = study.sim_options.has_failures or study.survive_failures
+    for key in FAILURE_FIELDS:
+        if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):
+            echoed.pop(key)
+    return {**echoed, "reference_sku": study.reference.name}
+
+
+def failure_cases(point: Point, k: int, duration_s: float) -> list[tuple[str, tuple]]:
+    """--survive-failures k: (label, schedule rows) of each placement of k failed machines.
+
+    Splitwise: k prompt machines, k token machines, and ceil(k/2) prompt + floor(k/2) token
+    (a pool with fewer machines than asked loses all of them and the other pool the rest).
+    Baselines: k machines. Each fails FAILURE_AT into the window, once the cluster is loaded,
+    so its work is lost and recovered by the policy, and stays down for the rest of the run.
+    Within a pool the machines are alike, so the lowest indices are taken: the router's ties
+    go to them, so they hold the most work when they fail."""
+    if not k:
+        return []
+    at = FAILURE_AT * duration_s
+    p, t = point.prompt_machines, point.token_machines
+
+    def rows(prompt_down, token_down):
+        if prompt_down > p:
+            prompt_down, token_down = p, token_down + prompt_down - p
+        if token_down > t:
+            token_down, prompt_down = t, min(p, prompt_down + token_down - t)
+        return (tuple((at, "prompt", i, math.inf) for i in range(prompt_down))
+                + tuple((at, "token", i, math.inf) for i in range(token_down)))
+
+    if point.design.is_baseline:
+        return [(f"{k} machine(s) failed", tuple((at, "any", i, math.inf)
+                                                 for i in range(min(k, p))))]
+    cases = {f"{k} prompt machine(s) failed": rows(k, 0),
+             f"{k} token machine(s) failed": rows(0, k)}
+    if k > 1:
+        cases[f"{(k + 1) // 2} prompt + {k // 2} token machine(s) failed"] = rows((k + 1) // 2,
+                                                                               k // 2)
+    unique, seen = [], set()
+    for label, schedule in cases.items():
+        if schedule not in seen:
+            seen.add(schedule)
+            unique.append((label, schedule))
+    return unique
 
 
 def _priceless(machine) -> dict:

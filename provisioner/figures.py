@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from provisioner.reports import sensitivity_cells
+from provisioner.reports import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
 
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
@@ -128,7 +129,20 @@ def _optimum_html(document: dict) -> str:
                           for a in document.get("assumptions", []))
     assumed = f"<h2>Modelling assumptions</h2><table>{assumptions}</table>" if assumptions else ""
     return (f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
-            f"{notes}{_sensitivity_html(document)}{assumed}")
+            f"{notes}{_resilience_html(document)}{_sensitivity_html(document)}{assumed}")
+
+
+def _resilience_html(document: dict) -> str:
+    """--survive-failures: the plain and failure-aware optima and the price of resilience."""
+    rows = resilience_rows(document)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["design", *RESILIENCE_COLUMNS])
+    body = [f"<tr><td>{html.escape(name)}</td>"
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+            for name, cells in rows]
+    return (f"<h2>{html.escape(resilience_title(document))}</h2><table><tr>{head}</tr>"
+            f"{''.join(body)}</table>")
 
 
 def _sensitivity_html(document: dict) -> str:

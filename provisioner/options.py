@@ -26,6 +26,8 @@ from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, I
                                      positive)
 
 GOALS = ("min-cost", "min-power", "max-rate")
+RECOVERIES = ("restart", "replicate")
+REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
 BACKENDS = ("loky", "dask", "ray")
 DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
@@ -115,10 +117,34 @@ class QuestionOptions:
     budget_like: Optional[str] = option(
         None, "SKU:N, power:SKU:N or cost:SKU:N: the power (default) or cost of N machines of "
               "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N")
+    survive_failures: Optional[int] = option(
+        None, "N+k sizing: the optimum must also meet every SLO when k machines fail (10% into "
+              "the window, down for the rest of the run) in each placement: k prompt, k token, "
+              "and half and half (baselines: k machines); reports the price of resilience for "
+              "restart and replicate.", count(1, 64), metavar="K")
     custom_designs: Optional[dict] = option(
         None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool, prefill, "
               "chunk_tokens}}.", Mapping(),
         cli=False)
+
+
+@dataclass(frozen=True)
+class FailureOptions:
+    """Machine failures (DejaVu) and how requests recover from them."""
+    mtbf_hours: Optional[float] = option(
+        None, "Random failures: mean hours between failures of each machine (exponential, "
+              "seeded by --seed).", positive(1e6), metavar="H")
+    repair_minutes: float = option(30.0, "Minutes a failed machine stays down (with "
+                                         "--mtbf-hours).", positive(1e6), metavar="M")
+    recovery: str = option(
+        "restart", "After a failure: restart (re-prefill prompt + generated tokens) or replicate "
+                   "(resume from the KV streamed to a replica as tokens are generated).",
+        OneOf(RECOVERIES))
+    replica_target: str = option(
+        "host", "replicate: KV replicas in remote host memory, or in a peer token machine's HBM "
+                "(a ring; halves every decoding machine's KV capacity).", OneOf(REPLICA_TARGETS))
+    detection_s: float = option(5.0, "Seconds before a failure is detected (heartbeat timeout) "
+                                     "and its requests recovered.", Number(0.0, 3600.0))
 
 
 @dataclass(frozen=True)
@@ -191,6 +217,7 @@ class SearchOptions:
     """`provision search`: the question, its limits, the search and its execution."""
     study: StudyOptions = StudyOptions()
     question: QuestionOptions = QuestionOptions()
+    resilience: FailureOptions = FailureOptions()
     constraints: Constraints = Constraints()
     settings: SearchSettings = SearchSettings()
     execution: Execution = Execution()
@@ -212,12 +239,16 @@ class ClusterOptions:
                                         default_text="the design's")
     requests_csv: Optional[str] = option(None, "Write per-request latencies to this CSV.", Text(),
                                         metavar="FILE")
+    failures: Optional[str] = option(
+        None, "Failure schedule CSV: time_s, pool (prompt|token|any), machine (index in the "
+              "pool), down_s (a number or inf).", Text(), path=True, metavar="CSV")
 
 
 @dataclass(frozen=True)
 class SimulateOptions:
     study: StudyOptions = StudyOptions()
     cluster: ClusterOptions = ClusterOptions()
+    resilience: FailureOptions = FailureOptions()
 
 
 # ------------------------------------------------------------------------------- walking it

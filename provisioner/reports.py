@@ -75,8 +75,51 @@ def design_dict(result: DesignResult) -> dict:
             "frontier": [list(cell) for cell in result.frontier],
             "non_monotone": [{**cell, "rate_rps": num(cell["rate_rps"])}
                              for cell in result.non_monotone],
+            **({"resilience": _rounded_tree(result.resilience)}
+               if result.resilience is not None else {}),
             "evaluations": len(result.points),
             "evaluated": [point_dict(m, baseline) for m in result.points]}
+
+
+RESILIENCE_COLUMNS = ("no failures", "restart", "replicate")
+
+
+def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
+    """--survive-failures: per design, the plain optimum and the failure-aware optimum under
+    restart and replicate, with the price of resilience (cost and power against plain)."""
+    rows = []
+    for entry in document["designs"]:
+        r = entry.get("resilience")
+        if r is None:
+            continue
+        cells = []
+        for label in ("plain", "restart", "replicate"):
+            o = r[label]
+            if o is None:
+                cells.append("infeasible")
+                continue
+            machines = (f"{o['machines']}" if "machines" in o
+                        else f"{o['prompt_machines']}P+{o['token_machines']}T")
+            text = f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
+            if o.get("cost_ratio") is not None:
+                text += (f" ({o['cost_ratio'] - 1:+.1%} cost, {o['power_ratio'] - 1:+.1%} "
+                         "power)")
+            cells.append(text)
+        rows.append((entry["design"], cells))
+    return rows
+
+
+def resilience_title(document: dict) -> str:
+    k = document["inputs"].get("survive_failures")
+    target = document["inputs"]["sim_options"].get("replica_target", "host")
+    return (f"Price of resilience (N+{k}: any {k} machine(s) failing; replicas in "
+            f"{target} memory)")
+
+
+def _rounded_tree(value):
+    if isinstance(value, dict):
+        return {k: _rounded_tree(v) for k, v in value.items()}
+    return num(value) if isinstance(value, float) else value
 
 
 def verification_dict(verification: dict | None) -> dict:

@@ -194,6 +194,7 @@ class Study:
     sim_options: SimOptions = SimOptions()
     chunk_tokens: int | str | None = None   # --chunk-tokens as given ("auto": searched)
     assumptions: str = "provision"   # the preset the catalog and options were resolved under
+    survive_failures: int = 0        # N+k: every point must also pass with k machines failed
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -287,6 +288,7 @@ class DesignResult:
     verification: dict | None = None            # per-sample SLO values, intervals, binding SLO
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
     rejected: list[dict] = field(default_factory=list)  # candidates that failed a verification seed
+    resilience: dict | None = None   # --survive-failures: the plain and failure-aware optima
 
     @property
     def feasible(self) -> bool:

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from provisioner.reports import sensitivity_cells
+from provisioner.reports import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+                                 sensitivity_cells)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 
 
@@ -159,6 +160,12 @@ def search_notes(document: dict) -> list[str]:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
     lines += comparison_lines(document)
+    resilience = resilience_rows(document)
+    if resilience:
+        lines.append(resilience_title(document) + ":")
+        lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
+                                             zip(RESILIENCE_COLUMNS, cells))
+                  for name, cells in resilience]
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
 
@@ -257,7 +264,25 @@ def simulation_summary(run) -> dict:
         if result.feasible else None,
         "pools": _pools(result) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
+        **({"failures": _failures(run)} if result.failure_stats is not None else {}),
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
+
+
+def _failures(run) -> dict:
+    """Failures simulated: the schedule, requests affected, tokens recomputed, recovery time
+    and goodput (requests within the SLO per second)."""
+    from simcore.failures import failure_metrics, goodput
+    result = run.result
+    schedule = result.failure_stats["schedule"]
+    summary = {"schedule": [[round(float(t), 6), int(m), None if d == float("inf") else
+                             round(float(d), 6)] for t, m, d in schedule]}
+    if not result.feasible:
+        return summary
+    metrics = failure_metrics(result, schedule)
+    good, rate = goodput(result, run.profile)
+    return {**summary, **{k: round(v, 6) if isinstance(v, float) else v
+                          for k, v in metrics.items()},
+            "goodput_requests": good, "goodput_rps": round(rate, 6)}
 
 
 def _prefill(design, result) -> dict:
@@ -324,6 +349,16 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       "chunking overhead "
                       + ("-" if overhead is None else f"{overhead:+.1%}")
                       + " (prefill work chunked vs whole)", highlight=False)
+    failures = summary.get("failures")
+    if failures and "requests_affected" in failures:
+        console.print(f"failures: {failures['failures']} ({failures['machine_down_s']:.1f} "
+                      f"machine-seconds down), {failures['requests_affected']} requests "
+                      f"affected, {failures['tokens_recomputed']:,} tokens recomputed, "
+                      f"recovery {failures['recovery_s_mean']:.2f} s mean / "
+                      f"{failures['recovery_s_max']:.2f} s max per affected request; goodput "
+                      f"{failures['goodput_rps']:.2f} req/s within the SLO "
+                      f"({failures['goodput_requests']} of {summary['requests']})",
+                      highlight=False)
     console.print("[green]all SLOs met[/]" if report.passed else
                   f"[bold red]{len(report.failing)} SLO(s) missed[/]")
 

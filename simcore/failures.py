@@ -150,3 +150,22 @@ def failure_metrics(result, failures: np.ndarray, slo_limits: dict | None = None
         "recovery_s_mean": float(recovery.mean()) if len(recovery) else 0.0,
         "recovery_s_max": float(recovery.max()) if len(recovery) else 0.0,
     }
+
+
+def goodput(result, profile) -> tuple[int, float]:
+    """(requests within the SLO, those per second of the run): a request counts when each of
+    its TTFT, TBT and E2E is within the profile's loosest limit for that metric (its P99 limit
+    in the Splitwise profile)."""
+    if not result.feasible or not result.makespan_s:
+        return 0, 0.0
+    slowdown = profile.kind == "slowdown"
+    good = np.ones(len(result.workload), dtype=bool)
+    for metric in ("ttft", "tbt", "e2e"):
+        limits = [v for (m, _), v in profile.limits.items() if m == metric]
+        if not limits:
+            continue
+        values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
+        values = values if slowdown else values * 1000.0
+        good &= np.isnan(values) | (values <= max(limits))
+    count = int(good.sum())
+    return count, count / result.makespan_s
