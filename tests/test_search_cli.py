@@ -244,7 +244,8 @@ def test_no_arguments_mean_the_embedded_default():
             study.slo.name, study.duration_s, study.seed) == (
         "bloom-176b", "coding", "min-cost", 70.0, "splitwise", 120.0, 0)
     assert [d.name for d in study.designs] == ["baseline-a100", "baseline-h100", "splitwise-aa",
-                                               "splitwise-hh", "splitwise-ha", "splitwise-hhcap"]
+                                               "splitwise-hh", "splitwise-ha", "splitwise-hhcap",
+                                               "sarathi-a100", "sarathi-h100"]
     max_rate = merge_options(SearchOptions, {"goal": "max-rate", "budget_like": "dgx-h100:40"})
     assert resolve_study(max_rate).goal.rate_rps is None
 
