@@ -95,18 +95,25 @@ def _machine(pool, index, prompt, baseline):
 def random_failures(machines: int, mtbf_s: float, repair_s: float, horizon_s: float,
                     seed: int) -> list[tuple[float, int, float]]:
     """Each machine fails after exponential up-times (mean `mtbf_s`) within [0, horizon_s) and
-    is down `repair_s` each time; one stream per machine, so a machine's failures do not depend
-    on the cluster's size."""
+    is down `repair_s` each time. Machine m's up-times are row m of one seeded stream drawn
+    row by row with a fixed row length, so they do not depend on the cluster's size (a row
+    too short for the horizon, which is rare, continues from a stream of its own)."""
+    width = int(min(1000, max(4, np.ceil(3.0 * horizon_s / mtbf_s) + 4)))
+    up = np.random.default_rng([seed, 12]).exponential(mtbf_s, size=(machines, width))
+    failed_at = np.cumsum(up, axis=1) + np.arange(width) * repair_s
     rows = []
     for m in range(machines):
-        rng = np.random.default_rng([seed, 12, m])
-        t = 0.0
-        while True:
-            t += float(rng.exponential(mtbf_s))
-            if t >= horizon_s:
-                break
-            rows.append((t, m, repair_s))
-            t += repair_s
+        times = failed_at[m]
+        rows += [(float(t), m, repair_s) for t in times[times < horizon_s]]
+        if times[-1] < horizon_s:  # the row ran out before the horizon
+            rng = np.random.default_rng([seed, 12, m])
+            t = float(times[-1]) + repair_s
+            while True:
+                t += float(rng.exponential(mtbf_s))
+                if t >= horizon_s:
+                    break
+                rows.append((t, m, repair_s))
+                t += repair_s
     return rows
 
 

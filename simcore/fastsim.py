@@ -962,6 +962,16 @@ def _recover(requests, machines, settings, pools, touched, kv_arrivals, failures
     _heap_push(kv_arrivals, due, r)
 
 
+@_inlined
+def _failure_due(failures, now):
+    """A repair, a failure or a lost request is due now (checked inline: most instants have
+    none, and the call below costs more than these comparisons)."""
+    nxt = failures.next
+    return ((nxt[0] < len(failures.schedule) and failures.schedule[nxt[0], 0] == now)
+            or (nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] == now)
+            or (failures.recover.size[0] > 0 and failures.recover.key[0] == now))
+
+
 @_compiled
 def _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools,
                    touched, failures, now):
@@ -1043,7 +1053,7 @@ def _run(requests, running_next, machines, curves, settings, kv_arrivals, busy_h
             finished += _end_iteration(requests, running_next, machines, settings, kv_arrivals,
                                        pools, touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
-        if failing:
+        if failing and _failure_due(failures, now):
             _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap,
                            pools, touched, failures, now)
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
