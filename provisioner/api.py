@@ -143,6 +143,8 @@ def resolve_study(options: SearchOptions) -> Study:
     perf.load(catalog)  # a broken file fails here, before any simulation
     goal = resolve_goal(options, workload, catalog)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
+    check_resilience(options.resilience, options.question.survive_failures is not None,
+                     "--survive-failures K")
     settings = options.settings
     if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
         settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
@@ -166,6 +168,20 @@ def check_workload_size(workload: WorkloadSource, rate: float | None, duration: 
         check_request_count(rate, duration)
     if workload.kind == "trace":
         workload.at(None, duration, seed)
+
+
+def check_resilience(resilience: FailureOptions, configured: bool, how: str) -> None:
+    """Recovery options without failures to recover from are a mistake, not a no-op."""
+    if resilience.mtbf_hours is not None or configured:
+        if resilience.repair_minutes != FailureOptions.repair_minutes \
+                and resilience.mtbf_hours is None:
+            raise InputError("--repair-minutes applies to random failures: give --mtbf-hours "
+                             "too", field="repair_minutes")
+        return
+    for name in ("recovery", "replica_target", "detection_s", "repair_minutes"):
+        if getattr(resilience, name) != getattr(FailureOptions, name):
+            raise InputError(f"--{name.replace('_', '-')} applies when machines fail: give "
+                             f"{how} or --mtbf-hours H", field=name)
 
 
 def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
@@ -387,6 +403,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     source = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
     requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
+    check_resilience(options.resilience, c.failures is not None, "--failures CSV")
     rows = ()
     if c.failures is not None:
         from simcore.failures import check_schedule, read_failure_csv

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -247,3 +248,95 @@ def test_mtbf_schedule_is_seeded_and_per_machine():
     assert np.array_equal(a[a[:, 1] == 0], c[c[:, 1] == 0])
     other = failure_array(small, dataclasses.replace(opts, failure_seed=8), 600.0)
     assert not np.array_equal(a, other)
+
+
+# ------------------------------------------------------------------ command line and search
+
+def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_path):
+    from cli_harness import invoke
+    schedule = tmp_path / "failures.csv"
+    schedule.write_text("time_s,pool,machine,down_s\n5,token,0,inf\n8,prompt,1,3\n")
+    common = ["simulate", "--design", "splitwise-hh", "--prompt", "6", "--token", "3",
+              "--rate", "10", "--duration", "20", "--json"]
+    plain = json.loads(invoke(common).stdout)
+    assert "failures" not in plain
+    for recovery in ("restart", "replicate"):
+        run = invoke(common + ["--failures", schedule, "--recovery", recovery])
+        assert run.code in (0, 1), run.stderr
+        failures = json.loads(run.stdout)["failures"]
+        assert failures["schedule"] == [[5.0, 6, None], [8.0, 1, 3.0]]
+        assert failures["requests_affected"] > 0 and failures["goodput_rps"] > 0
+    text = invoke(common[:-1] + ["--mtbf-hours", "0.01", "--repair-minutes", "0.5"])
+    assert "requests affected" in text.stdout and "goodput" in text.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--failures", "MISSING.csv"], "MISSING.csv"),
+    (["--recovery", "replicate"], "--recovery applies when machines fail"),
+    (["--repair-minutes", "3", "--failures", "SCHEDULE"], "--repair-minutes applies"),
+    (["--failures", "SCHEDULE", "--recovery", "sometimes"], "recovery"),
+    (["--mtbf-hours", "-1"], "--mtbf-hours"),
+])
+def test_failure_options_bad_input_exits_2(tmp_path, args, message):
+    from cli_harness import invoke
+    schedule = tmp_path / "failures.csv"
+    schedule.write_text("time_s,pool,machine,down_s\n5,token,7,inf\n")
+    args = [str(schedule) if a == "SCHEDULE" else a for a in args]
+    run = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                  "--rate", "5", "--duration", "5", *args])
+    assert run.code == 2 and message in run.stderr, run.stderr
+
+
+def test_schedule_naming_a_missing_machine_exits_2(tmp_path):
+    from cli_harness import invoke
+    schedule = tmp_path / "failures.csv"
+    schedule.write_text("time_s,pool,machine,down_s\n5,token,7,inf\n")
+    run = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                  "--rate", "5", "--duration", "5", "--failures", schedule])
+    assert run.code == 2 and "machine 7 of pool 'token' does not exist" in run.stderr
+
+
+def test_failure_cases_cover_prompt_token_and_mixed_placements():
+    from provisioner.evaluate import failure_cases
+    from provisioner.study import Point
+    hh = CATALOG.design("splitwise-hh")
+    cases = dict(failure_cases(Point(hh, 4, 3, 10.0), 2, 100.0))
+    assert cases["2 prompt machine(s) failed"] == ((10.0, "prompt", 0, np.inf),
+                                                    (10.0, "prompt", 1, np.inf))
+    assert cases["2 token machine(s) failed"] == ((10.0, "token", 0, np.inf),
+                                                   (10.0, "token", 1, np.inf))
+    assert cases["1 prompt + 1 token machine(s) failed"] == ((10.0, "prompt", 0, np.inf),
+                                                              (10.0, "token", 0, np.inf))
+    # a pool smaller than k loses every machine and the other pool the rest
+    small = dict(failure_cases(Point(hh, 1, 3, 10.0), 2, 100.0))
+    assert small["2 prompt machine(s) failed"] == ((10.0, "prompt", 0, np.inf),
+                                                    (10.0, "token", 0, np.inf))
+    base = failure_cases(Point(CATALOG.design("baseline-h100"), 5, 0, 10.0), 1, 100.0)
+    assert base == [("1 machine(s) failed", ((10.0, "any", 0, np.inf),))]
+    assert failure_cases(Point(hh, 4, 3, 10.0), 0, 100.0) == []
+
+
+def test_survive_failures_search_reports_the_price_of_resilience():
+    import provisioner
+    plain = provisioner.search(designs="splitwise-hh", rate=20, duration=60, verify_seeds=2,
+                               jobs=1)
+    assert "survive_failures" not in plain.to_dict()["inputs"]
+    assert "recovery" not in plain.to_dict()["inputs"]["sim_options"]
+    assert "resilience" not in plain.to_dict()["designs"][0]
+    result = provisioner.search(designs="splitwise-hh", rate=20, duration=60, verify_seeds=2,
+                                jobs=1, survive_failures=1)
+    document = result.to_dict()
+    assert document["inputs"]["survive_failures"] == 1
+    entry = document["designs"][0]
+    resilience = entry["resilience"]
+    o = entry["optimum"]
+    assert resilience["restart"]["cost_per_hour"] == o["cost_per_hour"]  # --recovery restart
+    assert resilience["plain"]["cost_per_hour"] == plain.to_dict()["designs"][0]["optimum"][
+        "cost_per_hour"]
+    for policy in ("restart", "replicate"):
+        assert resilience[policy]["cost_ratio"] >= 1.0
+    # the failure-aware optimum really passes with a machine down in each placement
+    from provisioner.evaluate import SimulationEvaluator
+    from provisioner.study import Point
+    point = Point(result.designs[0].design, o["prompt_machines"], o["token_machines"], 20.0)
+    assert SimulationEvaluator(result.study).outcome(point, result.study.seed).meets_slos
