@@ -340,3 +340,24 @@ def test_survive_failures_search_reports_the_price_of_resilience():
     from provisioner.study import Point
     point = Point(result.designs[0].design, o["prompt_machines"], o["token_machines"], 20.0)
     assert SimulationEvaluator(result.study).outcome(point, result.study.seed).meets_slos
+
+
+def test_failure_options_in_a_spec_file_and_a_checked_report(tmp_path):
+    import provisioner
+    from provisioner.check import check_report
+    from provisioner.options import Execution, SearchOptions, read_spec
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("designs: baseline-h100\nrate: 10\nduration: 30\nverify-seeds: 1\n"
+                    "survive-failures: 1\nrecovery: replicate\ndetection_s: 2\n")
+    assert read_spec(spec, SearchOptions)["survive_failures"] == 1
+    result = provisioner.search(spec=spec, jobs=1)
+    inputs = result.to_dict()["inputs"]
+    assert inputs["sim_options"]["recovery"] == "replicate"
+    assert inputs["sim_options"]["detection_s"] == 2.0
+    result.write(tmp_path / "out")
+    checked = check_report(tmp_path / "out" / "report.json", Execution(jobs=1, no_cache=True))
+    assert checked.unchanged, checked.lines()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("survive-failures: 0\n")
+    with pytest.raises(InputError, match="survive-failures"):
+        read_spec(bad, SearchOptions)
