@@ -470,6 +470,8 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     the best remaining candidate is checked in turn: the frontier steps up only where needed.
     Returns (verified optimum or None, [(P, T, rate, reason) of the candidates dropped]).
     """
+    if goal.name == "max-rate" and optimum is not None:
+        return (yield from _verified_rate(probe, optimum, settings))
     rejected: list[Metrics] = []
     for _ in range(MAX_VERIFY_STEPS):
         if optimum is None:
@@ -484,6 +486,46 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
                       if c.meets_slos and not any(_below(c, r) for r in rejected)]
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     return None, [_rejection(m) for m in rejected]
+
+
+def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
+    """max-rate: the highest rate the best cell sustains on every verification sample.
+
+    From the screened optimum, step the rate down by growing factors (2%, 4%, 8%, ...) until
+    a rate verifies, then bisect between it and the lowest rate that failed, to the tolerance.
+    """
+    cell, tol = (optimum.prompt_machines, optimum.token_machines), settings.rate_tolerance
+    rejected: list[Metrics] = []
+    passed, failed, step = None, optimum.rate_rps, tol
+
+    def verify(rate: float):
+        (verified,) = yield [Verify(probe.point(*cell, rate))]
+        if not verified.meets_slos:
+            rejected.append(verified)
+        return verified
+
+    verified = yield from verify(optimum.rate_rps)
+    if verified.meets_slos:
+        return verified, []
+    while passed is None:
+        rate = round_rate(failed / (1 + step))
+        if rate < settings.min_rate:
+            return None, [_rejection(m) for m in rejected]
+        verified = yield from verify(rate)
+        if verified.meets_slos:
+            passed = verified
+        else:
+            failed, step = rate, 2 * step
+    while failed > passed.rate_rps * (1 + tol):
+        mid = round_rate(math.sqrt(passed.rate_rps * failed))
+        if not passed.rate_rps < mid < failed:
+            break
+        verified = yield from verify(mid)
+        if verified.meets_slos:
+            passed = verified
+        else:
+            failed = mid
+    return passed, [_rejection(m) for m in rejected]
 
 
 def _below(candidate: Metrics, rejected: Metrics) -> bool:
