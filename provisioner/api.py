@@ -267,7 +267,28 @@ def assumptions(study: Study) -> list[dict]:
                                      f"{o.mixed_pool_queue_threshold} queued tokens"},
         {"name": "verification", "value": f"every SLO on {study.settings.verify_seeds} workload "
                                           f"sample(s), seeds {list(study.seeds)}"},
+        *failure_assumptions(study),
     ]
+
+
+def failure_assumptions(study: Study) -> list[dict]:
+    """With failures configured: how they are placed and recovered (none otherwise)."""
+    o, k = study.sim_options, study.survive_failures
+    if not (o.has_failures or k):
+        return []
+    placed = []
+    if k:
+        placed.append(f"N+{k}: {k} machine(s) fail 10% into the window and stay down, as "
+                      f"{k} prompt, {k} token" + (" and half and half" if k > 1 else "")
+                      + " (baselines: any); a point passes only in every placement")
+    if o.mtbf_hours:
+        placed.append(f"random failures per machine, MTBF {o.mtbf_hours:g} h, repaired after "
+                      f"{o.repair_s:g} s, drawn per sample seed")
+    recovery = ("restart: re-prefill prompt + generated tokens" if o.recovery == "restart" else
+                f"replicate: KV streamed to {o.replica_target} memory as generated (not charged "
+                "to iterations), restored at the link bandwidth")
+    return [{"name": "failures", "value": "; ".join(placed) + f"; detected after "
+             f"{o.detection_s:g} s; {recovery}; a failed machine loses its work and KV"}]
 
 
 @dataclass

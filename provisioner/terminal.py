@@ -97,21 +97,39 @@ def optimum_table(document: dict) -> Table:
     table.add_column("design", no_wrap=True)
     for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "binding SLO / margin", "headroom"):
         table.add_column(column, justify="right")
+    k = document["inputs"].get("survive_failures")
+    if k:  # --survive-failures: the price of resilience (cost against no failures)
+        table.add_column(f"N+{k} cost", justify="right")
+        table.caption += (f"; N+{k} cost: the failure-aware optimum's cost against the plain "
+                          "one, restart / replicate")
     best = document["summary"]["best_design"]
     for entry in document["designs"]:
         name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
         if entry.get("uncalibrated_skus"):
             name += " [yellow]![/]"
         o = entry["optimum"]
+        price = [_price(entry)] if k else []
         if o is None:
             table.add_row(name, "-", "-", "-", "-", "-", "-", "-",
-                          f"[red]infeasible[/]: {entry['reason']}")
+                          f"[red]infeasible[/]: {entry['reason']}", *price)
             continue
         p = o.get("machines", o.get("prompt_machines"))
         t = "-" if "machines" in o else str(o["token_machines"])
         table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
-                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]), _binding(o), _headroom(o))
+                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]), _binding(o), _headroom(o),
+                      *price)
     return table
+
+
+def _price(entry: dict) -> str:
+    """The failure-aware optimum's cost against the plain one, restart / replicate."""
+    resilience = entry.get("resilience") or {}
+    cells = []
+    for policy in ("restart", "replicate"):
+        o = resilience.get(policy)
+        cells.append("-" if not o or o.get("cost_ratio") is None
+                     else f"{o['cost_ratio'] - 1:+.0%}")
+    return " / ".join(cells)
 
 
 def comparison_lines(document: dict) -> list[str]:
