@@ -361,3 +361,31 @@ def test_failure_options_in_a_spec_file_and_a_checked_report(tmp_path):
     bad.write_text("survive-failures: 0\n")
     with pytest.raises(InputError, match="survive-failures"):
         read_spec(bad, SearchOptions)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_peer_replicas_halve_capacity_and_are_lost_with_their_peer(engine):
+    cluster = Cluster(CATALOG.design("splitwise-aa"), 1, 3)
+    w = Workload("one", np.array([0.0]), np.array([500]), np.array([500]))
+    peer = dict(recovery="replicate", replica_target="peer", detection_s=5.0)
+    plain_m = build_machine_arrays(cluster, LLAMA, PERF, SimOptions())
+    m = build_machine_arrays(cluster, LLAMA, PERF, SimOptions(mtbf_hours=1.0, **peer))
+    assert list(m.replica_peer) == [-1, 2, 3, 1]          # a ring over the token machines
+    assert list(m.kv_capacity) == [plain_m.kv_capacity[0]] + [plain_m.kv_capacity[1] // 2] * 3
+    curves = m.curves[0]
+    t250 = (float(curves.prompt_time(500)) + kv_transfer_seconds(500, 0, 1, m)
+            + sum(float(curves.token_time(1, 500 + k)) for k in range(1, 250)))
+    fail_at = t250 + 0.001
+    base = simulate(cluster, w, LLAMA, PERF, REFERENCE, SimOptions(), engine=engine)
+    # the replica on machine 2 survives: restore it (to machine 2, the least committed)
+    up = SimOptions(failures=((fail_at, "token", 0, 60.0),), **peer)
+    run = simulate(cluster, w, LLAMA, PERF, REFERENCE, up, engine=engine)
+    restore = 750 * LLAMA.kv_bytes_per_token / m.link_bytes_per_s[2]
+    assert run.e2e_s[0] - base.e2e_s[0] == pytest.approx(0.001 + 5.0 + restore, rel=1e-9)
+    # the peer went down first: the replica is gone, the request restarts (on machine 3)
+    gone = SimOptions(failures=((1.0, "token", 1, float("inf")), (fail_at, "token", 0, 60.0)),
+                      **peer)
+    run = simulate(cluster, w, LLAMA, PERF, REFERENCE, gone, engine=engine)
+    redo = float(curves.prompt_time(750)) + kv_transfer_seconds(750, 0, 3, m)
+    assert run.e2e_s[0] - base.e2e_s[0] == pytest.approx(0.001 + 5.0 + redo, rel=1e-9)
+    assert run.failure_stats["recomputed_tokens"][0] == 750
