@@ -50,7 +50,10 @@ class SimResult:
             "prompt_machine": self.prompt_machine, "token_machine": self.token_machine,
             "ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "e2e_s": self.e2e_s,
             "kv_transfer_s": self.kv_transfer_s, "ttft_slowdown": self.ttft_slowdown,
-            "tbt_slowdown": self.tbt_slowdown, "e2e_slowdown": self.e2e_slowdown})
+            "tbt_slowdown": self.tbt_slowdown, "e2e_slowdown": self.e2e_slowdown,
+            **({} if self.failure_stats is None else {
+                key: self.failure_stats[key]
+                for key in ("recoveries", "recomputed_tokens", "recovery_s")})})
 
 
 def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
