@@ -365,11 +365,13 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
         for label in ("plain", "restart", "replicate"):
             o = optima[label].get(name)
             entry[label] = None if o is None else {
-                **machines_of(o, result.design.is_baseline),
+                **machines_of(o, result.design.is_baseline), "rate_rps": o.rate_rps,
                 "cost_per_hour": o.cost_per_hour, "power_kw": o.power_kw}
             if label != "plain" and o is not None and base is not None:
                 entry[label]["cost_ratio"] = o.cost_per_hour / base.cost_per_hour
                 entry[label]["power_ratio"] = o.power_kw / base.power_kw
+                if study.goal.name == "max-rate":  # same budget: the rate given up
+                    entry[label]["rate_ratio"] = o.rate_rps / base.rate_rps
         result.resilience = entry
 
 

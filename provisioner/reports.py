@@ -101,7 +101,11 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
             machines = (f"{o['machines']}" if "machines" in o
                         else f"{o['prompt_machines']}P+{o['token_machines']}T")
             text = f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
-            if o.get("cost_ratio") is not None:
+            if o.get("rate_ratio") is not None or (label == "plain" and "rate_ratio" in str(r)):
+                text = f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
+            if o.get("rate_ratio") is not None:
+                text += f" ({o['rate_ratio'] - 1:+.1%} rate)"
+            elif o.get("cost_ratio") is not None:
                 text += (f" ({o['cost_ratio'] - 1:+.1%} cost, {o['power_ratio'] - 1:+.1%} "
                          "power)")
             cells.append(text)

@@ -99,9 +99,10 @@ def optimum_table(document: dict) -> Table:
         table.add_column(column, justify="right")
     k = document["inputs"].get("survive_failures")
     if k:  # --survive-failures: the price of resilience (cost against no failures)
-        table.add_column(f"N+{k} cost", justify="right")
-        table.caption += (f"; N+{k} cost: the failure-aware optimum's cost against the plain "
-                          "one, restart / replicate")
+        what = "rate" if goal["name"] == "max-rate" else "cost"
+        table.add_column(f"N+{k} {what}", justify="right")
+        table.caption += (f"; N+{k} {what}: the failure-aware optimum's {what} against the "
+                          "plain one, restart / replicate")
     best = document["summary"]["best_design"]
     for entry in document["designs"]:
         name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
@@ -127,8 +128,8 @@ def _price(entry: dict) -> str:
     cells = []
     for policy in ("restart", "replicate"):
         o = resilience.get(policy)
-        cells.append("-" if not o or o.get("cost_ratio") is None
-                     else f"{o['cost_ratio'] - 1:+.0%}")
+        ratio = o.get("rate_ratio", o.get("cost_ratio")) if o else None
+        cells.append("-" if ratio is None else f"{ratio - 1:+.0%}")
     return " / ".join(cells)
 
 
