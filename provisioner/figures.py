@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from provisioner.reports import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
-                                 sensitivity_cells)
+from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+                                sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
 
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}

@@ -81,45 +81,6 @@ def design_dict(result: DesignResult) -> dict:
             "evaluated": [point_dict(m, baseline) for m in result.points]}
 
 
-RESILIENCE_COLUMNS = ("no failures", "restart", "replicate")
-
-
-def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
-    """--survive-failures: per design, the plain optimum and the failure-aware optimum under
-    restart and replicate, with the price of resilience (cost and power against plain)."""
-    rows = []
-    for entry in document["designs"]:
-        r = entry.get("resilience")
-        if r is None:
-            continue
-        cells = []
-        for label in ("plain", "restart", "replicate"):
-            o = r[label]
-            if o is None:
-                cells.append("infeasible")
-                continue
-            machines = (f"{o['machines']}" if "machines" in o
-                        else f"{o['prompt_machines']}P+{o['token_machines']}T")
-            text = f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
-            if o.get("rate_ratio") is not None or (label == "plain" and "rate_ratio" in str(r)):
-                text = f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
-            if o.get("rate_ratio") is not None:
-                text += f" ({o['rate_ratio'] - 1:+.1%} rate)"
-            elif o.get("cost_ratio") is not None:
-                text += (f" ({o['cost_ratio'] - 1:+.1%} cost, {o['power_ratio'] - 1:+.1%} "
-                         "power)")
-            cells.append(text)
-        rows.append((entry["design"], cells))
-    return rows
-
-
-def resilience_title(document: dict) -> str:
-    k = document["inputs"].get("survive_failures")
-    target = document["inputs"]["sim_options"].get("replica_target", "host")
-    return (f"Price of resilience (N+{k}: any {k} machine(s) failing; replicas in "
-            f"{target} memory)")
-
-
 def _rounded_tree(value):
     if isinstance(value, dict):
         return {k: _rounded_tree(v) for k, v in value.items()}
@@ -173,29 +134,6 @@ def sensitivity_dict(rows: list[dict]) -> list[dict]:
     return [{"assumption": row["assumption"],
              "designs": {name: {k: num(v) for k, v in entry.items()}
                          for name, entry in row["designs"].items()}} for row in rows]
-
-
-def sensitivity_cells(document: dict) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """The sensitivity table as text: (design names, [(assumption, one cell per design)]);
-    a cell is the optimum's pools and cost, with its change against the run as it is."""
-    rows = document.get("sensitivity") or []
-    names = list(rows[0]["designs"]) if rows else []
-    changed = "rate_change" if document["inputs"]["goal"]["name"] == "max-rate" else "cost_change"
-    table = []
-    for row in rows:
-        cells = []
-        for name in names:
-            o = row["designs"].get(name, {})
-            if not o.get("feasible"):
-                cells.append("infeasible")
-                continue
-            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
-                    else f"{o['prompt_machines']}P+{o['token_machines']}T")
-            change = o.get(changed)
-            cells.append(f"{size} ${o['cost_per_hour']:,.0f}/h"
-                         + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))
-        table.append((row["assumption"], cells))
-    return names, table
 
 
 def summary_dict(results: Sequence[DesignResult], goal: str) -> dict:

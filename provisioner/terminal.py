@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from provisioner.reports import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
-                                 sensitivity_cells)
+from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+                                sensitivity_cells)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 
 

@@ -216,32 +216,6 @@ def _heap_push(heap, key, item):
 
 
 @_compiled
-def _heap_pop(heap):
-    """Remove and return the (key, item)-minimal item."""
-    keys, items = heap.key, heap.item
-    top = items[0]
-    heap.size[0] -= 1
-    size = heap.size[0]
-    keys[0] = keys[size]
-    items[0] = items[size]
-    i = 0
-    while True:
-        left, right, best = 2 * i + 1, 2 * i + 2, i
-        if left < size and (keys[left] < keys[best]
-                            or (keys[left] == keys[best] and items[left] < items[best])):
-            best = left
-        if right < size and (keys[right] < keys[best]
-                             or (keys[right] == keys[best] and items[right] < items[best])):
-            best = right
-        if best == i:
-            break
-        keys[best], keys[i] = keys[i], keys[best]
-        items[best], items[i] = items[i], items[best]
-        i = best
-    return top
-
-
-@_compiled
 def _sift_down(heap, i):
     keys, items, size = heap.key, heap.item, heap.size[0]
     while True:
@@ -257,6 +231,19 @@ def _sift_down(heap, i):
         keys[best], keys[i] = keys[i], keys[best]
         items[best], items[i] = items[i], items[best]
         i = best
+
+
+@_compiled
+def _heap_pop(heap):
+    """Remove and return the (key, item)-minimal item."""
+    keys, items = heap.key, heap.item
+    top = items[0]
+    heap.size[0] -= 1
+    size = heap.size[0]
+    keys[0] = keys[size]
+    items[0] = items[size]
+    _sift_down(heap, 0)
+    return top
 
 
 @_compiled
