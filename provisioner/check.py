@@ -139,6 +139,8 @@ def _validate_answers(document: dict, source: str) -> None:
             raise shape.fail(f"{where}.design", f"design '{name}' is listed twice")
         seen.add(name)
         shape.get(entry, "feasible", bool, where)
+        if "optimum" not in entry:   # present, null when infeasible
+            raise shape.fail(f"{where}.optimum", "missing")
         optimum = shape.get(entry, "optimum", dict, where, optional=True)
         if optimum is not None:
             for key in COMPARED[1:]:
@@ -182,6 +184,9 @@ def study_from_report(document: dict, report_path: Path, *,
         rate = _option(SearchOptions, "rate", shape.get(goal_echo, "rate_rps", float,
                                                         "inputs.goal", optional=True), source)
         goal = Goal(goal_name, rate, _budget(shape, goal_echo, catalog, notes))
+        if goal_name != "max-rate" and rate is None and workload.kind == "builtin":
+            raise shape.fail("inputs.goal.rate_rps", "missing: a built-in workload is "
+                                                    "searched at a rate")
         profile_echo = shape.get(inputs, "slo_profile", dict, "inputs")
         profile = parse_slo_profile(
             str(shape.get(profile_echo, "name", str, "inputs.slo_profile")), {
