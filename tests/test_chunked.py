@@ -21,6 +21,7 @@ from simcore.perfmodel import default_performance_model
 from simcore.refsim import simulate_reference
 from simcore.workload import synthesize
 from test_failures import failure_options, fit, schedules
+from test_simulator import assert_engines_agree, both_engines
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("bloom-176b")
@@ -88,20 +89,14 @@ SETTINGS = settings(max_examples=250, deadline=None,
 @SETTINGS
 @given(cluster=chunked_clusters(), workload=workloads(), perf=perf_models, opts=options)
 def test_fast_core_agrees_with_reference_on_chunked_designs(cluster, workload, perf, opts):
-    fast = simulate(cluster, workload, MODEL, perf, REFERENCE, opts, engine="fast")
-    ref = simulate(cluster, workload, MODEL, perf, REFERENCE, opts, engine="reference")
-    assert fast.feasible == ref.feasible and fast.reason == ref.reason
+    fast, ref = both_engines(cluster, workload, perf, opts)
+    assert_engines_agree(fast, ref,
+                         series=("first_token_s", "finish_s", "kv_transfer_s", "ttft_s",
+                                 "e2e_s"),
+                         exact=("iterations", "max_memory_tokens", "prompt_chunks"),
+                         close=("busy_s", "mixed_pool_s", "mean_batch", "chunked_prefill_s"))
     if not fast.feasible:
         return
-    for name in ("first_token_s", "finish_s", "kv_transfer_s", "ttft_s", "e2e_s"):
-        np.testing.assert_allclose(getattr(fast, name), getattr(ref, name), rtol=1e-9, atol=0)
-    np.testing.assert_array_equal(fast.prompt_machine, ref.prompt_machine)
-    np.testing.assert_array_equal(fast.token_machine, ref.token_machine)
-    for key in ("iterations", "max_memory_tokens", "prompt_chunks"):
-        np.testing.assert_array_equal(fast.machine_stats[key], ref.machine_stats[key])
-    for key in ("busy_s", "mixed_pool_s", "mean_batch", "chunked_prefill_s"):
-        np.testing.assert_allclose(fast.machine_stats[key], ref.machine_stats[key], rtol=1e-9,
-                                   atol=1e-12)
     # every request finishes once; prompt pieces: at least one per prompt
     assert np.all(np.isfinite(fast.finish_s)) and np.all(fast.first_token_s >= workload.arrival_s)
     assert fast.machine_stats["prompt_chunks"].sum() >= len(workload)
@@ -115,15 +110,8 @@ def test_fast_core_agrees_with_reference_on_chunked_designs_under_failures(clust
                                                                            perf, data):
     opts = data.draw(failure_options)
     opts = dataclasses.replace(opts, failures=fit(data.draw(schedules()), cluster))
-    fast = simulate(cluster, workload, MODEL, perf, REFERENCE, opts, engine="fast")
-    ref = simulate(cluster, workload, MODEL, perf, REFERENCE, opts, engine="reference")
-    assert fast.feasible == ref.feasible and fast.reason == ref.reason
-    if not fast.feasible:
-        return
-    for name in ("first_token_s", "finish_s", "kv_transfer_s"):
-        np.testing.assert_allclose(getattr(fast, name), getattr(ref, name), rtol=1e-9, atol=0)
-    for key in ("iterations", "prompt_chunks"):
-        np.testing.assert_array_equal(fast.machine_stats[key], ref.machine_stats[key])
+    assert_engines_agree(*both_engines(cluster, workload, perf, opts), machines=False,
+                         exact=("iterations", "prompt_chunks"), close=())
 
 
 def test_fast_core_agrees_on_realistic_sarathi_runs():
