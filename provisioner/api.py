@@ -26,8 +26,9 @@ from provisioner import __version__
 from provisioner.options import (DEFAULT_RATE, Execution, FailureOptions, SearchOptions,
                                  SimulateOptions, StudyOptions, build,
                                  echo, from_keywords, read_spec)
-from provisioner.reports import (machines_of, render_reports, report_document,
-                                 sensitivity_dict, write_reports)
+from provisioner.files import check_output_dir
+from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
+                                 sensitivity_dict, summary_dict, write_reports)
 from provisioner.presets import preset_catalog, preset_sim_options
 from provisioner.sensitivity import sensitivity
 from provisioner.runner import (DiskCache, Runner, RunStats, Verifier, default_cache_dir,
@@ -313,7 +314,7 @@ class SearchResult:
 
     @property
     def best(self) -> DesignResult | None:
-        best = self.to_dict()["summary"]["best_design"]
+        best = summary_dict(self.designs, self.study.goal.name)["best_design"]
         return next((r for r in self.designs if r.design.name == best), None)
 
 
@@ -378,8 +379,6 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
 def check_writable_dir(path: str | Path, field_name: str) -> None:
     """Fail before any simulation when `path` cannot become a directory we can write (with the
     report files in it, for --out)."""
-    from provisioner.files import check_output_dir
-    from provisioner.reports import REPORT_FILES
     check_output_dir(path, field_name, REPORT_FILES if field_name == "out" else ())
 
 

@@ -113,14 +113,13 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 @generated_command("simulate", SimulateOptions, [SPEC, JSON])
 def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
-    from provisioner.api import check_writable_dir, merge_options, simulate_options
-    from provisioner.files import write_atomically
+    from provisioner.api import merge_options, simulate_options
+    from provisioner.files import check_output_file, write_atomically
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
     options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
-        from provisioner.files import check_output_file
         check_output_file(csv_path, "requests_csv")
     with compile_notice(enabled=not as_json):
         run = simulate_options(options)

@@ -134,27 +134,25 @@ def _optimum_html(document: dict) -> str:
 
 def _resilience_html(document: dict) -> str:
     """--survive-failures: the plain and failure-aware optima and the price of resilience."""
-    rows = resilience_rows(document)
-    if not rows:
-        return ""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["design", *RESILIENCE_COLUMNS])
-    body = [f"<tr><td>{html.escape(name)}</td>"
-            + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
-            for name, cells in rows]
-    return (f"<h2>{html.escape(resilience_title(document))}</h2><table><tr>{head}</tr>"
-            f"{''.join(body)}</table>")
+    return _text_table(resilience_title(document), ["design", *RESILIENCE_COLUMNS],
+                       resilience_rows(document))
 
 
 def _sensitivity_html(document: dict) -> str:
     """What moves the answer: one row per changed assumption, the optimum of every design."""
     names, rows = sensitivity_cells(document)
+    return _text_table("What moves the answer", ["assumption", *names], rows)
+
+
+def _text_table(title: str, header: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    """A titled HTML table of (label, cells) rows, all escaped; "" when there are no rows."""
     if not rows:
         return ""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["assumption", *names])
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = [f"<tr><td>{html.escape(label)}</td>"
             + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
             for label, cells in rows]
-    return (f"<h2>What moves the answer</h2><table><tr>{head}</tr>{''.join(body)}</table>")
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(body)}</table>"
 
 
 def _non_monotone_html(document: dict) -> str:
