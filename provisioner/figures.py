@@ -134,8 +134,10 @@ def _optimum_html(document: dict) -> str:
 
 def _resilience_html(document: dict) -> str:
     """--survive-failures: the plain and failure-aware optima and the price of resilience."""
-    return _text_table(resilience_title(document), ["design", *RESILIENCE_COLUMNS],
-                       resilience_rows(document))
+    rows = resilience_rows(document)
+    if not rows:   # the title reads the failure inputs, which only an N+k report has
+        return ""
+    return _text_table(resilience_title(document), ["design", *RESILIENCE_COLUMNS], rows)
 
 
 def _sensitivity_html(document: dict) -> str:
