@@ -303,9 +303,23 @@ def _main() -> None:
         _fail(err.format_message())
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
+    except Exception as err:
+        if _caused_by_interrupt(err):  # e.g. Ctrl-C inside an extension module's import
+            _interrupted()
+        raise
     if code == 130:  # typer turns a KeyboardInterrupt in a command into exit code 130
         _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _interrupted() -> None:

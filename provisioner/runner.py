@@ -167,25 +167,44 @@ def _adopt_worker(parent: int) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
+    direct_child = os.getppid() == parent
+
+    def parent_gone() -> bool:
+        if direct_child:  # re-parented the moment the parent exits, even before it is reaped
+            return os.getppid() != parent
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
     def watch() -> None:
-        while True:
-            try:
-                os.kill(parent, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
+        while not parent_gone():
             threading.Event().wait(1.0)
+        os._exit(1)
     threading.Thread(target=watch, name="provision-parent-watch", daemon=True).start()
 
 
 def shutdown_workers() -> None:
-    """Stop the local worker processes loky keeps for reuse (they idle for minutes)."""
+    """Stop the local worker processes loky keeps for reuse (they idle for minutes). loky's
+    own shutdown kills them from a helper thread that may not run before this process exits,
+    and the workers ignore SIGINT, so each one is also killed here and waited for."""
     if "joblib" not in sys.modules:
         return
     try:
-        from joblib.externals.loky import get_reusable_executor
-        get_reusable_executor().shutdown(wait=False, kill_workers=True)
+        from joblib.externals.loky import reusable_executor
+        executor = reusable_executor._executor  # the pool, if one was started (never a new one)
+        if executor is None:
+            return
+        workers = list(getattr(executor, "_processes", {}).values())
+        executor.shutdown(wait=False, kill_workers=True)
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+        for worker in workers:
+            worker.join(timeout=2.0)
     except Exception:  # pragma: no cover - best effort at exit
         pass
 

@@ -91,6 +91,9 @@ def _solve(model, objective, chosen) -> tuple[int, int] | None:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1     # single-threaded search is deterministic
     solver.parameters.random_seed = 0
+    # CP-SAT would otherwise replace Python's SIGINT handler with the default one for good:
+    # a later Ctrl-C would kill the process outright, leaving its workers behind
+    solver.parameters.catch_sigint_signal = False
     if solver.Solve(model) != cp_model.OPTIMAL:
         return None
     pick = next(i for i, x in enumerate(chosen) if solver.BooleanValue(x))

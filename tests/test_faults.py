@@ -113,6 +113,34 @@ def test_ctrl_c_stops_cleanly(tmp_path, backend):
     assert not (tmp_path / "out" / "report.json").exists()
 
 
+def test_ctrl_c_after_selecting_an_optimum_is_still_a_keyboard_interrupt(tmp_path):
+    """CP-SAT must leave Python's SIGINT handler in place: with its default it installed the
+    C default, so a Ctrl-C after the first optimum killed the process outright (no cleanup,
+    workers orphaned)."""
+    script = (
+        "import os, signal, sys, time\n"
+        "sys.path.insert(0, 'tests')\n"
+        "import oracles\n"
+        "from hardware_catalog import load_catalog\n"
+        "from provisioner.options import Constraints\n"
+        "from provisioner.runner import Runner, Verifier\n"
+        "from provisioner.select import select_optimum\n"
+        "from provisioner.study import Goal, Point\n"
+        "catalog = load_catalog()\n"
+        "design = catalog.design('splitwise-hh')\n"
+        "runner = Runner(oracles.OracleEvaluator(catalog, oracles.diagonal, 'diagonal'))\n"
+        "points = Verifier(runner, (0,)).run([Point(design, p, 12 - p, 10.0) for p in (2, 3)])\n"
+        "assert select_optimum(points, Goal('min-cost', 10.0), Constraints(), design)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(7)\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 7, (run.returncode, run.stderr[-2000:])
+
+
 def test_kill_9_while_writing_reports_leaves_old_or_new(tmp_path):
     """A writer killed with -9 at random moments: report.json is always a whole document."""
     out = tmp_path / "out"
