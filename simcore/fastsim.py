@@ -3,9 +3,12 @@
 The state is one record per request and one per machine (numpy record arrays of `REQUEST` and
 `MACHINE`), so a helper takes a machine and reads `machine.pending`, as the reference simulator
 does. Queues are intrusive linked lists threaded through the request records, so every queue
-operation is O(1); the running decodes' forward links live in their own array, `running_next`,
-because every decode iteration walks them and 8 bytes per request keep that walk in cache
-(about 15% on conversation). The core is cached on disk after the first call; with
+operation is O(1). A machine's running decodes are not walked per iteration: the machine counts
+its ended iterations (`decode_clock`), and each running decode knows the count at which it
+produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
+tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
+O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
+it finishes or is lost. The core is cached on disk after the first call; with
 PROVISION_NO_JIT=1, or without numba, the same code runs as plain Python (slow, but identical).
 
 Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
@@ -60,13 +63,14 @@ INF = np.inf
 REQUEST = np.dtype([
     # the fields a decode step touches first (one cache line)
     ("prompt", np.int64), ("output", np.int64), ("generated", np.int64),
-    ("running_prev", np.int64),     # running decodes, doubly linked (next: `running_next`)
+    ("finish_tick", np.int64),      # running: its machine's decode_clock at its last token
     ("reservation", np.int64),      # KV tokens held while it decodes: prompt + output
     ("prompt_machine", np.int64), ("token_machine", np.int64),
     ("arrival", np.float64), ("first_token", np.float64), ("finish", np.float64),
     ("kv_transfer", np.float64),
     ("queue_next", np.int64),       # prompt queue, later (remote decode) the decode wait
     ("batch_next", np.int64),       # prompts of the iteration in flight
+    ("heap_child", np.int64), ("heap_sibling", np.int64),  # the running decodes' pairing heap
     # failures (see simcore.refsim)
     ("prefill", np.int64),          # tokens its next prefill computes
     ("kv_from", np.int64),          # machine holding its KV until delivered (NONE: a replica)
@@ -91,8 +95,9 @@ MACHINE = np.dtype([
     # list heads and tails
     ("prompt_head", np.int64), ("prompt_tail", np.int64), ("prompt_len", np.int64),
     ("wait_head", np.int64), ("wait_tail", np.int64),  # decodes waiting for memory
-    ("running_head", np.int64), ("running_tail", np.int64),
+    ("running_root", np.int64),     # running decodes: root of their pairing heap
     ("running_count", np.int64), ("running_context", np.int64),  # batch and context tokens
+    ("decode_clock", np.int64),     # iterations ended; every running decode is in each
     ("batch_head", np.int64),       # prompts of the iteration in flight
     # statistics
     ("busy_s", np.float64), ("iterations", np.int64), ("batch_size_sum", np.int64),
@@ -294,34 +299,74 @@ def _pop_wait(requests, machine):
     return r
 
 
+@_inlined
+def _before(requests, a, b):
+    """Pairing-heap order: (finish tick, request)."""
+    ta, tb = requests[a].finish_tick, requests[b].finish_tick
+    return ta < tb or (ta == tb and a < b)
+
+
 @_compiled
-def _append_running(requests, running_next, machine, r):
-    """Admit request r to the machine's running decodes (doubly linked, for O(1) removal)."""
+def _meld(requests, a, b):
+    """Meld two heap roots (neither has siblings): the later becomes the earlier's first child."""
+    if _before(requests, b, a):
+        a, b = b, a
+    requests[b].heap_sibling = requests[a].heap_child
+    requests[a].heap_child = b
+    return a
+
+
+@_compiled
+def _pop_root(requests, root):
+    """The heap left when `root` is removed: its children melded in pairs left to right, then
+    the pairs melded right to left (the two-pass pairing heap, O(log n) amortized)."""
+    pairs = NONE  # melded pairs, last first, linked through heap_sibling
+    x = requests[root].heap_child
+    while x != NONE:
+        y = requests[x].heap_sibling
+        requests[x].heap_sibling = NONE
+        if y == NONE:
+            requests[x].heap_sibling = pairs
+            pairs = x
+            break
+        after = requests[y].heap_sibling
+        requests[y].heap_sibling = NONE
+        x = _meld(requests, x, y)
+        requests[x].heap_sibling = pairs
+        pairs = x
+        x = after
+    heap = NONE
+    while pairs != NONE:
+        after = requests[pairs].heap_sibling
+        requests[pairs].heap_sibling = NONE
+        heap = pairs if heap == NONE else _meld(requests, heap, pairs)
+        pairs = after
+    return heap
+
+
+@_compiled
+def _append_running(requests, machine, r):
+    """Admit request r to the machine's running decodes: its last token comes after as many
+    more iterations as it has tokens left."""
     request = requests[r]
-    running_next[r] = NONE
-    request.running_prev = machine.running_tail
-    if machine.running_tail != NONE:
-        running_next[machine.running_tail] = r
-    else:
-        machine.running_head = r
-    machine.running_tail = r
+    request.finish_tick = machine.decode_clock + request.output - request.generated
+    request.heap_child = request.heap_sibling = NONE
+    machine.running_root = r if machine.running_root == NONE else _meld(
+        requests, machine.running_root, r)
     machine.running_count += 1
     machine.running_context += request.prompt + request.generated
 
 
 @_compiled
-def _remove_running(requests, running_next, machine, r):
+def _pop_running(requests, machine):
+    """Remove the running decode that finishes first; its generated tokens made current."""
+    r = machine.running_root
     request = requests[r]
-    if request.running_prev != NONE:
-        running_next[request.running_prev] = running_next[r]
-    else:
-        machine.running_head = running_next[r]
-    if running_next[r] != NONE:
-        requests[running_next[r]].running_prev = request.running_prev
-    else:
-        machine.running_tail = request.running_prev
+    machine.running_root = _pop_root(requests, r)
+    request.generated = request.output - (request.finish_tick - machine.decode_clock)
     machine.running_count -= 1
     machine.running_context -= request.prompt + request.generated
+    return r
 
 
 # ---------------------------------------------------------------------------- mixed pool
@@ -439,31 +484,28 @@ def _touch(touched, machine, m):
 # ---------------------------------------------------------------------------- (1) iterations end
 
 @_inlined
-def _end_decodes(requests, running_next, machines, m, now):
-    """Every running decode was in this batch (the list changes only between iterations), and
-    each gains a token. Returns how many requests finished."""
+def _end_decodes(requests, machines, m, now):
+    """Every running decode was in this batch (the set changes only between iterations) and
+    gains a token; those at their last token finish. Returns how many finished."""
     machine = machines[m]
     machine.running_context += machine.running_count  # one more token of context each
+    machine.decode_clock += 1
     finished = 0
-    r = machine.running_head
-    while r != NONE:
+    while (machine.running_root != NONE
+           and requests[machine.running_root].finish_tick == machine.decode_clock):
+        r = _pop_running(requests, machine)
         request = requests[r]
-        after = running_next[r]
-        request.generated += 1
-        if request.generated == request.output:
-            request.finish = now
-            finished += 1
-            machine.committed -= request.reservation
-            machine.memory -= request.reservation
-            _remove_running(requests, running_next, machine, r)
-            if request.prompt_machine != m:
-                _leave_mixed_if_done(machine, now)
-        r = after
+        request.finish = now
+        finished += 1
+        machine.committed -= request.reservation
+        machine.memory -= request.reservation
+        if request.prompt_machine != m:
+            _leave_mixed_if_done(machine, now)
     return finished
 
 
 @_inlined
-def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools, failures, m,
+def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
                  now):
     """Each prompt yields its first token (a re-prefill after a loss yields none); its decode
     continues here, or on its token machine once the KV cache has arrived (if that machine
@@ -496,7 +538,7 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
                     _refresh(pools, machines, t, CHANGED_COMMITTED
                              | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
         elif t == m:
-            _append_running(requests, running_next, machine, r)
+            _append_running(requests, machine, r)
             _recovered(request, now)
         elif machines[t].epoch != request.token_epoch:
             request.from_epoch = machine.epoch
@@ -510,12 +552,12 @@ def _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
 
 
 @_inlined
-def _end_iteration(requests, running_next, machines, settings, kv_arrivals, pools, touched,
+def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched,
                    failures, m, now):
     machine = machines[m]
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
-    finished = _end_decodes(requests, running_next, machines, m, now)
-    finished += _end_prompts(requests, running_next, machines, settings, kv_arrivals, pools,
+    finished = _end_decodes(requests, machines, m, now)
+    finished += _end_prompts(requests, machines, settings, kv_arrivals, pools,
                              failures, m, now)
     machines[m].busy = False
     _leave_mixed_if_done(machines[m], now)
@@ -669,13 +711,13 @@ def _has_work(machine):
 
 
 @_inlined
-def _admit_decodes(requests, running_next, machine):
+def _admit_decodes(requests, machine):
     """Waiting decodes join FCFS while their reservation fits in memory."""
     while (machine.wait_head != NONE and machine.memory
            + requests[machine.wait_head].reservation <= machine.capacity):
         r = _pop_wait(requests, machine)
         machine.memory += requests[r].reservation
-        _append_running(requests, running_next, machine, r)
+        _append_running(requests, machine, r)
 
 
 @_inlined
@@ -762,9 +804,9 @@ def _take_chunks(requests, machine, m, curves, budget):
 
 
 @_inlined
-def _start_iteration(requests, running_next, machines, curves, settings, busy_heap, m, now):
+def _start_iteration(requests, machines, curves, settings, busy_heap, m, now):
     machine = machines[m]
-    _admit_decodes(requests, running_next, machine)
+    _admit_decodes(requests, machine)
     extra = 0.0
     if _chunks_now(requests, machine, settings):
         count, tokens, extra = _take_chunks(requests, machine, m, curves, settings.chunk_tokens)
@@ -816,7 +858,7 @@ def _next_repair(failures):
 
 
 @_compiled
-def _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools, failures,
+def _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures,
           m, now):
     """Machine m fails: its iteration in flight and every request whose work or KV it held are
     lost (acted on at detection); it leaves every routing tree."""
@@ -852,11 +894,8 @@ def _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, po
         if r != partial:
             _lose(requests, failures, r, RESTART, now, at)
         r = after
-    r = machine.running_head
-    while r != NONE:
-        after = running_next[r]
-        _lose(requests, failures, r, decoding, now, at)
-        r = after
+    while machine.running_root != NONE:
+        _lose(requests, failures, _pop_running(requests, machine), decoding, now, at)
     r = machine.wait_head
     while r != NONE:
         after = requests[r].queue_next
@@ -875,7 +914,7 @@ def _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, po
             kept += 1
     _heapify(kv_arrivals, kept)
     machine.prompt_head = machine.prompt_tail = machine.wait_head = machine.wait_tail = NONE
-    machine.running_head = machine.running_tail = machine.batch_head = NONE
+    machine.running_root = machine.batch_head = NONE
     machine.prompt_len = machine.running_count = machine.running_context = 0
     machine.memory = machine.pending = machine.committed = 0
     _refresh(pools, machines, m, CHANGED_ALL)
@@ -960,7 +999,7 @@ def _failure_due(failures, now):
 
 
 @_compiled
-def _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools,
+def _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
                    touched, failures, now):
     """(2a) repairs, (2b) failures, by machine index; (2c) lost requests, by request."""
     nxt = failures.next
@@ -968,7 +1007,7 @@ def _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy
         _repair(machines, pools, int(failures.repairs[nxt[1], 1]), now)
         nxt[1] += 1
     while nxt[0] < len(failures.schedule) and failures.schedule[nxt[0], 0] == now:
-        _fail(requests, running_next, machines, settings, kv_arrivals, busy_heap, pools, failures,
+        _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures,
               int(failures.schedule[nxt[0], 1]), now)
         nxt[0] += 1
     recover = failures.recover
@@ -1002,7 +1041,7 @@ def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
 
 
 @_inlined
-def _start_touched(requests, running_next, machines, curves, settings, busy_heap, touched, now):
+def _start_touched(requests, machines, curves, settings, busy_heap, touched, now):
     """(4) in machine index order, over the machines touched at this instant only."""
     visit = touched.machine
     count = touched.count[0]
@@ -1016,13 +1055,13 @@ def _start_touched(requests, running_next, machines, curves, settings, busy_heap
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, running_next, machines, curves, settings, busy_heap, m,
+            _start_iteration(requests, machines, curves, settings, busy_heap, m,
                              now)
     touched.count[0] = 0
 
 
 @_compiled
-def _run(requests, running_next, machines, curves, settings, kv_arrivals, busy_heap, pools,
+def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools,
          touched, failures):
     """The event loop; returns False if it stalls with unfinished requests."""
     n = len(requests)
@@ -1037,17 +1076,17 @@ def _run(requests, running_next, machines, curves, settings, kv_arrivals, busy_h
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
-            finished += _end_iteration(requests, running_next, machines, settings, kv_arrivals,
+            finished += _end_iteration(requests, machines, settings, kv_arrivals,
                                        pools, touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         if failing and _failure_due(failures, now):
-            _failure_steps(requests, running_next, machines, settings, kv_arrivals, busy_heap,
+            _failure_steps(requests, machines, settings, kv_arrivals, busy_heap,
                            pools, touched, failures, now)
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
-        _start_touched(requests, running_next, machines, curves, settings, busy_heap, touched,
+        _start_touched(requests, machines, curves, settings, busy_heap, touched,
                        now)  # (4)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
@@ -1093,7 +1132,9 @@ def _fill_requests(requests, arrival, prompt, output):
         request.reservation = prompt[r] + output[r]
         request.generated = 0
         request.prompt_machine = request.token_machine = NONE
-        request.queue_next = request.running_prev = request.batch_next = NONE
+        request.queue_next = request.batch_next = NONE
+        request.finish_tick = 0
+        request.heap_child = request.heap_sibling = NONE
         request.first_token = request.finish = np.nan
         request.kv_transfer = 0.0
         request.prefill = prompt[r]
@@ -1127,8 +1168,8 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     machines = np.zeros(m.count, MACHINE).view(np.recarray)
     machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
     machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
-    for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_head",
-                 "running_tail", "batch_head"):
+    for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
+                 "batch_head"):
         machines[link] = NONE
     return machines
 
@@ -1156,10 +1197,9 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
                         m.queue_threshold, m.layerwise_min_prompt_tokens, float(m.detection_s),
                         bool(m.replicate), int(m.chunk_tokens))
     failures = _new_failures(m, n)
-    running_next = np.full(n, NONE, np.int64)
     busy_heap = Heap(np.zeros(m.count), np.zeros(m.count, np.int64), np.zeros(1, np.int64))
     touched = Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64))
-    if not _run(requests, running_next, machines, _stack_curves(m.curves), settings, kv_arrivals,
+    if not _run(requests, machines, _stack_curves(m.curves), settings, kv_arrivals,
                 busy_heap, _new_pools(machines), touched, failures):
         raise Stalled("simulation stalled with unfinished requests")
 
