@@ -110,7 +110,12 @@ MACHINE = np.dtype([
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
     "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s",
-    "chunk_attention", "chunk_kv_read"])
+    "chunk_attention", "chunk_kv_read",
+    "prompt_index", "decode_index"])  # per SKU, where each of KNOT_BUCKETS buckets starts
+
+# Knots are near-uniform grids (every 16 prompt tokens; every batch size, then every 8), so a
+# query's bucket of the range gives its knot within a few steps instead of a binary search.
+KNOT_BUCKETS = 512
 
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
@@ -144,14 +149,27 @@ CHANGED_ALL = CHANGED_PENDING | CHANGED_COMMITTED | CHANGED_POOL
 # ---------------------------------------------------------------------------- latency
 
 @_compiled
-def _piecewise_linear(x, xs, ys, n):
+def _first_knot_at_or_above(x, xs, n, index):
+    """np.searchsorted(xs[:n], x) for xs[0] < x <= xs[n - 1]: the knot is between the starts of
+    x's bucket and of the next one (checked, so rounding at a bucket edge cannot mislead it)."""
+    b = min(int((x - xs[0]) * KNOT_BUCKETS / (xs[n - 1] - xs[0])), KNOT_BUCKETS - 1)
+    lo, hi = index[b], index[b + 1]
+    if (lo > 0 and xs[lo - 1] >= x) or xs[hi] < x:
+        return np.searchsorted(xs[:n], x)
+    while xs[lo] < x:
+        lo += 1
+    return lo
+
+
+@_compiled
+def _piecewise_linear(x, xs, ys, n, index):
     """Same rule as simcore.latency.piecewise_linear, on the first n knots."""
     if x <= xs[0]:
         return ys[0]
     if x > xs[n - 1]:
         slope = (ys[n - 1] - ys[n - 2]) / (xs[n - 1] - xs[n - 2])
         return ys[n - 1] + slope * (x - xs[n - 1])
-    j = np.searchsorted(xs[:n], x)
+    j = _first_knot_at_or_above(x, xs, n, index)
     if xs[j] == x:
         return ys[j]
     slope = (ys[j] - ys[j - 1]) / (xs[j] - xs[j - 1])
@@ -161,7 +179,7 @@ def _piecewise_linear(x, xs, ys, n):
 @_inlined
 def _prompt_time(curves, kind, tokens):
     return _piecewise_linear(float(tokens), curves.prompt_x[kind], curves.prompt_y[kind],
-                             curves.prompt_n[kind])
+                             curves.prompt_n[kind], curves.prompt_index[kind])
 
 
 @_inlined
@@ -182,13 +200,13 @@ def _iteration_time(curves, kind, tokens, batch, context):
     c = curves
     if batch == 0:
         return _piecewise_linear(float(tokens), c.prompt_x[kind], c.prompt_y[kind],
-                                 c.prompt_n[kind])
+                                 c.prompt_n[kind], c.prompt_index[kind])
     decode = _piecewise_linear(float(batch), c.decode_x[kind], c.decode_y[kind],
-                               c.decode_n[kind])
+                               c.decode_n[kind], c.decode_index[kind])
     if tokens == 0:
         return decode + c.context_s[kind] * float(context)
     prompt = _piecewise_linear(float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind],
-                               c.prompt_n[kind])
+                               c.prompt_n[kind], c.prompt_index[kind])
     return max(prompt, decode) + c.context_s[kind] * float(context)
 
 
@@ -1111,7 +1129,19 @@ def _stack_curves(curves) -> Curves:
         dx[i, :dn[i]], dy[i, :dn[i]] = c.decode_batch, c.decode_seconds
         ctx[i] = c.context_seconds_per_token
         attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
-    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read)
+    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, _bucket_starts(px, pn),
+                  _bucket_starts(dx, dn))
+
+
+def _bucket_starts(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per row, the first knot at or above each bucket's lower edge (KNOT_BUCKETS + 1 edges over
+    the row's range; the last is its final knot)."""
+    starts = np.zeros((len(xs), KNOT_BUCKETS + 1), np.int64)
+    for i, (row, count) in enumerate(zip(xs, n)):
+        knots = row[:count]
+        edges = np.linspace(knots[0], knots[-1], KNOT_BUCKETS + 1)
+        starts[i] = np.minimum(np.searchsorted(knots, edges), count - 1)
+    return starts
 
 
 def _new_requests(workload: Workload) -> np.recarray:
