@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
@@ -25,6 +26,27 @@ class Evaluator(Protocol):
     def identity(self) -> dict: ...
 
     def point_identity(self, point: Point) -> dict: ...
+
+
+# A search simulates the same few workload samples (a rate, the seeds) on many clusters; drawing
+# one costs about a fifth of a 2-minute simulation, so the latest samples are kept, up to
+# SAMPLE_CACHE_REQUESTS requests in all (a few MB per process; one huge window is not kept).
+SAMPLE_CACHE_REQUESTS = 2_000_000
+_SAMPLES: "OrderedDict[tuple, Workload]" = OrderedDict()
+
+
+def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int,
+                    base_seed: int) -> Workload:
+    """`source.at(...)`, the same object while it stays among the latest samples drawn."""
+    key = (source, rate_rps, duration_s, seed, base_seed)
+    if key in _SAMPLES:
+        _SAMPLES.move_to_end(key)
+        return _SAMPLES[key]
+    sample = source.at(rate_rps, duration_s, seed, base_seed=base_seed)
+    _SAMPLES[key] = sample
+    while sum(len(w) for w in _SAMPLES.values()) > SAMPLE_CACHE_REQUESTS:
+        _SAMPLES.popitem(last=False)
+    return sample
 
 
 @dataclass(frozen=True)
@@ -56,7 +78,7 @@ class SimulationEvaluator:
         adds schedule rows (a failure case)."""
         s = self.study
         cluster = Cluster(point.design, point.prompt_machines, point.token_machines)
-        requests = s.workload.at(point.rate_rps, s.duration_s, seed, base_seed=s.seed)
+        requests = workload_sample(s.workload, point.rate_rps, s.duration_s, seed, s.seed)
         options = s.sim_options
         if options.has_failures or failures:
             options = replace(options, failures=options.failures + failures, failure_seed=seed)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,13 +137,27 @@ def _chunking_stats(w: Workload, raw: dict, machines: MachineArrays) -> dict:
             "whole_prefill_s": whole}
 
 
+# A search simulates one workload sample on many clusters against one reference machine: its
+# requests' uncontended latencies are computed once per (workload, reference curves, TBT rule).
+# Entries keep their curves alive, so an id in a key is never reused while its entry exists.
+_UNCONTENDED: "weakref.WeakKeyDictionary[Workload, dict]" = weakref.WeakKeyDictionary()
+
+
+def _uncontended(w: Workload, reference, per_token: bool):
+    known = _UNCONTENDED.setdefault(w, {})
+    key = (id(reference), per_token)
+    if key not in known or known[key][0] is not reference:
+        known[key] = (reference, uncontended_latencies(w.prompt_tokens, w.output_tokens,
+                                                       reference, per_token))
+    return known[key][1]
+
+
 def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, cluster) -> SimResult:
     w = workload
     per_token = machines.tbt_per_output_token
     ttft, tbt, e2e = request_latencies(w.arrival_s, w.output_tokens, raw["first_token_s"],
                                        raw["finish_s"], per_token)
-    ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(w.prompt_tokens, w.output_tokens, reference,
-                                                       per_token)
+    ref_ttft, ref_tbt, ref_e2e = _uncontended(w, reference, per_token)
     makespan = float(np.max(raw["finish_s"]))
     iterations = raw["iterations"]
     stats = {
