@@ -136,12 +136,16 @@ Heap = namedtuple("Heap", ["key", "item", "size"])  # binary min-heap on (key, i
 
 Touched = namedtuple("Touched", ["machine", "count"])  # machines step (4) visits; count: [n]
 
-# Routing pools are tournament trees over machine indices, one row per tree: winner[tree, node]
-# is the machine with the smallest (key, index) below the node (NONE if no member) and
-# key[tree, node] its key; leaves at width/2 + machine index, the root at 1. The capacity-class
-# trees make "the best machine that can hold the request" exact: within a class all capacities
-# are equal, so a class's winner fits if any of its members does.
-Pools = namedtuple("Pools", ["winner", "key"])
+# Routing pools are tournament trees over machine indices, one row per tree: rank[tree, node] is
+# the smallest (key, index) below the node, packed as key << MACHINE_BITS | index so that one
+# integer comparison ranks two machines (EMPTY: no member); leaves at width/2 + machine index,
+# the root at 1. The capacity-class trees make "the best machine that can hold the request"
+# exact: within a class all capacities are equal, so a class's winner fits if any of its
+# members does.
+Pools = namedtuple("Pools", ["rank"])
+MACHINE_BITS = 20                  # up to 1,048,575 machines; keys (tokens) below 2**43
+MACHINE_MASK = (1 << MACHINE_BITS) - 1
+EMPTY = np.iinfo(np.int64).max
 TREE_PROMPT_PENDING, TREE_MIXED_PENDING, TREE_MIXED_COMMITTED, TREE_TOKEN_COMMITTED = 0, 1, 2, 3
 TREE_PROMPT_COMMITTED = 4  # + capacity class: own-pool prompt machines by committed tokens
 # then TREE_PROMPT_COMMITTED + classes + capacity class: every machine by load
@@ -424,7 +428,14 @@ def _key(machine, key):
 
 @_inlined
 def _classes(pools):
-    return (len(pools.winner) - TREE_PROMPT_COMMITTED) // 2
+    return (len(pools.rank) - TREE_PROMPT_COMMITTED) // 2
+
+
+@_inlined
+def _winner(pools, tree):
+    """The tree's (key, index)-smallest machine, NONE if it has no member."""
+    top = pools.rank[tree, 1]
+    return NONE if top == EMPTY else top & MACHINE_MASK
 
 
 @_inlined
@@ -474,7 +485,7 @@ def _refresh(pools, machines, m, changed):
     pool changed, else in the trees it is in whose key changed. Set its leaf, then replay the
     matches on its path to the root until a match comes out as before."""
     classes = _classes(pools)
-    leaf = pools.winner.shape[1] // 2 + m
+    leaf = pools.rank.shape[1] // 2 + m
     for slot in range(5):
         tree, member = _membership(machines[m], slot, classes)
         if tree == NONE:
@@ -482,17 +493,14 @@ def _refresh(pools, machines, m, changed):
         kind = _tree_key(tree, classes)
         if not (changed & CHANGED_POOL or (member and changed & _key_changes(kind))):
             continue
-        winner, key = pools.winner[tree], pools.key[tree]
-        winner[leaf] = m if member else NONE
-        key[leaf] = _key(machines[m], kind)
+        rank = pools.rank[tree]
+        rank[leaf] = (_key(machines[m], kind) << MACHINE_BITS | m) if member else EMPTY
         i = leaf // 2
         while i >= 1:
-            left, right = 2 * i, 2 * i + 1  # the left child holds the lower indices
-            best = right if winner[left] == NONE or (winner[right] != NONE
-                                                     and key[right] < key[left]) else left
-            if winner[i] == winner[best] and key[i] == key[best]:
+            best = min(rank[2 * i], rank[2 * i + 1])
+            if rank[i] == best:
                 break  # this match and all above it come out as before
-            winner[i], key[i] = winner[best], key[best]
+            rank[i] = best
             i //= 2
 
 
@@ -614,7 +622,7 @@ def _best_prompt_machine_that_holds(machines, pools, reservation):
     """The prompt-pool machine with the fewest committed tokens that can take the request."""
     best = NONE
     for c in range(_classes(pools)):
-        m = pools.winner[TREE_PROMPT_COMMITTED + c, 1]
+        m = _winner(pools, TREE_PROMPT_COMMITTED + c)
         if (m != NONE and machines[m].committed + reservation <= machines[m].capacity
                 and (best == NONE or machines[m].committed < machines[best].committed
                      or (machines[m].committed == machines[best].committed and m < best))):
@@ -628,7 +636,7 @@ def _least_loaded(machines, pools, reservation):
     classes = _classes(pools)
     best = NONE
     for c in range(classes):
-        m = pools.winner[TREE_PROMPT_COMMITTED + classes + c, 1]
+        m = _winner(pools, TREE_PROMPT_COMMITTED + classes + c)
         if (m != NONE and machines[m].capacity >= reservation
                 and (best == NONE or _key(machines[m], KEY_LOAD) < _key(machines[best], KEY_LOAD)
                      or (_key(machines[m], KEY_LOAD) == _key(machines[best], KEY_LOAD)
@@ -661,13 +669,13 @@ def _choose_prompt_machine(machines, settings, pools, prompt, now):
     """Own pool; with the mixed pool, unless the queue is long: the mixed pool's best, else lend
     the token machine with the fewest committed tokens. Returns (choice, lent machine), NONE
     for none."""
-    own = pools.winner[TREE_PROMPT_PENDING, 1]
+    own = _winner(pools, TREE_PROMPT_PENDING)
     if not settings.mixed_pool or (own != NONE and not _is_long(machines[own], settings, prompt)):
         return own, NONE
-    mixed = pools.winner[TREE_MIXED_PENDING, 1]
+    mixed = _winner(pools, TREE_MIXED_PENDING)
     if mixed != NONE and not _is_long(machines[mixed], settings, prompt):
         return mixed, NONE
-    lent = _lend(machines, pools, pools.winner[TREE_TOKEN_COMMITTED, 1], now)
+    lent = _lend(machines, pools, _winner(pools, TREE_TOKEN_COMMITTED), now)
     return lent, lent
 
 
@@ -675,10 +683,10 @@ def _choose_prompt_machine(machines, settings, pools, prompt, now):
 def _choose_token_machine(machines, settings, pools, reservation, now):
     """Own pool; with the mixed pool, unless it is loaded: the mixed pool's best, else lend the
     prompt machine with the fewest committed tokens that can hold the request."""
-    own = pools.winner[TREE_TOKEN_COMMITTED, 1]
+    own = _winner(pools, TREE_TOKEN_COMMITTED)
     if not settings.mixed_pool or (own != NONE and not _is_loaded(machines[own], reservation)):
         return own, NONE
-    mixed = pools.winner[TREE_MIXED_COMMITTED, 1]
+    mixed = _winner(pools, TREE_MIXED_COMMITTED)
     if mixed != NONE and not _is_loaded(machines[mixed], reservation):
         return mixed, NONE
     lent = _lend(machines, pools,
@@ -1190,8 +1198,9 @@ def _new_pools(machines: np.recarray) -> np.ndarray:
     machines.capacity_class = np.searchsorted(capacities, machines.capacity)
     trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
     leaves = 1 << max(0, int(len(machines) - 1).bit_length())
-    pools = Pools(np.full((trees, 2 * leaves), NONE, np.int64),
-                  np.zeros((trees, 2 * leaves), np.int64))
+    if len(machines) > MACHINE_MASK:
+        raise ValueError(f"the compiled core ranks at most {MACHINE_MASK} machines")
+    pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64))
     _fill_pools(pools, machines)
     return pools
 
