@@ -87,28 +87,34 @@ REQUEST = np.dtype([
 ], align=True)
 INT32_LIMIT = 2**31 - 1
 
+# The fields routing and every iteration read come first (two cache lines); indices and counts
+# of requests are int32 as in REQUEST; token sums that can grow with the run stay int64.
 MACHINE = np.dtype([
-    ("role", np.int64), ("kind", np.int64), ("capacity", np.int64),  # kind: index into curves
-    ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
-    ("busy", np.bool_), ("busy_until", np.float64),  # the iteration in flight
-    ("memory", np.int64),           # KV tokens reserved by admitted requests
     ("pending", np.int64),          # prompt tokens routed here, not yet done (routing key)
     ("committed", np.int64),        # reservations of unfinished requests decoding here (key)
-    ("in_mixed", np.bool_), ("mixed_since", np.float64),  # lent to the mixed pool
-    ("capacity_class", np.int64),   # index of its capacity among the cluster's distinct ones
-    ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
-    # list heads and tails
-    ("prompt_head", np.int64), ("prompt_tail", np.int64), ("prompt_len", np.int64),
-    ("wait_head", np.int64), ("wait_tail", np.int64),  # decodes waiting for memory
-    ("running_root", np.int64),     # running decodes: root of their pairing heap
-    ("running_count", np.int64), ("running_context", np.int64),  # batch and context tokens
+    ("memory", np.int64),           # KV tokens reserved by admitted requests
+    ("capacity", np.int64),         # KV tokens it can hold
+    ("running_context", np.int64),  # context tokens of the running decodes
     ("decode_clock", np.int64),     # iterations ended; every running decode is in each
-    ("batch_head", np.int64),       # prompts of the iteration in flight
+    ("role", np.int32), ("kind", np.int32),  # kind: index into curves
+    ("capacity_class", np.int32),   # index of its capacity among the cluster's distinct ones
+    ("epoch", np.int32),            # failures so far (a request's machine choice is per epoch)
+    # list heads and tails
+    ("prompt_head", np.int32), ("prompt_tail", np.int32), ("prompt_len", np.int32),
+    ("wait_head", np.int32), ("wait_tail", np.int32),  # decodes waiting for memory
+    ("running_root", np.int32),     # running decodes: root of their pairing heap
+    ("running_count", np.int32),    # running decodes (the decode batch)
+    ("batch_head", np.int32),       # prompts of the iteration in flight
+    ("busy", np.bool_),             # an iteration is in flight
+    ("in_mixed", np.bool_),         # lent to the mixed pool
+    ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
+    ("down", np.bool_),             # failed, not yet repaired
+    ("busy_until", np.float64), ("mixed_since", np.float64),
+    ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
+    ("detect_at", np.float64), ("up_since", np.float64),  # failures
     # statistics
     ("busy_s", np.float64), ("iterations", np.int64), ("batch_size_sum", np.int64),
     ("max_memory", np.int64), ("mixed_s", np.float64),
-    # failures
-    ("down", np.bool_), ("epoch", np.int64), ("detect_at", np.float64), ("up_since", np.float64),
     # chunked designs: prompt pieces run (a whole prompt is one) and their cost priced alone
     ("prompt_chunks", np.int64), ("chunked_prefill_s", np.float64),
 ], align=True)
