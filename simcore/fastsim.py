@@ -109,6 +109,7 @@ MACHINE = np.dtype([
     ("in_mixed", np.bool_),         # lent to the mixed pool
     ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
     ("down", np.bool_),             # failed, not yet repaired
+    ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
     ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
     ("detect_at", np.float64), ("up_since", np.float64),  # failures
@@ -148,7 +149,10 @@ Touched = namedtuple("Touched", ["machine", "count"])  # machines step (4) visit
 # the root at 1. The capacity-class trees make "the best machine that can hold the request"
 # exact: within a class all capacities are equal, so a class's winner fits if any of its
 # members does.
-Pools = namedtuple("Pools", ["rank"])
+# The load trees are read only by the fallback route (and by every route of a baseline), so a
+# change marks the machine stale and the trees are brought up to date when read: a tree is a
+# function of its leaves, so the answer is the same, and most Splitwise runs never read them.
+Pools = namedtuple("Pools", ["rank", "stale", "stale_count"])
 MACHINE_BITS = 20                  # up to 1,048,575 machines; keys (tokens) below 2**43
 MACHINE_MASK = (1 << MACHINE_BITS) - 1
 EMPTY = np.iinfo(np.int64).max
@@ -488,10 +492,8 @@ def _key_changes(key):
 @_compiled
 def _refresh(pools, machines, m, changed):
     """Re-rank machine m after `changed` (CHANGED_* bits): in every tree it can belong to if its
-    pool changed, else in the trees it is in whose key changed. Set its leaf, then replay the
-    matches on its path to the root until a match comes out as before."""
+    pool changed, else in the trees it is in whose key changed (the load tree: marked stale)."""
     classes = _classes(pools)
-    leaf = pools.rank.shape[1] // 2 + m
     for slot in range(5):
         tree, member = _membership(machines[m], slot, classes)
         if tree == NONE:
@@ -499,15 +501,39 @@ def _refresh(pools, machines, m, changed):
         kind = _tree_key(tree, classes)
         if not (changed & CHANGED_POOL or (member and changed & _key_changes(kind))):
             continue
-        rank = pools.rank[tree]
-        rank[leaf] = (_key(machines[m], kind) << MACHINE_BITS | m) if member else EMPTY
-        i = leaf // 2
-        while i >= 1:
-            best = min(rank[2 * i], rank[2 * i + 1])
-            if rank[i] == best:
-                break  # this match and all above it come out as before
-            rank[i] = best
-            i //= 2
+        if slot == 0:  # the load tree: updated when read (see Pools)
+            if not machines[m].load_stale:
+                machines[m].load_stale = True
+                pools.stale[pools.stale_count[0]] = m
+                pools.stale_count[0] += 1
+            continue
+        _set_leaf(pools.rank[tree], m, member, _key(machines[m], kind))
+
+
+@_compiled
+def _update_load_trees(pools, machines):
+    classes = _classes(pools)
+    for i in range(pools.stale_count[0]):
+        m = pools.stale[i]
+        machines[m].load_stale = False
+        tree, member = _membership(machines[m], 0, classes)
+        _set_leaf(pools.rank[tree], m, member, _key(machines[m], KEY_LOAD))
+    pools.stale_count[0] = 0
+
+
+@_inlined
+def _set_leaf(rank, m, member, key):
+    """Set machine m's leaf, then replay the matches on its path to the root until a match
+    comes out as before."""
+    leaf = len(rank) // 2 + m
+    rank[leaf] = (key << MACHINE_BITS | m) if member else EMPTY
+    i = leaf // 2
+    while i >= 1:
+        best = min(rank[2 * i], rank[2 * i + 1])
+        if rank[i] == best:
+            break  # this match and all above it come out as before
+        rank[i] = best
+        i //= 2
 
 
 @_inlined
@@ -639,6 +665,7 @@ def _best_prompt_machine_that_holds(machines, pools, reservation):
 @_compiled
 def _least_loaded(machines, pools, reservation):
     """Fallback (and baseline): fewest pending + committed tokens among machines that fit."""
+    _update_load_trees(pools, machines)
     classes = _classes(pools)
     best = NONE
     for c in range(classes):
@@ -1206,7 +1233,8 @@ def _new_pools(machines: np.recarray) -> np.ndarray:
     leaves = 1 << max(0, int(len(machines) - 1).bit_length())
     if len(machines) > MACHINE_MASK:
         raise ValueError(f"the compiled core ranks at most {MACHINE_MASK} machines")
-    pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64))
+    pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64),
+                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64))
     _fill_pools(pools, machines)
     return pools
 
