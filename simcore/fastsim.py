@@ -51,6 +51,34 @@ except ImportError:  # pragma: no cover - exercised with PROVISION_NO_JIT=1
             return args[0]
         return lambda f: f
 
+
+def _import_numba_arrays_without_blas_probe() -> None:
+    """numba's array library checks for scipy's BLAS when it is first imported, which the first
+    call of the cached core does: that imports scipy.linalg, 0.2-0.3 s of every process start
+    (each CLI run, each worker), for BLAS the core never calls. The check is answered 'absent'
+    for that import only (numba then computes the few inner products it would hand to BLAS with
+    its own loop); np.dot and numpy.linalg in other numba code find BLAS as usual."""
+    import sys
+    try:
+        from numba.np import linalg
+    except ImportError:  # pragma: no cover - another numba layout: nothing to skip
+        return
+    probe = getattr(linalg, "ensure_blas", None)
+    if probe is None or "numba.np.arraymath" in sys.modules:
+        return
+
+    def absent():
+        raise ImportError("BLAS is not needed by the provision core")
+    linalg.ensure_blas = absent
+    try:
+        import numba.np.arraymath  # noqa: F401  (runs the check once, now)
+    finally:
+        linalg.ensure_blas = probe
+
+
+if JIT:
+    _import_numba_arrays_without_blas_probe()
+
 # The core allocates nothing, so it runs without numba's runtime (_nrt=False): with the runtime,
 # every call reference-counts each array argument, which cost 1.5-3x. Steps are inlined into the
 # event loop.
