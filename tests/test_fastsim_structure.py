@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore import LatencyCurves, Workload
 from simcore import fastsim
@@ -65,8 +67,9 @@ def test_stall_is_reported():
 
 def test_piecewise_linear_matches_the_numpy_rule():
     xs, ys = CURVES.prompt_tokens, CURVES.prompt_seconds
+    index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
     for x in [0.0, 1.0, 3.0, 512.0, 700.5, 8192.0, 9000.0]:
-        assert fastsim._piecewise_linear(x, xs, ys, len(xs)) == pytest.approx(
+        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index) == pytest.approx(
             float(piecewise_linear(np.array([x]), xs, ys)[0]), rel=1e-15)
 
 
@@ -87,16 +90,16 @@ def pools_for(name, pending, committed, in_mixed=()):
 
 def test_routing_ties_go_to_the_lowest_index():
     ms, pools = pools_for("splitwise", [5, 3, 3, 0, 0], [0, 0, 0, 4, 4])
-    assert pools.winner[fastsim.TREE_PROMPT_PENDING, 1] == 1
-    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 3
-    assert pools.winner[fastsim.TREE_MIXED_COMMITTED, 1] == fastsim.NONE
+    assert fastsim._winner(pools, fastsim.TREE_PROMPT_PENDING) == 1
+    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 3
+    assert fastsim._winner(pools, fastsim.TREE_MIXED_COMMITTED) == fastsim.NONE
     ms.in_mixed[3] = True
     fastsim._refresh(pools, ms, 3, fastsim.CHANGED_POOL)
-    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 4
-    assert pools.winner[fastsim.TREE_MIXED_COMMITTED, 1] == 3
+    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 4
+    assert fastsim._winner(pools, fastsim.TREE_MIXED_COMMITTED) == 3
     ms.committed[4] = 3
     fastsim._refresh(pools, ms, 4, fastsim.CHANGED_COMMITTED)
-    assert pools.winner[fastsim.TREE_TOKEN_COMMITTED, 1] == 4
+    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 4
     ms.committed[3] = 1  # loads 5, 3, 3, 1, 3; the token machines hold 6000
     fastsim._refresh(pools, ms, 3, fastsim.CHANGED_COMMITTED)
     assert fastsim._least_loaded(ms, pools, 100) == 3
@@ -124,7 +127,7 @@ def test_trees_agree_with_a_scan_after_random_updates():
                 (fastsim.TREE_MIXED_PENDING, ms.in_mixed, ms.pending),
                 (fastsim.TREE_MIXED_COMMITTED, ms.in_mixed, ms.committed)]:
             expect = min(zip(key[pool], idx[pool]), default=(0, fastsim.NONE))[1]
-            assert pools.winner[tree, 1] == expect
+            assert fastsim._winner(pools, tree) == expect
         reservation = int(rng.integers(2990, 9010))
         fits = (ms.role == ROLE_PROMPT) & own & (ms.committed + reservation <= ms.capacity)
         expect = min(zip(ms.committed[fits], idx[fits]), default=(0, fastsim.NONE))[1]
@@ -133,3 +136,50 @@ def test_trees_agree_with_a_scan_after_random_updates():
         load = ms.pending + ms.committed
         expect = min(zip(load[fits], idx[fits]), default=(0, fastsim.NONE))[1]
         assert fastsim._least_loaded(ms, pools, reservation) == expect
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.sampled_from([0.5, 1.0, 8.0, 16.0, 15.0, 1000.0]), min_size=1,
+                      max_size=300),
+       queries=st.lists(st.floats(-10.0, 5e5, allow_nan=False), min_size=1, max_size=50))
+def test_bucketed_knot_search_is_searchsorted(steps, queries):
+    """The compiled core finds a curve's knot through buckets of its range; on any grid (near
+    uniform or not, queries on knots, on bucket edges and between) it is np.searchsorted's."""
+    xs = np.concatenate([[1.0], 1.0 + np.cumsum(steps)])
+    ys = np.sqrt(xs) * 3.0
+    index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
+    inside = [x for x in queries + list(xs) + list(xs + 0.25) if xs[0] < x <= xs[-1]]
+    for x in inside:
+        assert fastsim._first_knot_at_or_above(x, xs, len(xs), index) == np.searchsorted(xs, x)
+    curve = LatencyCurves(xs, ys, np.array([1.0, 2.0]), np.array([1.0, 2.0]), 0.0)
+    for x in queries:
+        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index) == pytest.approx(
+            curve.prompt_time(np.array([x]))[0], rel=1e-12, abs=1e-12)
+
+
+def test_running_decodes_leave_by_last_token_then_index():
+    """The pairing heap of a machine's running decodes yields them by (finish tick, request),
+    with interleaved admissions, and keeps the batch's context tokens."""
+    rng = np.random.default_rng(3)
+    n = 300
+    w = Workload("t", np.zeros(n), rng.integers(1, 50, n).astype(np.int64),
+                 rng.integers(2, 40, n).astype(np.int64))
+    requests = fastsim._new_requests(w)
+    requests.generated[:] = rng.integers(0, 2, n)
+    ms = fastsim._new_machines(machines([ROLE_TOKEN], [10**9]))
+    machine = ms[0]
+    expected = []
+    for r in range(n):
+        fastsim._append_running(requests, machine, r)
+        expected.append((int(requests.output[r] - requests.generated[r]), r))
+        if r % 3 == 2:  # pop one between admissions
+            assert fastsim._pop_running(requests, machine) == min(expected)[1]
+            expected.remove(min(expected))
+    assert machine.running_count == len(expected)
+    context = sum(int(requests.prompt[r] + requests.generated[r]) for _, r in expected)
+    assert machine.running_context == context
+    got, order = [], sorted(expected)
+    while machine.running_root != fastsim.NONE:
+        got.append(fastsim._pop_running(requests, machine))
+    assert got == [r for _, r in order]
+    assert machine.running_count == 0 and machine.running_context == 0

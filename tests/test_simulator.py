@@ -256,23 +256,3 @@ def test_uncompiled_fast_core_gives_the_same_answer():
         results[flag] = json.loads(run.stdout)
     assert results[""]["jit"] is True and results["1"]["jit"] is False
     np.testing.assert_allclose(results["1"]["finish"], results[""]["finish"], rtol=1e-12)
-
-
-@settings(max_examples=60, deadline=None)
-@given(steps=st.lists(st.sampled_from([0.5, 1.0, 8.0, 16.0, 15.0, 1000.0]), min_size=1,
-                      max_size=300),
-       queries=st.lists(st.floats(-10.0, 5e5, allow_nan=False), min_size=1, max_size=50))
-def test_bucketed_knot_search_is_searchsorted(steps, queries):
-    """The compiled core finds a curve's knot through buckets of its range; on any grid (near
-    uniform or not, queries on knots, on bucket edges and between) it is np.searchsorted's."""
-    from simcore.fastsim import _bucket_starts, _first_knot_at_or_above, _piecewise_linear
-    xs = np.concatenate([[1.0], 1.0 + np.cumsum(steps)])
-    ys = np.sqrt(xs) * 3.0
-    index = _bucket_starts(xs[None, :], np.array([len(xs)]))[0]
-    inside = [x for x in queries + list(xs) + list(xs + 0.25) if xs[0] < x <= xs[-1]]
-    for x in inside:
-        assert _first_knot_at_or_above(x, xs, len(xs), index) == np.searchsorted(xs, x)
-    curve = LatencyCurves(xs, ys, np.array([1.0, 2.0]), np.array([1.0, 2.0]), 0.0)
-    for x in queries:
-        assert _piecewise_linear(x, xs, ys, len(xs), index) == pytest.approx(
-            curve.prompt_time(np.array([x]))[0], rel=1e-12, abs=1e-12)
