@@ -113,6 +113,25 @@ def test_fast_core_agrees_with_reference(cluster, workload, perf, opts):
                                  "e2e_s"))
 
 
+@st.composite
+def large_fleets(draw):
+    """Hundreds of machines (routing trees 7-10 levels deep), Splitwise or baseline."""
+    design = CATALOG.design(draw(st.sampled_from(["splitwise-hh", "splitwise-ha", "splitwise-aa",
+                                                  "baseline-h100", "sarathi-a100"])))
+    if design.is_baseline:
+        return Cluster(design, draw(st.integers(100, 700)))
+    return Cluster(design, draw(st.integers(60, 500)), draw(st.integers(30, 300)))
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cluster=large_fleets(), workload=workloads(max_requests=60), perf=perf_models,
+       opts=options)
+def test_engines_agree_on_large_fleets_with_a_few_requests(cluster, workload, perf, opts):
+    """Ties among hundreds of idle machines go to the lowest index in both engines."""
+    assert_engines_agree(*both_engines(cluster, workload, perf, opts))
+
+
 @SETTINGS
 @given(cluster=clusters(), workload=workloads(), perf=perf_models, opts=options)
 def test_invariants(cluster, workload, perf, opts):
