@@ -67,10 +67,16 @@ def test_unwritable_cache_runs_uncached_with_a_warning(tmp_path):
     assert (out / "report.json").exists()
 
 
+def _default_sigint() -> None:
+    """In the child before it starts: SIGINT as a terminal gives it. A test run started in the
+    background inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "provisioner.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, start_new_session=True)
+                            cwd=tmp_path, start_new_session=True, preexec_fn=_default_sigint)
 
 
 def _group_alive(pgid: int) -> list[str]:
@@ -137,7 +143,7 @@ def test_ctrl_c_after_selecting_an_optimum_is_still_a_keyboard_interrupt(tmp_pat
         "except KeyboardInterrupt:\n"
         "    sys.exit(7)\n")
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, preexec_fn=_default_sigint)
     assert run.returncode == 7, (run.returncode, run.stderr[-2000:])
 
 
