@@ -338,14 +338,24 @@ class Runner:
             return []
         if self.backend == "loky" and (self.jobs == 1 or len(samples) == 1):
             return [_outcome_of(self.evaluator, s) for s in samples]
+        if self.backend == "loky":
+            return self._evaluate_locally(samples)
         from joblib import Parallel, delayed, parallel_config  # only parallel runs need joblib
         self._connect()
-        parent = os.getpid() if self.backend == "loky" or not self.address else None
+        parent = None if self.address else os.getpid()
         tasks = (delayed(_outcome_in_worker)(self.evaluator, s, parent) for s in samples)
-        if self.backend == "loky":
-            return Parallel(n_jobs=min(self.jobs, len(samples)), backend="loky")(tasks)
         with parallel_config(backend=self.backend):
             return Parallel(n_jobs=-1 if self.backend == "ray" else self.jobs)(tasks)
+
+    def _evaluate_locally(self, samples: list[Sample]) -> list[Outcome]:
+        """The samples on this machine's worker processes (loky's, kept for the whole run),
+        submitted directly: a search asks for a few points at a time, and a joblib.Parallel
+        call costs about 11 ms of set-up per batch where a submission costs about 0.2 ms."""
+        from joblib.externals.loky import get_reusable_executor
+        executor = get_reusable_executor(max_workers=self.jobs)
+        futures = [executor.submit(_outcome_in_worker, self.evaluator, s, os.getpid())
+                   for s in samples]
+        return [future.result() for future in futures]
 
     def _connect(self) -> None:
         """Start or join the distributed cluster once per runner."""
