@@ -123,7 +123,8 @@ def optimum_table(document: dict) -> Table:
 
 
 def _price(entry: dict) -> str:
-    """The failure-aware optimum's cost against the plain one, restart / replicate."""
+    """The failure-aware optimum's cost (max-rate: rate) against the plain one, restart /
+    replicate."""
     resilience = entry.get("resilience") or {}
     cells = []
     for policy in ("restart", "replicate"):

@@ -540,6 +540,7 @@ def _refresh(pools, machines, m, changed):
 
 @_compiled
 def _update_load_trees(pools, machines):
+    """Bring the stale machines' load-tree leaves (and their paths) up to date."""
     classes = _classes(pools)
     for i in range(pools.stale_count[0]):
         m = pools.stale[i]
@@ -596,8 +597,7 @@ def _end_decodes(requests, machines, m, now):
 
 
 @_inlined
-def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
-                 now):
+def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, now):
     """Each prompt yields its first token (a re-prefill after a loss yields none); its decode
     continues here, or on its token machine once the KV cache has arrived (if that machine
     failed meanwhile, on one chosen at detection). Returns how many requests finished."""
@@ -643,13 +643,13 @@ def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
 
 
 @_inlined
-def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched,
-                   failures, m, now):
+def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched, failures, m,
+                   now):
     machine = machines[m]
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
     finished = _end_decodes(requests, machines, m, now)
-    finished += _end_prompts(requests, machines, settings, kv_arrivals, pools,
-                             failures, m, now)
+    finished += _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
+                             now)
     machines[m].busy = False
     _leave_mixed_if_done(machines[m], now)
     _refresh(pools, machines, m, _changes(machine, pending, committed, in_mixed))
@@ -950,8 +950,7 @@ def _next_repair(failures):
 
 
 @_compiled
-def _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures,
-          m, now):
+def _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures, m, now):
     """Machine m fails: its iteration in flight and every request whose work or KV it held are
     lost (acted on at detection); it leaves every routing tree."""
     machine = machines[m]
@@ -1091,8 +1090,8 @@ def _failure_due(failures, now):
 
 
 @_compiled
-def _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
-                   touched, failures, now):
+def _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools, touched,
+                   failures, now):
     """(2a) repairs, (2b) failures, by machine index; (2c) lost requests, by request."""
     nxt = failures.next
     while nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] == now:
@@ -1147,14 +1146,13 @@ def _start_touched(requests, machines, curves, settings, busy_heap, touched, now
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, machines, curves, settings, busy_heap, m,
-                             now)
+            _start_iteration(requests, machines, curves, settings, busy_heap, m, now)
     touched.count[0] = 0
 
 
 @_compiled
-def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools,
-         touched, failures):
+def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, touched,
+         failures):
     """The event loop; returns False if it stalls with unfinished requests."""
     n = len(requests)
     next_arrival = 0
@@ -1168,18 +1166,17 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools,
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
-            finished += _end_iteration(requests, machines, settings, kv_arrivals,
-                                       pools, touched, failures, m, now)
+            finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
+                                       touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         if failing and _failure_due(failures, now):
-            _failure_steps(requests, machines, settings, kv_arrivals, busy_heap,
-                           pools, touched, failures, now)
+            _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
+                           touched, failures, now)
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
-        _start_touched(requests, machines, curves, settings, busy_heap, touched,
-                       now)  # (4)
+        _start_touched(requests, machines, curves, settings, busy_heap, touched, now)  # (4)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
             machines[m].mixed_s += end_time - machines[m].mixed_since
@@ -1219,8 +1216,8 @@ def _bucket_starts(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def _new_requests(workload: Workload) -> np.recarray:
-    if len(workload) > INT32_LIMIT or int(np.max(workload.prompt_tokens + workload.output_tokens)
-                                          ) * 2 > INT32_LIMIT:
+    longest = int(np.max(workload.prompt_tokens + workload.output_tokens))
+    if len(workload) > INT32_LIMIT or 2 * longest > INT32_LIMIT:  # 2x: recomputed tokens too
         raise ValueError("the compiled core holds request indices and token counts in 32 bits")
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
     _fill_requests(requests, np.ascontiguousarray(workload.arrival_s, dtype=np.float64),
@@ -1283,6 +1280,10 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     return machines
 
 
+def _new_heap(capacity: int) -> Heap:
+    return Heap(np.zeros(capacity), np.zeros(capacity, np.int64), np.zeros(1, np.int64))
+
+
 def _new_failures(m: MachineArrays, n: int) -> Failures:
     schedule = np.ascontiguousarray(m.failures, dtype=np.float64).reshape(-1, 3)
     ends = schedule[:, 0] + schedule[:, 2]
@@ -1293,7 +1294,7 @@ def _new_failures(m: MachineArrays, n: int) -> Failures:
             else np.ascontiguousarray(m.replica_peer, dtype=np.int64))
     size = n if len(schedule) else 0
     return Failures(schedule, repairs, peer,
-                    Heap(np.zeros(size), np.zeros(size, np.int64), np.zeros(1, np.int64)),
+                    _new_heap(size),
                     np.zeros(2, np.int64))
 
 
@@ -1301,12 +1302,12 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
-    kv_arrivals = Heap(np.zeros(n), np.zeros(n, np.int64), np.zeros(1, np.int64))
+    kv_arrivals = _new_heap(n)
     settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
                         m.queue_threshold, m.layerwise_min_prompt_tokens, float(m.detection_s),
                         bool(m.replicate), int(m.chunk_tokens))
     failures = _new_failures(m, n)
-    busy_heap = Heap(np.zeros(m.count), np.zeros(m.count, np.int64), np.zeros(1, np.int64))
+    busy_heap = _new_heap(m.count)
     touched = Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64))
     if not _run(requests, machines, _stack_curves(m.curves), settings, kv_arrivals,
                 busy_heap, _new_pools(machines), touched, failures):

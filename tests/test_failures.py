@@ -403,3 +403,30 @@ def test_engines_agree_on_busy_clusters_with_many_failures(design, prompt, token
         np.testing.assert_array_equal(fast.failure_stats[key], ref.failure_stats[key])
     np.testing.assert_array_equal(fast.machine_stats["iterations"],
                                   ref.machine_stats["iterations"])
+
+
+def test_resilience_rows_follow_the_goal():
+    """Cost goals show cost and power against the plain optimum; max-rate shows the rate given
+    up, in every feasible cell (also when no failure-aware optimum exists)."""
+    from provisioner.tables import resilience_rows
+
+    def document(goal, restart):
+        plain = {"prompt_machines": 27, "token_machines": 5, "rate_rps": 70.0,
+                 "cost_per_hour": 1216.0, "power_kw": 172.5}
+        return {"inputs": {"goal": {"name": goal}},
+                "designs": [{"design": "splitwise-hh", "resilience": {
+                    "plain": plain, "restart": restart, "replicate": None}}]}
+
+    cost = document("min-cost", {"prompt_machines": 28, "token_machines": 5, "rate_rps": 70.0,
+                                 "cost_per_hour": 1254.0, "power_kw": 177.9,
+                                 "cost_ratio": 1254 / 1216, "power_ratio": 177.9 / 172.5})
+    assert resilience_rows(cost) == [("splitwise-hh", [
+        "27P+5T $1,216/h 172.5 kW", "28P+5T $1,254/h 177.9 kW (+3.1% cost, +3.1% power)",
+        "infeasible"])]
+    rate = document("max-rate", {"prompt_machines": 27, "token_machines": 5, "rate_rps": 63.0,
+                                 "cost_per_hour": 1216.0, "power_kw": 172.5,
+                                 "cost_ratio": 1.0, "power_ratio": 1.0, "rate_ratio": 0.9})
+    assert resilience_rows(rate) == [("splitwise-hh", [
+        "27P+5T 70 req/s $1,216/h", "27P+5T 63 req/s $1,216/h (-10.0% rate)", "infeasible"])]
+    none_survive = document("max-rate", None)
+    assert resilience_rows(none_survive)[0][1][0] == "27P+5T 70 req/s $1,216/h"
