@@ -3,12 +3,15 @@
 Prints the wall time of `provision --version`, of `provision simulate` (BLOOM-176B
 Splitwise-HH 27P + 3T, the 2-minute coding workload at 70 req/s) and of the default
 `provision search` without the evaluation cache (its summary line gives simulations per
-second), each the median and best of several runs after one untimed run (which loads or
-builds the compiled core). With --cold, the compiled core is built from scratch first, in an
-empty numba cache directory, and that first run is timed too.
+second), each the median and best of several runs after one untimed run. It says which
+build of the simulator core runs (simcore.fastsim.CORE: "aot", compiled at install; "jit",
+compiled by numba on first use and cached). With --cold, the first search after install is
+timed too, in an empty numba cache directory; with --no-aot, the install-time build is ignored
+(PROVISION_NO_AOT=1), as on an install without a C compiler.
 
-    python bench/startup_bench.py            # warm: the compiled core already cached
-    python bench/startup_bench.py --cold     # also the first run after install
+    python bench/startup_bench.py                  # as installed
+    python bench/startup_bench.py --cold           # also the first run after install
+    python bench/startup_bench.py --cold --no-aot  # the same without the install-time build
 """
 from __future__ import annotations
 
@@ -50,16 +53,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", action="store_true",
                         help="first build the compiled core in an empty cache and time that")
+    parser.add_argument("--no-aot", action="store_true",
+                        help="ignore the install-time build of the core (numba compiles it)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per command")
     args = parser.parse_args()
     env = dict(os.environ)
+    if args.no_aot:
+        env["PROVISION_NO_AOT"] = "1"
+    core = subprocess.run([sys.executable, "-c", "from simcore import fastsim; print(fastsim.CORE)"],
+                          env=env, capture_output=True, text=True).stdout.strip()
+    print(f"simulator core: {core}")
     with tempfile.TemporaryDirectory() as work:
         out = str(Path(work) / "report")
         search = ["search", "--no-cache", "--out", out]
         if args.cold:
             env["NUMBA_CACHE_DIR"] = str(Path(work) / "numba-cache")
             wall, _ = provision(search, env, work)
-            print(f"{'search, cold (builds the core)':34} {wall:8.2f}")
+            print(f"{'search, first run after install':34} {wall:8.2f}")
         print(f"{'command':34} {'median s':>8} {'best s':>8}")
         timed("provision --version", ["--version"], env, work, args.runs)
         timed("provision simulate (2 min, 70/s)", SIMULATE, env, work, args.runs)

@@ -22,8 +22,9 @@ COMPILE_NOTICE_S = 1.5   # a warm simulation takes milliseconds: longer means nu
 
 @contextmanager
 def compile_notice(enabled: bool = True) -> Iterator[None]:
-    """Say what is happening when the first simulation is slow: on a fresh install numba
-    compiles the simulator core (~10-30 s, cached on disk for every later run)."""
+    """Say what is happening when the first simulation is slow: without the install-time
+    build of the simulator core (simcore/aot.py), numba compiles it (~25 s, cached on disk for
+    every later run)."""
     if not enabled:
         yield
         return
@@ -35,8 +36,8 @@ def compile_notice(enabled: bool = True) -> Iterator[None]:
         with lock:
             if status is None:
                 status = Console(stderr=True).status(
-                    "compiling the simulator core (first run after install; cached for later "
-                    "runs)...")
+                    "compiling the simulator core with numba (it was not compiled at install, "
+                    "or its sources changed; cached for later runs)...")
                 status.start()
 
     timer = threading.Timer(COMPILE_NOTICE_S, show)

@@ -8,8 +8,13 @@ its ended iterations (`decode_clock`), and each running decode knows the count a
 produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
 tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
-it finishes or is lost. The core is cached on disk after the first call; with
-PROVISION_NO_JIT=1, or without numba, the same code runs as plain Python (slow, but identical).
+it finishes or is lost.
+
+Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
+`simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
+in a fresh process); otherwise "jit", numba compiling on first call and caching on disk; with
+PROVISION_NO_JIT=1, or without numba, "python": the same code as plain Python (slow, but
+identical). PROVISION_NO_AOT=1 skips the install-time build.
 
 Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
 machine index; (2) KV caches that arrive, by (time, request); (3) requests that arrive, routed at
@@ -30,26 +35,54 @@ piece of its full length, so both policies end an iteration the same way.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import namedtuple
+from pathlib import Path
 
 import numpy as np
 
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, MachineArrays, Stalled
 from simcore.workload import Workload
 
+# The functions Python calls; everything else is compiled into them.
+ENTRY_POINTS = ("_fill_requests", "_fill_pools", "_run")
+CORE_SOURCES = ("fastsim.py", "cluster.py")  # cluster.py: the role constants compiled in
+
+
+def source_digest() -> int:
+    """60 bits of the SHA-256 of the core's sources: the install-time build records it, and is
+    used only while the sources still match."""
+    digest = hashlib.sha256()
+    for name in CORE_SOURCES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return int(digest.hexdigest()[:15], 16)
+
+
+def _ahead_of_time_build():
+    if os.environ.get("PROVISION_NO_JIT") or os.environ.get("PROVISION_NO_AOT"):
+        return None
+    try:
+        from simcore import _core
+    except ImportError:  # not built (no compiler at install, or a checkout): numba compiles
+        return None
+    return _core if _core.source_digest() == source_digest() else None
+
+
+_AOT = _ahead_of_time_build()
 try:
-    if os.environ.get("PROVISION_NO_JIT"):
+    if _AOT is not None or os.environ.get("PROVISION_NO_JIT"):
         raise ImportError
     from numba import njit
-    JIT = True
-except ImportError:  # pragma: no cover - exercised with PROVISION_NO_JIT=1
-    JIT = False
+    CORE = "jit"
+except ImportError:  # the install-time build, or plain Python (PROVISION_NO_JIT=1)
+    CORE = "aot" if _AOT is not None else "python"
 
     def njit(*args, **kwargs):
         if args and callable(args[0]):
             return args[0]
         return lambda f: f
+JIT = CORE != "python"  # compiled, one way or the other
 
 
 def _import_numba_arrays_without_blas_probe() -> None:
@@ -76,7 +109,7 @@ def _import_numba_arrays_without_blas_probe() -> None:
         linalg.ensure_blas = probe
 
 
-if JIT:
+if CORE == "jit":
     _import_numba_arrays_without_blas_probe()
 
 # The core allocates nothing, so it runs without numba's runtime (_nrt=False): with the runtime,
@@ -1298,20 +1331,29 @@ def _new_failures(m: MachineArrays, n: int) -> Failures:
                     np.zeros(2, np.int64))
 
 
-def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
-    """Run the compiled core; returns the same dictionary as the reference simulator."""
+def _new_settings(m: MachineArrays) -> Settings:
+    # Each field cast to one type: the install-time build is compiled for exactly these.
+    return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
+                    int(m.prompt_token_limit), int(m.queue_threshold),
+                    int(m.layerwise_min_prompt_tokens), float(m.detection_s),
+                    bool(m.replicate), int(m.chunk_tokens))
+
+
+def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
+    """The event loop's arguments: fresh records and structures for one run."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
-    kv_arrivals = _new_heap(n)
-    settings = Settings(m.kv_bytes_per_token, m.layers, m.mixed_pool, m.prompt_token_limit,
-                        m.queue_threshold, m.layerwise_min_prompt_tokens, float(m.detection_s),
-                        bool(m.replicate), int(m.chunk_tokens))
-    failures = _new_failures(m, n)
-    busy_heap = _new_heap(m.count)
-    touched = Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64))
-    if not _run(requests, machines, _stack_curves(m.curves), settings, kv_arrivals,
-                busy_heap, _new_pools(machines), touched, failures):
+    return (requests, machines, _stack_curves(m.curves), _new_settings(m), _new_heap(n),
+            _new_heap(m.count), _new_pools(machines),
+            Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
+
+
+def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
+    """Run the compiled core; returns the same dictionary as the reference simulator."""
+    arguments = run_arguments(workload, m)
+    if not _run(*arguments):
         raise Stalled("simulation stalled with unfinished requests")
+    requests, machines = arguments[0], arguments[1]
 
     def column(records, name):  # counts and indices as int64, whatever the record holds
         values = records[name]
@@ -1332,3 +1374,7 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
                 "recoveries": column(requests, "recoveries"),
                 "recomputed_tokens": column(requests, "recomputed"),
                 "recovery_s": column(requests, "recovery_s")})}
+
+
+if _AOT is not None:  # the same entry points, compiled at install
+    _fill_requests, _fill_pools, _run = (getattr(_AOT, name) for name in ENTRY_POINTS)
