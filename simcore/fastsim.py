@@ -8,7 +8,9 @@ its ended iterations (`decode_clock`), and each running decode knows the count a
 produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
 tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
-it finishes or is lost.
+it finishes or is lost. Without failures, a baseline or token machine's decode-only iterations
+up to its next finish are one event (a run, cut where a prompt or KV cache arrives for it), so a
+colocated machine with a small batch costs one event per finish or arrival, not per token.
 
 Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
 `simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
@@ -157,6 +159,7 @@ MACHINE = np.dtype([
     ("capacity", np.int64),         # KV tokens it can hold
     ("running_context", np.int64),  # context tokens of the running decodes
     ("decode_clock", np.int64),     # iterations ended; every running decode is in each
+    ("run_ticks", np.int64),        # iterations in flight (a run of decode-only ones; see (4))
     ("role", np.int32), ("kind", np.int32),  # kind: index into curves
     ("capacity_class", np.int32),   # index of its capacity among the cluster's distinct ones
     ("epoch", np.int32),            # failures so far (a request's machine choice is per epoch)
@@ -172,6 +175,7 @@ MACHINE = np.dtype([
     ("down", np.bool_),             # failed, not yet repaired
     ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
+    ("run_start", np.float64), ("run_busy_s", np.float64),  # a run's start, busy_s before it
     ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
     ("detect_at", np.float64), ("up_since", np.float64),  # failures
     # statistics
@@ -613,8 +617,8 @@ def _end_decodes(requests, machines, m, now):
     """Every running decode was in this batch (the set changes only between iterations) and
     gains a token; those at their last token finish. Returns how many finished."""
     machine = machines[m]
-    machine.running_context += machine.running_count  # one more token of context each
-    machine.decode_clock += 1
+    machine.running_context += machine.running_count * machine.run_ticks  # a token each
+    machine.decode_clock += machine.run_ticks
     finished = 0
     while (machine.running_root != NONE
            and requests[machine.running_root].finish_tick == machine.decode_clock):
@@ -929,7 +933,7 @@ def _take_chunks(requests, machine, m, curves, budget):
 
 
 @_inlined
-def _start_iteration(requests, machines, curves, settings, busy_heap, m, now):
+def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, runs):
     machine = machines[m]
     _admit_decodes(requests, machine)
     extra = 0.0
@@ -941,16 +945,71 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now):
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
-    duration = _iteration_time(curves, machine.kind, tokens, decodes,
-                               machine.running_context) + extra
     machine.busy = True
-    machine.busy_until = now + duration
+    if runs and count == 0 and machine.role != ROLE_PROMPT and not machine.in_mixed:
+        _start_decode_run(requests, machine, curves, now)
+    else:
+        duration = _iteration_time(curves, machine.kind, tokens, decodes,
+                                   machine.running_context) + extra
+        machine.run_ticks = 1
+        machine.busy_until = now + duration
+        machine.busy_s += duration
     _heap_push(busy_heap, machine.busy_until, m)
-    machine.busy_s += duration
-    machine.iterations += 1
-    machine.batch_size_sum += count + decodes
+    machine.iterations += machine.run_ticks
+    machine.batch_size_sum += (count + decodes) * machine.run_ticks
     if machine.memory > machine.max_memory:
         machine.max_memory = machine.memory
+
+
+@_inlined
+def _start_decode_run(requests, machine, curves, now):
+    """A decode machine's decode-only iterations up to the one where its first decode finishes,
+    as one event (baseline and token machines in their own pool; failures are off, see
+    `_run`). Only new work changes them: a prompt routed to the machine or a KV cache arriving
+    for it cuts the run at the iteration in flight (`_cut_run`); other events (tokens committed
+    to it, memory freed elsewhere) change nothing an iteration end does. Each iteration's time
+    is the one it would have had alone (same terms, same order), so the results are those of
+    ending the iterations one by one."""
+    machine.run_start, machine.run_busy_s = now, machine.busy_s
+    machine.run_ticks = requests[machine.running_root].finish_tick - machine.decode_clock
+    machine.busy_until = _run_iterations(machine, curves, machine.run_ticks, INF)
+
+
+@_inlined
+def _run_iterations(machine, curves, ticks, until):
+    """Replay the run from its start for `ticks` iterations or to the first iteration end at or
+    after `until`, adding each iteration's time to busy_s; sets run_ticks, returns the end."""
+    decodes = machine.running_count
+    c, k = curves, machine.kind
+    decode = _piecewise_linear(float(decodes), c.decode_x[k], c.decode_y[k], c.decode_n[k],
+                               c.decode_index[k])
+    machine.busy_s = machine.run_busy_s
+    end = machine.run_start
+    run = 0
+    while run < ticks and end < until:
+        duration = decode + c.context_s[k] * float(machine.running_context + run * decodes) + 0.0
+        end = end + duration
+        machine.busy_s += duration
+        run += 1
+    machine.run_ticks = run
+    return end
+
+
+@_inlined
+def _cut_run(machines, curves, busy_heap, m, now):
+    """Work arrived for machine m during a run: the run ends with the iteration in flight (its
+    end at or after now), where the machine would have taken the work. The heap entry of the
+    old end stays, ignored when popped (see `_run`); one per routed prompt or arrived KV cache
+    at most, hence the busy heap's room for 2 x requests more entries than machines."""
+    machine = machines[m]
+    ticks = machine.run_ticks
+    end = _run_iterations(machine, curves, ticks, now)
+    if machine.run_ticks < ticks:
+        dropped = ticks - machine.run_ticks
+        machine.iterations -= dropped
+        machine.batch_size_sum -= dropped * machine.running_count
+        machine.busy_until = end
+        _heap_push(busy_heap, end, m)
 
 
 # ---------------------------------------------------------------------------- failures
@@ -1165,7 +1224,7 @@ def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
 
 
 @_inlined
-def _start_touched(requests, machines, curves, settings, busy_heap, touched, now):
+def _start_touched(requests, machines, curves, settings, busy_heap, touched, now, runs):
     """(4) in machine index order, over the machines touched at this instant only."""
     visit = touched.machine
     count = touched.count[0]
@@ -1179,7 +1238,10 @@ def _start_touched(requests, machines, curves, settings, busy_heap, touched, now
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, machines, curves, settings, busy_heap, m, now)
+            _start_iteration(requests, machines, curves, settings, busy_heap, m, now, runs)
+        elif machines[m].run_ticks > 1 and (machines[m].prompt_head != NONE
+                                            or machines[m].wait_head != NONE):
+            _cut_run(machines, curves, busy_heap, m, now)
     touched.count[0] = 0
 
 
@@ -1199,8 +1261,9 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
-            finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
-                                       touched, failures, m, now)
+            if machines[m].busy and machines[m].busy_until == now:  # not the end of a cut run
+                finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
+                                           touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         if failing and _failure_due(failures, now):
             _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
@@ -1209,7 +1272,8 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
-        _start_touched(requests, machines, curves, settings, busy_heap, touched, now)  # (4)
+        _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
+                       not failing)  # (4); decode-only runs only where failures cannot cut them
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
             machines[m].mixed_s += end_time - machines[m].mixed_since
@@ -1344,7 +1408,7 @@ def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
     return (requests, machines, _stack_curves(m.curves), _new_settings(m), _new_heap(n),
-            _new_heap(m.count), _new_pools(machines),
+            _new_heap(m.count + 2 * n), _new_pools(machines),  # + ends of cut runs (see _cut_run)
             Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
 
 

@@ -183,3 +183,24 @@ def test_running_decodes_leave_by_last_token_then_index():
         got.append(fastsim._pop_running(requests, machine))
     assert got == [r for _, r in order]
     assert machine.running_count == 0 and machine.running_context == 0
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e-4, -1e-4])
+def test_a_decode_run_cut_by_a_prompt_ends_where_iterations_would(offset):
+    """The fast core runs a decode machine's decode-only iterations as one event up to its
+    next finish and cuts the run when work arrives. A prompt arriving exactly at an iteration
+    end (offset 0), just after one, or just before one gives the reference's results."""
+    m = machines([ROLE_BOTH, ROLE_BOTH], [10**6, 10**6], limit=512)
+
+    def lone(output):  # the end of decode iteration output - 1 of a request alone
+        w = Workload("t", np.array([0.0, 50.0]), np.array([300, 300], np.int64),
+                     np.array([output, 2], np.int64))
+        return simulate_reference(w, m)["finish_s"][0]
+    boundary = lone(6)
+    assert lone(5) < boundary < lone(7)
+    arrivals = np.array([0.0, 0.0, boundary + offset, boundary + offset, boundary + 2.5 * offset])
+    w = Workload("t", np.sort(arrivals), np.array([300, 280, 200, 260, 100], np.int64),
+                 np.array([40, 25, 30, 12, 8], np.int64))
+    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    for key in ref:
+        np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
