@@ -8,7 +8,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
@@ -63,6 +62,8 @@ class SearchProgress:
     def __enter__(self) -> "SearchProgress":
         self._progress = None
         if self.enabled:
+            # imported here: `simulate` and `catalog` never show progress (10 ms of start-up)
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
                                       TextColumn("{task.completed:>4.0f} evaluations"),
                                       TimeElapsedColumn(), console=Console(stderr=True),

@@ -1349,7 +1349,8 @@ def _fill_requests(requests, arrival, prompt, output):
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
-    capacities = np.unique(machines.capacity)
+    # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
+    capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
     machines.capacity_class = np.searchsorted(capacities, machines.capacity)
     trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
     leaves = 1 << max(0, int(len(machines) - 1).bit_length())
