@@ -8,7 +8,7 @@ its ended iterations (`decode_clock`), and each running decode knows the count a
 produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
 tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
-it finishes or is lost. Without failures, a baseline or token machine's decode-only iterations
+it finishes or is lost. Without failures, a machine's decode-only iterations
 up to its next finish are one event (a run, cut where a prompt or KV cache arrives for it), so a
 colocated machine with a small batch costs one event per finish or arrival, not per token.
 
@@ -297,7 +297,7 @@ def _iteration_time(curves, kind, tokens, batch, context):
 @_compiled
 def _kv_transfer(settings, prompt, src, dst):
     """Same rule as simcore.cluster.kv_transfer_seconds, between machine records."""
-    size = prompt * settings.kv_bytes
+    size = np.int64(prompt) * settings.kv_bytes  # (an int32 record field: 64-bit product)
     bandwidth = min(src.link, dst.link)
     if prompt < settings.layerwise_min:
         return size / bandwidth
@@ -946,7 +946,7 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, ru
     if count == 0 and decodes == 0:
         return
     machine.busy = True
-    if runs and count == 0 and machine.role != ROLE_PROMPT and not machine.in_mixed:
+    if runs and count == 0:
         _start_decode_run(requests, machine, curves, now)
     else:
         duration = _iteration_time(curves, machine.kind, tokens, decodes,
@@ -963,13 +963,14 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, ru
 
 @_inlined
 def _start_decode_run(requests, machine, curves, now):
-    """A decode machine's decode-only iterations up to the one where its first decode finishes,
-    as one event (baseline and token machines in their own pool; failures are off, see
-    `_run`). Only new work changes them: a prompt routed to the machine or a KV cache arriving
-    for it cuts the run at the iteration in flight (`_cut_run`); other events (tokens committed
-    to it, memory freed elsewhere) change nothing an iteration end does. Each iteration's time
-    is the one it would have had alone (same terms, same order), so the results are those of
-    ending the iterations one by one."""
+    """A machine's decode-only iterations up to the one where its first decode finishes, as one
+    event (failures are off, see `_run`). Only new work changes them: a prompt routed to the
+    machine or a KV cache arriving for it cuts the run at the iteration in flight
+    (`_cut_run`). Nothing else an iteration end does can change meanwhile: its routing keys
+    and pool move only with finishes and new work (a mixed-pool machine has work of the other
+    kind until it leaves; tokens committed to it or memory it frees change no decode), so each
+    iteration's time is the one it would have had alone (same terms, same order) and the
+    results are those of ending the iterations one by one."""
     machine.run_start, machine.run_busy_s = now, machine.busy_s
     machine.run_ticks = requests[machine.running_root].finish_tick - machine.decode_clock
     machine.busy_until = _run_iterations(machine, curves, machine.run_ticks, INF)

@@ -204,3 +204,15 @@ def test_a_decode_run_cut_by_a_prompt_ends_where_iterations_would(offset):
     fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
     for key in ref:
         np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_decode_runs_on_lent_machines_match_the_reference(seed):
+    """One small token machine: prompt machines are lent to the mixed pool and decode there,
+    in runs cut by prompts and KV caches arriving for them; per request as the reference."""
+    m = machines([ROLE_PROMPT] * 3 + [ROLE_TOKEN], [9000] * 3 + [3000], kinds=[0, 0, 1, 1])
+    w = workload(400, seed, rate=80.0)
+    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    assert ref["mixed_pool_s"][:3].sum() > 0  # the prompt machines did decode in the mixed pool
+    for key in ref:
+        np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)

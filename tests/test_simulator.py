@@ -249,7 +249,8 @@ def test_cluster_rejects_bad_counts():
 
 
 def test_uncompiled_fast_core_gives_the_same_answer():
-    """PROVISION_NO_JIT=1 runs the fast core as plain Python (for debugging, or without numba)."""
+    """PROVISION_NO_JIT=1 runs the fast core as plain Python (for debugging, or without numba).
+    BLOOM-176B: a prompt's KV bytes exceed 2**31, which the int32 record fields must not wrap."""
     import json
     import os
     import subprocess
@@ -263,9 +264,10 @@ def test_uncompiled_fast_core_gives_the_same_answer():
         "from simcore.workload import synthesize\n"
         "c = load_catalog()\n"
         "w = synthesize('conversation', 20.0, 10.0, seed=3)\n"
-        "r = simulate(Cluster(c.design('splitwise-ha'), 2, 2), w, c.model('llama2-70b'),\n"
+        "r = simulate(Cluster(c.design('splitwise-ha'), 2, 2), w, c.model('bloom-176b'),\n"
         "             default_performance_model(), c.machine('dgx-a100'))\n"
-        "print(json.dumps({'jit': JIT, 'finish': r.finish_s.tolist()}))\n")
+        "print(json.dumps({'jit': JIT, 'finish': r.finish_s.tolist(),\n"
+        "                  'kv': r.kv_transfer_s.tolist()}))\n")
     results = {}
     for flag in ("", "1"):
         env = {**os.environ, "PROVISION_NO_JIT": flag}
@@ -275,3 +277,4 @@ def test_uncompiled_fast_core_gives_the_same_answer():
         results[flag] = json.loads(run.stdout)
     assert results[""]["jit"] is True and results["1"]["jit"] is False
     np.testing.assert_allclose(results["1"]["finish"], results[""]["finish"], rtol=1e-12)
+    np.testing.assert_allclose(results["1"]["kv"], results[""]["kv"], rtol=1e-12)
