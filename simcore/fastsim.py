@@ -8,9 +8,9 @@ its ended iterations (`decode_clock`), and each running decode knows the count a
 produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
 tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
-it finishes or is lost. Without failures, a machine's decode-only iterations
-up to its next finish are one event (a run, cut where a prompt or KV cache arrives for it), so a
-colocated machine with a small batch costs one event per finish or arrival, not per token.
+it finishes or is lost. A machine's decode-only iterations up to its next finish are one event
+(a run, cut where a prompt or KV cache arrives for it, and ended by the next failure step), so a
+machine with a small batch costs one event per finish or arrival, not per token.
 
 Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
 `simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
@@ -933,7 +933,7 @@ def _take_chunks(requests, machine, m, curves, budget):
 
 
 @_inlined
-def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, runs):
+def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit):
     machine = machines[m]
     _admit_decodes(requests, machine)
     extra = 0.0
@@ -946,8 +946,8 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, ru
     if count == 0 and decodes == 0:
         return
     machine.busy = True
-    if runs and count == 0:
-        _start_decode_run(requests, machine, curves, now)
+    if count == 0:
+        _start_decode_run(requests, machine, curves, now, limit)
     else:
         duration = _iteration_time(curves, machine.kind, tokens, decodes,
                                    machine.running_context) + extra
@@ -962,10 +962,12 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, ru
 
 
 @_inlined
-def _start_decode_run(requests, machine, curves, now):
+def _start_decode_run(requests, machine, curves, now, limit):
     """A machine's decode-only iterations up to the one where its first decode finishes, as one
-    event (failures are off, see `_run`). Only new work changes them: a prompt routed to the
-    machine or a KV cache arriving for it cuts the run at the iteration in flight
+    event. With failures, only those ending by `limit`, the next failure step (but at least
+    one): when a machine fails, or a failure acts on requests, every machine is between
+    iterations or in a single one, as `_fail` expects. Only new work changes a run: a prompt
+    routed to the machine or a KV cache arriving for it cuts the run at the iteration in flight
     (`_cut_run`). Nothing else an iteration end does can change meanwhile: its routing keys
     and pool move only with finishes and new work (a mixed-pool machine has work of the other
     kind until it leaves; tokens committed to it or memory it frees change no decode), so each
@@ -973,13 +975,14 @@ def _start_decode_run(requests, machine, curves, now):
     results are those of ending the iterations one by one."""
     machine.run_start, machine.run_busy_s = now, machine.busy_s
     machine.run_ticks = requests[machine.running_root].finish_tick - machine.decode_clock
-    machine.busy_until = _run_iterations(machine, curves, machine.run_ticks, INF)
+    machine.busy_until = _run_iterations(machine, curves, machine.run_ticks, INF, limit)
 
 
 @_inlined
-def _run_iterations(machine, curves, ticks, until):
+def _run_iterations(machine, curves, ticks, until, limit):
     """Replay the run from its start for `ticks` iterations or to the first iteration end at or
-    after `until`, adding each iteration's time to busy_s; sets run_ticks, returns the end."""
+    after `until`, and after the first iteration none that ends after `limit`, adding each
+    iteration's time to busy_s; sets run_ticks, returns the end."""
     decodes = machine.running_count
     c, k = curves, machine.kind
     decode = _piecewise_linear(float(decodes), c.decode_x[k], c.decode_y[k], c.decode_n[k],
@@ -989,6 +992,8 @@ def _run_iterations(machine, curves, ticks, until):
     run = 0
     while run < ticks and end < until:
         duration = decode + c.context_s[k] * float(machine.running_context + run * decodes) + 0.0
+        if run > 0 and end + duration > limit:
+            break
         end = end + duration
         machine.busy_s += duration
         run += 1
@@ -1004,7 +1009,7 @@ def _cut_run(machines, curves, busy_heap, m, now):
     at most, hence the busy heap's room for 2 x requests more entries than machines."""
     machine = machines[m]
     ticks = machine.run_ticks
-    end = _run_iterations(machine, curves, ticks, now)
+    end = _run_iterations(machine, curves, ticks, now, INF)
     if machine.run_ticks < ticks:
         dropped = ticks - machine.run_ticks
         machine.iterations -= dropped
@@ -1214,18 +1219,26 @@ def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
     if next_arrival < len(requests) and requests[next_arrival].arrival < now:
         now = requests[next_arrival].arrival
     if len(failures.schedule):
-        nxt = failures.next
-        if nxt[0] < len(failures.schedule) and failures.schedule[nxt[0], 0] < now:
-            now = failures.schedule[nxt[0], 0]
-        if nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] < now:
-            now = failures.repairs[nxt[1], 0]
-        if failures.recover.size[0] > 0 and failures.recover.key[0] < now:
-            now = failures.recover.key[0]
+        now = min(now, _next_failure_step(failures))
     return now
 
 
 @_inlined
-def _start_touched(requests, machines, curves, settings, busy_heap, touched, now, runs):
+def _next_failure_step(failures):
+    """The time of the next failure, repair or lost request to act on (INF: none left)."""
+    nxt = failures.next
+    at = INF
+    if nxt[0] < len(failures.schedule):
+        at = failures.schedule[nxt[0], 0]
+    if nxt[1] < len(failures.repairs) and failures.repairs[nxt[1], 0] < at:
+        at = failures.repairs[nxt[1], 0]
+    if failures.recover.size[0] > 0 and failures.recover.key[0] < at:
+        at = failures.recover.key[0]
+    return at
+
+
+@_inlined
+def _start_touched(requests, machines, curves, settings, busy_heap, touched, now, limit):
     """(4) in machine index order, over the machines touched at this instant only."""
     visit = touched.machine
     count = touched.count[0]
@@ -1239,7 +1252,7 @@ def _start_touched(requests, machines, curves, settings, busy_heap, touched, now
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, machines, curves, settings, busy_heap, m, now, runs)
+            _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit)
         elif machines[m].run_ticks > 1 and (machines[m].prompt_head != NONE
                                             or machines[m].wait_head != NONE):
             _cut_run(machines, curves, busy_heap, m, now)
@@ -1273,8 +1286,9 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
+        # (4); a decode-only run ends by the next failure step (see _start_decode_run)
         _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
-                       not failing)  # (4); decode-only runs only where failures cannot cut them
+                       _next_failure_step(failures) if failing else INF)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
             machines[m].mixed_s += end_time - machines[m].mixed_since
