@@ -84,7 +84,6 @@ except ImportError:  # the install-time build, or plain Python (PROVISION_NO_JIT
         if args and callable(args[0]):
             return args[0]
         return lambda f: f
-JIT = CORE != "python"  # compiled, one way or the other
 
 
 def _import_numba_arrays_without_blas_probe() -> None:
@@ -267,6 +266,13 @@ def _prompt_time(curves, kind, tokens):
 
 
 @_inlined
+def _decode_time(curves, kind, batch):
+    """A decode iteration of `batch` requests at zero context."""
+    return _piecewise_linear(float(batch), curves.decode_x[kind], curves.decode_y[kind],
+                             curves.decode_n[kind], curves.decode_index[kind])
+
+
+@_inlined
 def _chunk_extra(curves, kind, piece, before):
     """LatencyCurves.chunk_extra: attention over the `before` tokens already prefilled."""
     if before <= 0:
@@ -285,8 +291,7 @@ def _iteration_time(curves, kind, tokens, batch, context):
     if batch == 0:
         return _piecewise_linear(float(tokens), c.prompt_x[kind], c.prompt_y[kind],
                                  c.prompt_n[kind], c.prompt_index[kind])
-    decode = _piecewise_linear(float(batch), c.decode_x[kind], c.decode_y[kind],
-                               c.decode_n[kind], c.decode_index[kind])
+    decode = _decode_time(curves, kind, batch)
     if tokens == 0:
         return decode + c.context_s[kind] * float(context)
     prompt = _piecewise_linear(float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind],
@@ -984,14 +989,13 @@ def _run_iterations(machine, curves, ticks, until, limit):
     after `until`, and after the first iteration none that ends after `limit`, adding each
     iteration's time to busy_s; sets run_ticks, returns the end."""
     decodes = machine.running_count
-    c, k = curves, machine.kind
-    decode = _piecewise_linear(float(decodes), c.decode_x[k], c.decode_y[k], c.decode_n[k],
-                               c.decode_index[k])
+    decode = _decode_time(curves, machine.kind, decodes)  # the batch is the same throughout
+    per_token = curves.context_s[machine.kind]
     machine.busy_s = machine.run_busy_s
     end = machine.run_start
     run = 0
-    while run < ticks and end < until:
-        duration = decode + c.context_s[k] * float(machine.running_context + run * decodes) + 0.0
+    while run < ticks and end < until:  # each as _iteration_time's decode-only case
+        duration = decode + per_token * float(machine.running_context + run * decodes)
         if run > 0 and end + duration > limit:
             break
         end = end + duration
@@ -1005,8 +1009,8 @@ def _run_iterations(machine, curves, ticks, until, limit):
 def _cut_run(machines, curves, busy_heap, m, now):
     """Work arrived for machine m during a run: the run ends with the iteration in flight (its
     end at or after now), where the machine would have taken the work. The heap entry of the
-    old end stays, ignored when popped (see `_run`); one per routed prompt or arrived KV cache
-    at most, hence the busy heap's room for 2 x requests more entries than machines."""
+    old end stays until it reaches the top (`_is_current_end`); one per routed prompt or arrived
+    KV cache at most, hence the busy heap's room for 2 x requests more entries than machines."""
     machine = machines[m]
     ticks = machine.run_ticks
     end = _run_iterations(machine, curves, ticks, now, INF)
@@ -1224,13 +1228,18 @@ def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
 
 
 @_inlined
+def _is_current_end(machine, at):
+    """A busy-heap entry (at, machine) ends the iteration or run in flight, not a cut run (nor
+    one already ended at this instant)."""
+    return machine.busy and machine.busy_until == at
+
+
+@_inlined
 def _drop_cut_run_ends(machines, busy_heap):
     """Pop the old ends of cut runs off the top of the busy heap, so that they make no instant
     of their own (an instant where nothing happens, at the cost of all four steps)."""
-    while busy_heap.size[0] > 0:
-        m = busy_heap.item[0]
-        if machines[m].busy and machines[m].busy_until == busy_heap.key[0]:
-            return
+    while busy_heap.size[0] > 0 and not _is_current_end(machines[busy_heap.item[0]],
+                                                        busy_heap.key[0]):
         _heap_pop(busy_heap)
 
 
@@ -1287,7 +1296,7 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
-            if machines[m].busy and machines[m].busy_until == now:  # not the end of a cut run
+            if _is_current_end(machines[m], now):
                 finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
                                            touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
