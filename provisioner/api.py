@@ -330,7 +330,7 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
         results = search_designs(searched, study.goal, study.constraints, study.settings,
                                  Verifier(runner, study.seeds, SCREEN_SEEDS,
                                           study.settings.verify_margin).run,
-                                 progress_by_design(on_batch, origin))
+                                 progress_by_design(on_batch, origin), runner.concurrent)
     results = collapse_variants(study.designs, results, origin, study.goal)
     for result in results:
         result.verification = verification(result, evaluator)

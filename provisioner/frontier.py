@@ -16,11 +16,14 @@ never helps. So instead of the full (P, T) grid the engine
 
 Each design's search is a generator that yields the points it needs and receives their metrics;
 `drive` runs the generators of all designs in lockstep, so a batch holds one step of every design
-and is evaluated in parallel, in a fixed order: results never depend on the backend or job count.
+and is evaluated in parallel, in a fixed order; on local worker processes each design instead
+asks on its own as soon as its last answer is in. Either way results never depend on the
+backend or job count.
 """
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
@@ -403,8 +406,18 @@ def _cells_below(p_max: int, t_max: int):
 
 # ------------------------------------------------------------------------------ the driver
 def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[Metrics]],
-          on_batch: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
-    """Run search generators in lockstep: each round batches every search's next request."""
+          on_batch: Callable[[dict[str, int]], None] | None = None,
+          concurrent: bool = False) -> dict[str, Any]:
+    """Run the search generators; returns {name: result}.
+
+    In lockstep by default: each round batches every search's next request. With `concurrent`
+    (a thread-safe `run_batch` whose work runs elsewhere, e.g. in worker processes), each
+    search runs in its own thread and asks again as soon as its own answer is in, so no round
+    waits for the slowest design. Either way each search receives exactly the answers to what
+    it asked, so results never depend on the timing, the backend or the job count.
+    """
+    if concurrent and len(searches) > 1:
+        return _drive_concurrently(searches, run_batch, on_batch)
     pending: dict[str, list[Point]] = {}
     results: dict[str, Any] = {}
     asked = {name: 0 for name in searches}
@@ -430,6 +443,47 @@ def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[M
         if on_batch is not None:
             on_batch(dict(asked))
     return results
+
+
+def _drive_concurrently(searches: dict[str, Search], run_batch: RunBatch,
+                        on_batch: Callable[[dict[str, int]], None] | None) -> dict[str, Any]:
+    """`drive` with one thread per search; the first error stops the others and is raised."""
+    results: dict[str, Any] = {}
+    asked = {name: 0 for name in searches}
+    lock, stop, errors = threading.Lock(), threading.Event(), []
+
+    def run(name: str, search: Search) -> None:
+        try:
+            answer = None
+            while not stop.is_set():
+                try:
+                    points = search.send(answer)
+                except StopIteration as done:
+                    results[name] = done.value
+                    return
+                with lock:
+                    asked[name] += len(points)
+                answer = run_batch(points)
+                if on_batch is not None:
+                    with lock:
+                        on_batch(dict(asked))
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            errors.append(error)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=item, name=f"search {item[0]}", daemon=True)
+               for item in searches.items()]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.1)   # a timed join keeps Ctrl-C deliverable to this thread
+    finally:
+        stop.set()
+    if errors:
+        raise errors[0]
+    return {name: results[name] for name in searches}
 
 
 def design_search(design: Design, goal: Goal, constraints: Constraints,
@@ -589,12 +643,14 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
 
 def search_designs(designs: Sequence[Design], goal: Goal, constraints: Constraints,
                    settings: SearchSettings, run_batch: RunBatch,
-                   on_batch: Callable[[dict[str, int]], None] | None = None) -> list[DesignResult]:
-    """Search every design at once (their steps batched together); results in design order.
+                   on_batch: Callable[[dict[str, int]], None] | None = None,
+                   concurrent: bool = False) -> list[DesignResult]:
+    """Search every design at once (their steps batched together, or with `concurrent` each
+    design asking on its own); results in design order.
 
     `run_batch` evaluates a list of points and returns their metrics in the same order; the
     algorithm knows nothing else about how (processes, clusters, caches) that happens.
     """
     searches = {d.name: design_search(d, goal, constraints, settings) for d in designs}
-    results = drive(searches, run_batch, on_batch)
+    results = drive(searches, run_batch, on_batch, concurrent)
     return [results[d.name] for d in designs]

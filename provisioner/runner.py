@@ -284,9 +284,22 @@ class Runner:
     stats: RunStats = field(default_factory=RunStats)
     _memo: dict = field(default_factory=dict, repr=False)
     _cluster: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closed: bool = field(default=False, repr=False)
+    # At most two samples per worker are submitted at a time (one running, one queued next):
+    # the rest wait here rather than in loky's queue, which its shutdown on Ctrl-C does not
+    # empty cleanly (a KeyError in its manager thread) when concurrent searches queued many.
+    _slots: threading.Semaphore = field(init=False, repr=False)
 
     def __post_init__(self):
         check_backend(self.backend, self.address)
+        self._slots = threading.Semaphore(2 * self.jobs)
+
+    @property
+    def concurrent(self) -> bool:
+        """May several searches call `outcomes` at once? Yes on local worker processes: each
+        call waits only for its own futures (the memo, cache and counts are locked)."""
+        return self.backend == "loky" and self.jobs > 1
 
     def __enter__(self) -> "Runner":
         return self
@@ -297,6 +310,8 @@ class Runner:
             shutdown_workers()  # interrupted: stop the loky workers now, not in minutes
 
     def close(self) -> None:
+        with self._lock:   # no search thread submits work to the workers after this
+            self._closed = True
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
@@ -306,18 +321,21 @@ class Runner:
         found: dict[Sample, Outcome] = {}
         keys: dict[Sample, str] = {}
         missing: list[Sample] = []
-        for sample in dict.fromkeys(samples):  # asked twice in a batch: simulated once
-            known = self._known(sample, keys)
-            if known is None:
-                missing.append(sample)
-            else:
-                found[sample] = known
-        for sample, outcome in zip(missing, self._evaluate(missing)):
-            self.stats.simulated += 1
-            found[sample] = outcome
-            if self.cache is not None:
-                self.cache.put(keys[sample], outcome)
-        self._memo.update(found)
+        with self._lock:
+            for sample in dict.fromkeys(samples):  # asked twice in a batch: simulated once
+                known = self._known(sample, keys)
+                if known is None:
+                    missing.append(sample)
+                else:
+                    found[sample] = known
+        evaluated = self._evaluate(missing)
+        with self._lock:
+            for sample, outcome in zip(missing, evaluated):
+                self.stats.simulated += 1
+                found[sample] = outcome
+                if self.cache is not None:
+                    self.cache.put(keys[sample], outcome)
+            self._memo.update(found)
         return [found[s] for s in samples]
 
     def _known(self, sample: Sample, keys: dict[Sample, str]) -> Outcome | None:
@@ -336,7 +354,7 @@ class Runner:
     def _evaluate(self, samples: list[Sample]) -> list[Outcome]:
         if not samples:
             return []
-        if self.backend == "loky" and (self.jobs == 1 or len(samples) == 1):
+        if self.backend == "loky" and self.jobs == 1:
             return [_outcome_of(self.evaluator, s) for s in samples]
         if self.backend == "loky":
             return self._evaluate_locally(samples)
@@ -352,9 +370,18 @@ class Runner:
         submitted directly: a search asks for a few points at a time, and a joblib.Parallel
         call costs about 11 ms of set-up per batch where a submission costs about 0.2 ms."""
         from joblib.externals.loky import get_reusable_executor
-        executor = get_reusable_executor(max_workers=self.jobs)
-        futures = [executor.submit(_outcome_in_worker, self.evaluator, s, os.getpid())
-                   for s in samples]
+        futures = []
+        for sample in samples:
+            self._slots.acquire()
+            with self._lock:
+                if self._closed:   # interrupted: the other searches stop here
+                    self._slots.release()
+                    raise RuntimeError("the runner is closed")
+                executor = get_reusable_executor(max_workers=self.jobs)
+                future = executor.submit(_outcome_in_worker, self.evaluator, sample,
+                                         os.getpid())
+            future.add_done_callback(lambda _: self._slots.release())
+            futures.append(future)
         return [future.result() for future in futures]
 
     def _connect(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ def run(rule, goal, constraints=Constraints(), designs=DESIGNS, jobs=1, **settin
     runner = Runner(OracleEvaluator(CATALOG, rule, rule.__name__), jobs=jobs)
     results = search_designs(designs, goal, constraints, SearchSettings(**{**NO_SWEEP,
                                                                            **settings}),
-                             Verifier(runner, (0,)).run)
+                             Verifier(runner, (0,)).run, concurrent=runner.concurrent)
     return results, runner.stats
 
 
@@ -224,6 +226,51 @@ def test_driver_batches_every_design_step_in_a_fixed_order():
     results = drive({"a": search("a", 2), "b": search("b", 3)}, run_batch)
     assert batches == [["a", "b"], ["a", "b"], ["b"]]
     assert results == {"a": "a", "b": "b"}
+
+
+def test_concurrent_driver_lets_each_search_go_on_without_the_others():
+    """The slow search's first answer waits until the fast one has finished all three of its
+    steps: in lockstep that would never happen (the wait times out and the test fails)."""
+    fast_done = threading.Event()
+
+    def search(name, steps):
+        answers = []
+        for i in range(steps):
+            answers += (yield [Point(name, i + 1, 1, 1.0)])
+        return answers
+
+    def run_batch(points):
+        if points[0].design == "slow" and not fast_done.wait(timeout=10):
+            raise AssertionError("the fast search was held back by the slow one")
+        if points[0].design == "fast" and points[0].prompt_machines == 3:
+            fast_done.set()
+        return [(p.design, p.prompt_machines) for p in points]
+
+    results = drive({"slow": search("slow", 2), "fast": search("fast", 3)}, run_batch,
+                    concurrent=True)
+    assert results == {"slow": [("slow", 1), ("slow", 2)],
+                       "fast": [("fast", 1), ("fast", 2), ("fast", 3)]}
+
+
+def test_concurrent_driver_raises_the_first_error_and_stops_the_others():
+    asked = []
+
+    def search(name, steps):
+        for i in range(steps):
+            yield [Point(name, i + 1, 1, 1.0)]
+        return name
+
+    def run_batch(points):
+        asked.append(points[0].design)
+        if points[0].design == "bad":
+            raise ValueError("broken evaluation")
+        time.sleep(0.01)
+        return [None] * len(points)
+
+    with pytest.raises(ValueError, match="broken evaluation"):
+        drive({"bad": search("bad", 1), "long": search("long", 10_000)}, run_batch,
+              concurrent=True)
+    assert asked.count("long") < 10_000
 
 
 def test_parallel_jobs_give_the_same_results():
