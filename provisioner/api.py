@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
-from provisioner.confidence import verification
+from provisioner.confidence import interval_samples, intervals_of, verification
 from provisioner.evaluate import SimulationEvaluator, sim_options_echo
 from provisioner import __version__
 from provisioner.options import (DEFAULT_RATE, Execution, FailureOptions, SearchOptions,
@@ -331,9 +331,11 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
                                  Verifier(runner, study.seeds, SCREEN_SEEDS,
                                           study.settings.verify_margin).run,
                                  progress_by_design(on_batch, origin), runner.concurrent)
-    results = collapse_variants(study.designs, results, origin, study.goal)
-    for result in results:
-        result.verification = verification(result, evaluator)
+        results = collapse_variants(study.designs, results, origin, study.goal)
+        wanted = [interval_samples(result) for result in results]
+        intervals = iter(runner.map(intervals_of, [s for samples in wanted for s in samples]))
+    for result, samples in zip(results, wanted):
+        result.verification = verification(result, [next(intervals) for _ in samples])
         result.uncalibrated = uncalibrated(result.design, study)
     if study.survive_failures and resilience:
         price_of_resilience(study, execution, results)

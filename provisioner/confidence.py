@@ -56,17 +56,29 @@ def bootstrap_percentiles(ordered: np.ndarray, pct: float, resamples: int,
     return low + weight * (high - low)
 
 
-def verification(design: DesignResult, evaluator) -> dict | None:
-    """Per SLO: the value on every verification sample, its bootstrap interval, the worst
-    value, the limit and the margin; plus the binding SLO (smallest margin)."""
+def interval_samples(design: DesignResult) -> list:
+    """The (point, seed) samples whose runs give the optimum's intervals (the first seeds)."""
+    optimum = design.optimum
+    if optimum is None or not optimum.samples:
+        return []
+    return [(optimum.point, seed) for seed, _ in optimum.samples[:INTERVAL_SEEDS]]
+
+
+def intervals_of(evaluator, sample) -> dict[str, list[float]]:
+    """`percentile_intervals` of one sample's run (a runner function: runs on the workers)."""
+    point, seed = sample
+    return percentile_intervals(evaluator.simulate(point, seed)[0], evaluator.study.slo, seed)
+
+
+def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
+    """Per SLO: the value on every verification sample, its bootstrap interval (`intervals`:
+    `intervals_of` each of `interval_samples(design)`), the worst value, the limit and the
+    margin; plus the binding SLO (smallest margin)."""
     optimum = design.optimum
     if optimum is None or not optimum.samples:
         return None
-    profile = evaluator.study.slo
     seeds = [seed for seed, _ in optimum.samples]
-    intervals = [percentile_intervals(evaluator.simulate(optimum.point, seed)[0], profile, seed)
-                 for seed in seeds[:INTERVAL_SEEDS]]
-    intervals += [{}] * (len(seeds) - len(intervals))
+    intervals = list(intervals) + [{}] * (len(seeds) - len(intervals))
     slo = {}
     for i, key in enumerate(SLO_KEYS):
         limit = optimum.outcome.slo[i][2]

@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hardware_catalog import InputError
 from provisioner.evaluate import Evaluator
@@ -148,13 +148,13 @@ def _outcome_of(evaluator: Evaluator, sample: Sample) -> Outcome:
     return evaluator.outcome(*sample)
 
 
-def _outcome_in_worker(evaluator: Evaluator, sample: Sample, parent: int | None) -> Outcome:
-    """`_outcome_of` in a worker process of this machine: Ctrl-C is the parent's to handle (the
-    worker ignores SIGINT, so no worker prints a traceback), and the worker exits when the
-    parent is gone (killed with -9, say) instead of idling for minutes."""
+def _in_worker(function: Callable, evaluator: Evaluator, sample: Sample, parent: int | None):
+    """`function(evaluator, sample)` in a worker process of this machine: Ctrl-C is the
+    parent's to handle (the worker ignores SIGINT, so no worker prints a traceback), and the
+    worker exits when the parent is gone (killed with -9, say) instead of idling for minutes."""
     if parent is not None and os.getpid() != parent:
         _adopt_worker(parent)
-    return evaluator.outcome(*sample)
+    return function(evaluator, sample)
 
 
 _WATCHED_PARENT: list[int] = []
@@ -352,23 +352,28 @@ class Runner:
         return cached
 
     def _evaluate(self, samples: list[Sample]) -> list[Outcome]:
+        return self.map(_outcome_of, samples)
+
+    def map(self, function: Callable[[Evaluator, Sample], Any], samples: Sequence[Sample]) -> list:
+        """`function(evaluator, sample)` of every sample, in order, where the simulations run
+        (here with one job, else the workers); uncached. `function` must be importable."""
         if not samples:
             return []
         if self.backend == "loky" and self.jobs == 1:
-            return [_outcome_of(self.evaluator, s) for s in samples]
+            return [function(self.evaluator, s) for s in samples]
         if self.backend == "loky":
-            return self._evaluate_locally(samples)
+            return self._map_locally(function, samples)
         from joblib import Parallel, delayed, parallel_config  # only parallel runs need joblib
         self._connect()
         parent = None if self.address else os.getpid()
-        tasks = (delayed(_outcome_in_worker)(self.evaluator, s, parent) for s in samples)
+        tasks = (delayed(_in_worker)(function, self.evaluator, s, parent) for s in samples)
         with parallel_config(backend=self.backend):
             return Parallel(n_jobs=-1 if self.backend == "ray" else self.jobs)(tasks)
 
-    def _evaluate_locally(self, samples: list[Sample]) -> list[Outcome]:
-        """The samples on this machine's worker processes (loky's, kept for the whole run),
-        submitted directly: a search asks for a few points at a time, and a joblib.Parallel
-        call costs about 11 ms of set-up per batch where a submission costs about 0.2 ms."""
+    def _map_locally(self, function: Callable, samples: Sequence[Sample]) -> list:
+        """On this machine's worker processes (loky's, kept for the whole run), submitted
+        directly: a search asks for a few points at a time, and a joblib.Parallel call costs
+        about 11 ms of set-up per batch where a submission costs about 0.2 ms."""
         from joblib.externals.loky import get_reusable_executor
         futures = []
         for sample in samples:
@@ -378,7 +383,7 @@ class Runner:
                     self._slots.release()
                     raise RuntimeError("the runner is closed")
                 executor = get_reusable_executor(max_workers=self.jobs)
-                future = executor.submit(_outcome_in_worker, self.evaluator, sample,
+                future = executor.submit(_in_worker, function, self.evaluator, sample,
                                          os.getpid())
             future.add_done_callback(lambda _: self._slots.release())
             futures.append(future)
