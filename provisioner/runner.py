@@ -448,7 +448,8 @@ class Verifier:
     screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated a few
     at a time (as many as there are workers) and a point stops at its first failing sample:
     it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
-    callable the search algorithm is given."""
+    callable the search algorithm is given. A sample inside the guard band (`margin`) also
+    stops its point: the verdict would reject it whatever the other samples say."""
     runner: Runner
     seeds: tuple[int, ...]
     screen: int = 1
@@ -461,7 +462,7 @@ class Verifier:
         step, done = 1, 0
         while True:
             alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
-                     and all(o.meets_slos for _, o in samples[i])]
+                     and all(self._passes(o) for _, o in samples[i])]
             if not alive:
                 break
             asked = [(i, s) for i in alive for s in wanted[i][1][done:done + step]]
@@ -472,6 +473,11 @@ class Verifier:
             step = max(2, self.runner.jobs)   # the base seed alone, then a worker's-worth
         return [Metrics.of(point, self._verdict(got, len(seeds)), tuple(got))
                 for (point, seeds), got in zip(wanted, samples)]
+
+    def _passes(self, outcome: Outcome) -> bool:
+        """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""
+        return outcome.meets_slos and (outcome.worst_margin is None
+                                       or outcome.worst_margin >= self.margin)
 
     def _verdict(self, samples: list[tuple[int, Outcome]], asked: int) -> Outcome:
         complete = len(samples) == asked and all(o.meets_slos for _, o in samples)

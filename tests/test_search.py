@@ -3,6 +3,7 @@ the same optimum as exhaustive enumeration, constraints hold, rate search meets 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 import math
 import sys
 import threading
@@ -22,7 +23,7 @@ from provisioner.options import (Constraints, SearchOptions, SearchSettings, ech
 from provisioner.runner import Runner, Verifier  # noqa: E402
 from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
 from provisioner.select import select_optimum  # noqa: E402
-from provisioner.study import Budget, Goal, Point  # noqa: E402
+from provisioner.study import SLO_KEYS, Budget, Goal, Outcome, Point, Verify  # noqa: E402
 
 CATALOG = load_catalog()
 DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
@@ -137,6 +138,40 @@ def test_select_optimum_breaks_ties_by_power_then_size():
     points = Verifier(runner, (0,)).run([Point(design, p, 12 - p, 10.0) for p in range(2, 11)])
     best = select_optimum(points, Goal("min-cost", 10.0), Constraints(), pools)
     assert (best.prompt_machines, best.token_machines) == (2, 10)  # all cost the same
+
+
+@dataclass(frozen=True)
+class MarginBySeed:
+    """Every point meets its SLOs with a worst margin that depends on the seed only."""
+    margins: dict
+    asked: list = field(default_factory=list)
+
+    def outcome(self, point, seed):
+        self.asked.append(seed)
+        margin = self.margins.get(seed, 0.5)
+        slo = tuple((key, 1.0 - margin if key == "ttft_p99" else 0.1, 1.0) for key in SLO_KEYS)
+        return Outcome(True, True, "", slo, margin, 100)
+
+    def identity(self):
+        return {"oracle": "margin by seed"}
+
+    def point_identity(self, point):
+        return {}
+
+
+@pytest.mark.parametrize("margins, asked, reason", [
+    ({}, list(range(10)), ""),                                       # verified on every seed
+    ({3: 0.01}, [0, 1, 2, 3, 4], "seed 3: worst SLO margin +1.0% is inside the 5% guard band"),
+    ({3: 0.01, 7: -0.2}, [0, 1, 2, 3, 4], "seed 3: worst SLO margin"),  # stops at the first
+])
+def test_verification_stops_at_the_first_sample_inside_the_guard_band(margins, asked, reason):
+    """Seeds go two at a time after the first: seed 3 inside the band stops after seed 4."""
+    oracle = MarginBySeed(margins)
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    (verified,) = verifier.run([Verify(Point(CATALOG.design("splitwise-hh"), 2, 2, 10.0))])
+    assert oracle.asked == asked
+    assert verified.meets_slos == (reason == "")
+    assert verified.outcome.reason.startswith(reason)
 
 
 def true_max_rate(design, budget, constraints=Constraints()):
