@@ -84,13 +84,36 @@ class SloReport:
                 "slo": {f"{c.metric}_{c.percentile}": c.as_dict() for c in self.checks}}
 
 
+def percentiles(values: np.ndarray, pcts) -> np.ndarray:
+    """np.percentile(values, pcts) of a 1-D float array without NaN, bit for bit (numpy's
+    linear rule and its interpolation formula), from one partial sort of just the order
+    statistics needed: numpy's own also places the extremes and, through np.unique, imports
+    numpy.ma (about 12 ms of a `provision simulate`)."""
+    n = len(values)
+    virtual = (n - 1) * np.true_divide(np.asarray(pcts, dtype=np.float64), 100)
+    below = np.floor(virtual)
+    above = below + 1
+    last = virtual >= n - 1       # numpy takes the largest value for both neighbours
+    below[last] = -1
+    above[last] = -1
+    below, above = below.astype(np.intp), above.astype(np.intp)
+    ranks = sorted({int(i) % n for i in (*below, *above)})
+    ordered = np.partition(values, ranks)
+    low, high = ordered[below], ordered[above]
+    weight = virtual - below
+    step = high - low
+    result = low + step * weight
+    np.subtract(high, step * (1 - weight), out=result, where=weight >= 0.5)
+    return result
+
+
 def upper_confidence_percentiles(values: np.ndarray, pcts, confidence: float) -> np.ndarray:
     """Distribution-free upper confidence bounds of percentiles (one partial sort): for each,
     the order statistic of rank ceil(n q + z sqrt(n q (1 - q))), q = pct / 100, z the one-sided
     normal quantile of `confidence` (the normal approximation of the binomial count of requests
     below the true percentile). At confidence 0.5, the plain (linear-interpolated) percentiles."""
     if confidence <= 0.5:
-        return np.percentile(values, pcts)
+        return percentiles(values, pcts)
     from statistics import NormalDist
     n, q = len(values), np.asarray(pcts, dtype=np.float64) / 100.0
     z = NormalDist().inv_cdf(confidence)

@@ -278,3 +278,21 @@ def test_uncompiled_fast_core_gives_the_same_answer():
     assert results[""]["core"] in ("aot", "jit") and results["1"]["core"] == "python"
     np.testing.assert_allclose(results["1"]["finish"], results[""]["finish"], rtol=1e-12)
     np.testing.assert_allclose(results["1"]["kv"], results[""]["kv"], rtol=1e-12)
+
+
+
+def test_percentiles_are_numpys_bit_for_bit():
+    """The SLO percentiles come from `percentiles`, which must equal np.percentile exactly:
+    samples of 1 to 20,000 values, with and without ties, at the SLO percentiles, at random
+    ones and at the ends."""
+    from simcore.metrics import percentiles
+    rng = np.random.default_rng(7)
+    for trial in range(6000):
+        n = int(rng.integers(1, (6, 60, 20_000)[trial % 3]))
+        values = rng.gamma(2.0, 1.0, n)
+        if trial % 4 == 0:
+            values = np.round(values, 1)   # ties
+        pcts = ([50.0, 90.0, 99.0], list(rng.uniform(0, 100, 3)), [0.0, 99.99, 100.0])[trial % 3]
+        expected = np.percentile(values, pcts)
+        assert np.array_equal(percentiles(values, pcts).view(np.int64),
+                              expected.view(np.int64)), (n, pcts)
