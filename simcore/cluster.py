@@ -144,8 +144,9 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
                     dtype=np.int64)
     mixed = (not baseline) and (cluster.design.mixed_pool if options.mixed_pool is None
                                 else options.mixed_pool)
-    capacity = np.array([kv_capacity_tokens(records[s], model, options.memory_reserve_fraction)
-                         for s in skus], dtype=np.int64)
+    per_sku = {s: kv_capacity_tokens(records[s], model, options.memory_reserve_fraction)
+               for s in distinct}
+    capacity = np.array([per_sku[s] for s in skus], dtype=np.int64)
     peer = np.full(len(skus), -1, np.int64)
     if options.has_failures and options.recovery == "replicate" and options.replica_target == "peer":
         # a ring over the decoding machines: each holds its own KV plus its predecessor's replica

@@ -1337,6 +1337,21 @@ def _stack_curves(curves) -> Curves:
                   _bucket_starts(dx, dn))
 
 
+_STACKED: dict = {}   # ids of a tuple of curves -> (those curves, kept alive; their stack)
+
+
+def _stacked_curves(curves) -> Curves:
+    """`_stack_curves`, once per tuple of curve objects: a search runs a design's few SKUs,
+    whose curves the performance model caches, hundreds of times."""
+    key = tuple(map(id, curves))
+    known = _STACKED.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], curves)):
+        if len(_STACKED) >= 64:
+            _STACKED.clear()
+        known = _STACKED[key] = (curves, _stack_curves(curves))
+    return known[1]
+
+
 def _bucket_starts(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Per row, the first knot at or above each bucket's lower edge (KNOT_BUCKETS + 1 edges over
     the row's range; the last is its final knot)."""
@@ -1444,7 +1459,7 @@ def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
     """The event loop's arguments: fresh records and structures for one run."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
-    return (requests, machines, _stack_curves(m.curves), _new_settings(m), _new_heap(n),
+    return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(n),
             _new_heap(m.count + 2 * n), _new_pools(machines),  # + ends of cut runs (see _cut_run)
             Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
 
