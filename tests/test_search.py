@@ -174,6 +174,28 @@ def test_verification_stops_at_the_first_sample_inside_the_guard_band(margins, a
     assert verified.outcome.reason.startswith(reason)
 
 
+def test_verification_tries_the_samples_that_failed_a_neighbour_first():
+    """Seed 7 fails every point: the first candidate finds it after 8 samples, the next
+    candidate of the same design after 3 (seed 0 from screening, then 7 and the next-hardest),
+    another design's candidate after 8 again; a passing candidate keeps its samples in seed
+    order."""
+    oracle = MarginBySeed({7: -0.5, 4: 0.2})
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    hh, aa = CATALOG.design("splitwise-hh"), CATALOG.design("splitwise-aa")
+    first = verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0]
+    assert oracle.asked == list(range(9)) and not first.meets_slos
+    oracle.asked.clear()
+    second = verifier.run([Verify(Point(hh, 3, 2, 10.0))])[0]
+    assert oracle.asked == [0, 7, 4] and not second.meets_slos
+    assert second.outcome.reason.startswith("seed 7: ")
+    oracle.asked.clear()
+    verifier.run([Verify(Point(aa, 2, 2, 10.0))])
+    assert oracle.asked == list(range(9))
+    oracle.margins.pop(7)
+    passing = verifier.run([Verify(Point(hh, 4, 2, 10.0))])[0]
+    assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
+
+
 def true_max_rate(design, budget, constraints=Constraints()):
     pools = design
     cells = budget_candidates(pools, budget, constraints, 256)
