@@ -459,15 +459,15 @@ class Verifier:
     stops its point: the verdict would reject it whatever the other samples say.
 
     A design's verifications try its hardest samples first: after the screening seeds, the
-    seeds by the worst SLO margin the design's previous verification saw on them (unseen
-    ones last). A rejected candidate's neighbour usually fails on the same sample, so it
+    seeds by the worst SLO margin the design's latest verification of each saw on them
+    (unseen ones last). A rejected candidate's neighbour usually fails on the same sample, so it
     stops after a few simulations instead of up to twenty; the verdict needs every sample,
     so the order never changes it, and the samples are kept in seed order."""
     runner: Runner
     seeds: tuple[int, ...]
     screen: int = 1
     margin: float = 0.0   # guard band a verified candidate must keep on every sample
-    # design name -> {seed: worst SLO margin of its latest verification}; each design's search
+    # design name -> {seed: its worst SLO margin when last verified}; each design's search
     # is sequential, so the order it gives is the same whatever the timing
     _margins: dict = field(default_factory=dict, repr=False)
 
@@ -491,7 +491,8 @@ class Verifier:
         results = []
         for item, (point, seeds), got in zip(items, wanted, samples):
             if isinstance(item, Verify):
-                self._margins[point.design.name] = {seed: _margin(o) for seed, o in got}
+                self._margins.setdefault(point.design.name, {}).update(
+                    (seed, _margin(o)) for seed, o in got)
             got.sort(key=lambda sample: self.seeds.index(sample[0]))
             results.append(Metrics.of(point, self._verdict(got, len(seeds)), tuple(got)))
         return results
