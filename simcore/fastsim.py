@@ -10,7 +10,10 @@ tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end 
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
 it finishes or is lost. A machine's decode-only iterations up to its next finish are one event
 (a run, cut where a prompt or KV cache arrives for it, and ended by the next failure step), so a
-machine with a small batch costs one event per finish or arrival, not per token.
+machine with a small batch costs one event per finish or arrival, not per token. Likewise a
+colocated chunked machine's full-budget pieces of one prompt, up to its next finish, are one
+event (a chunk run): the ends in between change only its pending tokens, which are brought up
+to date before any route reads them.
 
 Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
 `simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
@@ -159,6 +162,7 @@ MACHINE = np.dtype([
     ("running_context", np.int64),  # context tokens of the running decodes
     ("decode_clock", np.int64),     # iterations ended; every running decode is in each
     ("run_ticks", np.int64),        # iterations in flight (a run of decode-only ones; see (4))
+    ("chunk_left", np.int64),       # a chunk run's iteration ends not yet applied (see (4))
     ("role", np.int32), ("kind", np.int32),  # kind: index into curves
     ("capacity_class", np.int32),   # index of its capacity among the cluster's distinct ones
     ("epoch", np.int32),            # failures so far (a request's machine choice is per epoch)
@@ -175,6 +179,10 @@ MACHINE = np.dtype([
     ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
     ("run_start", np.float64), ("run_busy_s", np.float64),  # a run's start, busy_s before it
+    ("chunk_end", np.float64),      # a chunk run's next iteration end not yet applied
+    ("chunk_base", np.float64),     # its iterations' time without context and chunk extra
+    ("chunk_piece_s", np.float64),  # the prompt time of its piece alone
+    ("chunk_prev_s", np.float64),   # the prompt time of the tokens prefilled before the next
     ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
     ("detect_at", np.float64), ("up_since", np.float64),  # failures
     # statistics
@@ -216,7 +224,9 @@ Touched = namedtuple("Touched", ["machine", "count"])  # machines step (4) visit
 # The load trees are read only by the fallback route (and by every route of a baseline), so a
 # change marks the machine stale and the trees are brought up to date when read: a tree is a
 # function of its leaves, so the answer is the same, and most Splitwise runs never read them.
-Pools = namedtuple("Pools", ["rank", "stale", "stale_count"])
+# Machines in chunk runs (see `_start_chunk_run`) apply their iteration ends before routes read
+# the load trees: `chunk_ends` is a heap keyed (next end not yet applied, machine).
+Pools = namedtuple("Pools", ["rank", "stale", "stale_count", "chunk_ends"])
 MACHINE_BITS = 20                  # up to 1,048,575 machines; keys (tokens) below 2**43
 MACHINE_MASK = (1 << MACHINE_BITS) - 1
 EMPTY = np.iinfo(np.int64).max
@@ -685,9 +695,11 @@ def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, 
 
 
 @_inlined
-def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched, failures, m,
-                   now):
+def _end_iteration(requests, machines, curves, settings, kv_arrivals, pools, touched, failures,
+                   m, now):
     machine = machines[m]
+    if machine.chunk_left > 0:  # a chunk run's last iteration: the ends before it first
+        _apply_chunk_run_ends(requests, machines, curves, pools, m, now)
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
     finished = _end_decodes(requests, machines, m, now)
     finished += _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
@@ -938,7 +950,7 @@ def _take_chunks(requests, machine, m, curves, budget):
 
 
 @_inlined
-def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit):
+def _start_iteration(requests, machines, curves, settings, busy_heap, pools, m, now, limit):
     machine = machines[m]
     _admit_decodes(requests, machine)
     extra = 0.0
@@ -959,6 +971,8 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, li
         machine.run_ticks = 1
         machine.busy_until = now + duration
         machine.busy_s += duration
+        if settings.chunk_tokens > 0 and machine.role == ROLE_BOTH and limit == INF:
+            _start_chunk_run(requests, machines, curves, settings, pools, m)
     _heap_push(busy_heap, machine.busy_until, m)
     machine.iterations += machine.run_ticks
     machine.batch_size_sum += (count + decodes) * machine.run_ticks
@@ -1020,6 +1034,112 @@ def _cut_run(machines, curves, busy_heap, m, now):
         machine.batch_size_sum -= dropped * machine.running_count
         machine.busy_until = end
         _heap_push(busy_heap, end, m)
+
+
+@_inlined
+def _chunk_step(curves, machine, piece, before, before_s):
+    """The next iteration of a chunk run, as `_start_iteration` computes it (`_take_chunks`'
+    chunk extra, `_iteration_time`), from the run's constants: a piece after `before` prefilled
+    tokens, whose prompt time `before_s` the previous step gave. Returns (its time, its chunk
+    extra, the prompt time of before + piece)."""
+    kind = machine.kind
+    c, c0 = float(piece), float(before)
+    after_s = _prompt_time(curves, kind, c0 + c)
+    attention = c0 * max(curves.chunk_attention[kind] * c, curves.chunk_kv_read[kind])
+    piece_extra = max(attention, after_s - before_s - machine.chunk_piece_s)
+    extra = 0.0
+    extra += piece_extra
+    iteration = machine.chunk_base
+    if machine.running_count > 0:
+        iteration = iteration + curves.context_s[kind] * float(machine.running_context)
+    return iteration + extra, piece_extra, after_s
+
+
+@_inlined
+def _start_chunk_run(requests, machines, curves, settings, pools, m):
+    """A colocated chunked machine that just started a full-budget piece of a prompt that goes
+    on after it: its next iterations are the same decodes beside the next full-budget pieces
+    of that prompt, up to the one where a decode finishes or the next would not be a full
+    piece that leaves some of the prompt. Nothing routed meanwhile changes them (a new prompt
+    queues behind this one, memory changes only when a decode finishes, and a colocated
+    machine receives no KV cache), so they are one event: the run's end is the last one's.
+    Their ends in between change only the machine's pending tokens, its routing key, which
+    `_apply_chunk_run_ends` brings up to date before a route reads the keys; each iteration's
+    time is computed as it would have been alone (same terms, same order)."""
+    machine = machines[m]
+    request = requests[machine.batch_head]
+    piece = request.piece
+    if (piece != settings.chunk_tokens or request.batch_next != NONE
+            or machine.wait_head != NONE):
+        return
+    length = (request.prefill - request.prefilled - 1) // piece  # full pieces leaving some
+    decodes = machine.running_count
+    if decodes > 0:
+        length = min(length, requests[machine.running_root].finish_tick - machine.decode_clock)
+    if length < 2:
+        return
+    kind = machine.kind
+    machine.chunk_piece_s = _prompt_time(curves, kind, piece)
+    machine.chunk_base = machine.chunk_piece_s   # _iteration_time without decodes
+    if decodes > 0:
+        machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
+                                                   curves.prompt_y[kind], curves.prompt_n[kind],
+                                                   curves.prompt_index[kind]),
+                                 _decode_time(curves, kind, decodes))
+    context, before = machine.running_context, request.prefilled
+    machine.chunk_prev_s = _prompt_time(curves, kind, before + piece)
+    end, before_s = machine.busy_until, machine.chunk_prev_s
+    for _ in range(length - 1):   # replayed: the state as each end will have changed it
+        machine.running_context += decodes
+        request.prefilled += piece
+        duration, _, before_s = _chunk_step(curves, machine, piece, request.prefilled,
+                                            before_s)
+        end = end + duration
+    machine.running_context, request.prefilled = context, before
+    machine.chunk_left = length - 1
+    machine.chunk_end = machine.busy_until
+    machine.busy_until = end
+    _heap_push(pools.chunk_ends, machine.chunk_end, m)
+
+
+@_compiled
+def _apply_chunk_run_ends(requests, machines, curves, pools, m, now):
+    """Machine m's chunk-run iteration ends up to `now`, each as `_end_iteration` and the next
+    `_start_iteration` would apply it (see `_start_chunk_run`)."""
+    machine = machines[m]
+    request = requests[machine.batch_head]
+    piece = request.piece
+    while machine.chunk_left > 0 and machine.chunk_end <= now:
+        machine.running_context += machine.running_count   # the end: a token for each decode
+        machine.decode_clock += 1
+        request.prefilled += piece                          # and a piece prefilled
+        machine.pending -= piece
+        duration, piece_extra, machine.chunk_prev_s = _chunk_step(
+            curves, machine, piece, request.prefilled, machine.chunk_prev_s)
+        machine.chunked_prefill_s += machine.chunk_piece_s + piece_extra
+        machine.prompt_chunks += 1                          # the next start: the next piece
+        machine.busy_s += duration
+        machine.iterations += 1
+        machine.batch_size_sum += 1 + machine.running_count
+        machine.chunk_end = machine.chunk_end + duration
+        machine.chunk_left -= 1
+    _refresh(pools, machines, m, CHANGED_PENDING)
+
+
+@_compiled
+def _apply_chunk_ends(requests, machines, curves, pools, now):
+    """Every chunk run's iteration ends up to `now` (before a route reads the load trees). An
+    entry is current while it holds its machine's next end; the run's last event applies the
+    rest itself and leaves its entry behind, dropped here."""
+    heap = pools.chunk_ends
+    while heap.size[0] > 0 and heap.key[0] <= now:
+        at = heap.key[0]
+        m = _heap_pop(heap)
+        if machines[m].chunk_left == 0 or machines[m].chunk_end != at:
+            continue
+        _apply_chunk_run_ends(requests, machines, curves, pools, m, now)
+        if machines[m].chunk_left > 0:
+            _heap_push(heap, machines[m].chunk_end, m)
 
 
 # ---------------------------------------------------------------------------- failures
@@ -1258,7 +1378,8 @@ def _next_failure_step(failures):
 
 
 @_inlined
-def _start_touched(requests, machines, curves, settings, busy_heap, touched, now, limit):
+def _start_touched(requests, machines, curves, settings, busy_heap, pools, touched, now,
+                   limit):
     """(4) in machine index order, over the machines touched at this instant only."""
     visit = touched.machine
     count = touched.count[0]
@@ -1272,7 +1393,8 @@ def _start_touched(requests, machines, curves, settings, busy_heap, touched, now
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit)
+            _start_iteration(requests, machines, curves, settings, busy_heap, pools, m, now,
+                             limit)
         elif machines[m].run_ticks > 1 and (machines[m].prompt_head != NONE
                                             or machines[m].wait_head != NONE):
             _cut_run(machines, curves, busy_heap, m, now)
@@ -1297,18 +1419,21 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
             if _is_current_end(machines[m], now):
-                finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
-                                           touched, failures, m, now)
+                finished += _end_iteration(requests, machines, curves, settings, kv_arrivals,
+                                           pools, touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         if failing and _failure_due(failures, now):
             _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
                            touched, failures, now)
+        if (next_arrival < n and requests[next_arrival].arrival == now
+                and pools.chunk_ends.size[0] > 0 and pools.chunk_ends.key[0] <= now):
+            _apply_chunk_ends(requests, machines, curves, pools, now)  # keys a route reads
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
         # (4); a decode-only run ends by the next failure step (see _start_decode_run)
-        _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
+        _start_touched(requests, machines, curves, settings, busy_heap, pools, touched, now,
                        _next_failure_step(failures) if failing else INF)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
@@ -1399,7 +1524,7 @@ def _fill_requests(requests, arrival, prompt, output):
         request.prefilled = request.piece = 0
 
 
-def _new_pools(machines: np.recarray) -> np.ndarray:
+def _new_pools(machines: np.recarray, chunk_runs: int) -> np.ndarray:
     # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
     capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
     machines.capacity_class = np.searchsorted(capacities, machines.capacity)
@@ -1408,7 +1533,8 @@ def _new_pools(machines: np.recarray) -> np.ndarray:
     if len(machines) > MACHINE_MASK:
         raise ValueError(f"the compiled core ranks at most {MACHINE_MASK} machines")
     pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64),
-                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64))
+                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64),
+                  _new_heap(max(1, chunk_runs)))
     _fill_pools(pools, machines)
     return pools
 
@@ -1455,12 +1581,21 @@ def _new_settings(m: MachineArrays) -> Settings:
                     bool(m.replicate), int(m.chunk_tokens))
 
 
+def _chunk_run_room(m: MachineArrays, n: int) -> int:
+    """Entries the chunk-run heap may hold: one per run started (a run ends where a prompt's
+    prefill or a decode does, so at most 2 x requests) plus one re-entry per machine; none
+    unless every machine is colocated and chunked."""
+    colocated = m.count > 0 and bool(np.all(m.role == ROLE_BOTH))
+    return m.count + 2 * n if m.chunk_tokens > 0 and colocated else 0
+
+
 def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
     """The event loop's arguments: fresh records and structures for one run."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
     return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(n),
-            _new_heap(m.count + 2 * n), _new_pools(machines),  # + ends of cut runs (see _cut_run)
+            _new_heap(m.count + 2 * n),  # + ends of cut runs (see _cut_run)
+            _new_pools(machines, _chunk_run_room(m, n)),
             Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
 
 
