@@ -179,7 +179,6 @@ MACHINE = np.dtype([
     ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
     ("run_start", np.float64), ("run_busy_s", np.float64),  # a run's start, busy_s before it
-    ("chunk_end", np.float64),      # a chunk run's next iteration end not yet applied
     ("chunk_base", np.float64),     # its iterations' time without context and chunk extra
     ("chunk_piece_s", np.float64),  # the prompt time of its piece alone
     ("chunk_prev_s", np.float64),   # the prompt time of the tokens prefilled before the next
@@ -224,9 +223,7 @@ Touched = namedtuple("Touched", ["machine", "count"])  # machines step (4) visit
 # The load trees are read only by the fallback route (and by every route of a baseline), so a
 # change marks the machine stale and the trees are brought up to date when read: a tree is a
 # function of its leaves, so the answer is the same, and most Splitwise runs never read them.
-# Machines in chunk runs (see `_start_chunk_run`) apply their iteration ends before routes read
-# the load trees: `chunk_ends` is a heap keyed (next end not yet applied, machine).
-Pools = namedtuple("Pools", ["rank", "stale", "stale_count", "chunk_ends"])
+Pools = namedtuple("Pools", ["rank", "stale", "stale_count"])
 MACHINE_BITS = 20                  # up to 1,048,575 machines; keys (tokens) below 2**43
 MACHINE_MASK = (1 << MACHINE_BITS) - 1
 EMPTY = np.iinfo(np.int64).max
@@ -695,11 +692,9 @@ def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, 
 
 
 @_inlined
-def _end_iteration(requests, machines, curves, settings, kv_arrivals, pools, touched, failures,
-                   m, now):
+def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched, failures, m,
+                   now):
     machine = machines[m]
-    if machine.chunk_left > 0:  # a chunk run's last iteration: the ends before it first
-        _apply_chunk_run_ends(requests, machines, curves, pools, m, now)
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
     finished = _end_decodes(requests, machines, m, now)
     finished += _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
@@ -950,7 +945,7 @@ def _take_chunks(requests, machine, m, curves, budget):
 
 
 @_inlined
-def _start_iteration(requests, machines, curves, settings, busy_heap, pools, m, now, limit):
+def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit):
     machine = machines[m]
     _admit_decodes(requests, machine)
     extra = 0.0
@@ -972,7 +967,7 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, pools, m, 
         machine.busy_until = now + duration
         machine.busy_s += duration
         if settings.chunk_tokens > 0 and machine.role == ROLE_BOTH and limit == INF:
-            _start_chunk_run(requests, machines, curves, settings, pools, m)
+            _start_chunk_run(requests, machines, curves, settings, m)
     _heap_push(busy_heap, machine.busy_until, m)
     machine.iterations += machine.run_ticks
     machine.batch_size_sum += (count + decodes) * machine.run_ticks
@@ -1056,16 +1051,18 @@ def _chunk_step(curves, machine, piece, before, before_s):
 
 
 @_inlined
-def _start_chunk_run(requests, machines, curves, settings, pools, m):
+def _start_chunk_run(requests, machines, curves, settings, m):
     """A colocated chunked machine that just started a full-budget piece of a prompt that goes
     on after it: its next iterations are the same decodes beside the next full-budget pieces
     of that prompt, up to the one where a decode finishes or the next would not be a full
     piece that leaves some of the prompt. Nothing routed meanwhile changes them (a new prompt
     queues behind this one, memory changes only when a decode finishes, and a colocated
-    machine receives no KV cache), so they are one event: the run's end is the last one's.
-    Their ends in between change only the machine's pending tokens, its routing key, which
-    `_apply_chunk_run_ends` brings up to date before a route reads the keys; each iteration's
-    time is computed as it would have been alone (same terms, same order)."""
+    machine receives a KV cache only as a replica restored after a failure, which cuts the run
+    at the iteration in flight), and their ends change only the machine's pending tokens.
+    So those ends make no instant: each is applied when it reaches the top of the busy heap
+    (`_apply_chunk_end`), before any instant at or after its time, and only the run's last
+    iteration ends as an event. Each iteration's time is the one it would have had alone
+    (same terms, same order; the piece's and the batch's lookups are made once a run)."""
     machine = machines[m]
     request = requests[machine.batch_head]
     piece = request.piece
@@ -1086,60 +1083,32 @@ def _start_chunk_run(requests, machines, curves, settings, pools, m):
                                                    curves.prompt_y[kind], curves.prompt_n[kind],
                                                    curves.prompt_index[kind]),
                                  _decode_time(curves, kind, decodes))
-    context, before = machine.running_context, request.prefilled
-    machine.chunk_prev_s = _prompt_time(curves, kind, before + piece)
-    end, before_s = machine.busy_until, machine.chunk_prev_s
-    for _ in range(length - 1):   # replayed: the state as each end will have changed it
-        machine.running_context += decodes
-        request.prefilled += piece
-        duration, _, before_s = _chunk_step(curves, machine, piece, request.prefilled,
-                                            before_s)
-        end = end + duration
-    machine.running_context, request.prefilled = context, before
+    machine.chunk_prev_s = _prompt_time(curves, kind, request.prefilled + piece)
     machine.chunk_left = length - 1
-    machine.chunk_end = machine.busy_until
-    machine.busy_until = end
-    _heap_push(pools.chunk_ends, machine.chunk_end, m)
 
 
 @_compiled
-def _apply_chunk_run_ends(requests, machines, curves, pools, m, now):
-    """Machine m's chunk-run iteration ends up to `now`, each as `_end_iteration` and the next
-    `_start_iteration` would apply it (see `_start_chunk_run`)."""
+def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
+    """The end of one of machine m's chunk-run iterations and the start of the next, as
+    `_end_iteration` and `_start_iteration` would apply them (see `_start_chunk_run`)."""
     machine = machines[m]
     request = requests[machine.batch_head]
     piece = request.piece
-    while machine.chunk_left > 0 and machine.chunk_end <= now:
-        machine.running_context += machine.running_count   # the end: a token for each decode
-        machine.decode_clock += 1
-        request.prefilled += piece                          # and a piece prefilled
-        machine.pending -= piece
-        duration, piece_extra, machine.chunk_prev_s = _chunk_step(
-            curves, machine, piece, request.prefilled, machine.chunk_prev_s)
-        machine.chunked_prefill_s += machine.chunk_piece_s + piece_extra
-        machine.prompt_chunks += 1                          # the next start: the next piece
-        machine.busy_s += duration
-        machine.iterations += 1
-        machine.batch_size_sum += 1 + machine.running_count
-        machine.chunk_end = machine.chunk_end + duration
-        machine.chunk_left -= 1
+    machine.running_context += machine.running_count   # the end: a token for each decode
+    machine.decode_clock += 1
+    request.prefilled += piece                          # and a piece prefilled
+    machine.pending -= piece
     _refresh(pools, machines, m, CHANGED_PENDING)
-
-
-@_compiled
-def _apply_chunk_ends(requests, machines, curves, pools, now):
-    """Every chunk run's iteration ends up to `now` (before a route reads the load trees). An
-    entry is current while it holds its machine's next end; the run's last event applies the
-    rest itself and leaves its entry behind, dropped here."""
-    heap = pools.chunk_ends
-    while heap.size[0] > 0 and heap.key[0] <= now:
-        at = heap.key[0]
-        m = _heap_pop(heap)
-        if machines[m].chunk_left == 0 or machines[m].chunk_end != at:
-            continue
-        _apply_chunk_run_ends(requests, machines, curves, pools, m, now)
-        if machines[m].chunk_left > 0:
-            _heap_push(heap, machines[m].chunk_end, m)
+    duration, piece_extra, machine.chunk_prev_s = _chunk_step(
+        curves, machine, piece, request.prefilled, machine.chunk_prev_s)
+    machine.chunked_prefill_s += machine.chunk_piece_s + piece_extra
+    machine.prompt_chunks += 1                          # the start: the next piece
+    machine.busy_until = machine.busy_until + duration
+    machine.busy_s += duration
+    machine.iterations += 1
+    machine.batch_size_sum += 1 + machine.running_count
+    machine.chunk_left -= 1
+    _heap_push(busy_heap, machine.busy_until, m)
 
 
 # ---------------------------------------------------------------------------- failures
@@ -1332,12 +1301,10 @@ def _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools, 
 # ---------------------------------------------------------------------------- event loop
 
 @_inlined
-def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
-    """Earliest iteration end, KV arrival, request arrival, failure, repair or lost request to
-    act on; INF when nothing is left."""
+def _next_other_event(requests, kv_arrivals, failures, next_arrival):
+    """Earliest KV arrival, request arrival, failure, repair or lost request to act on; INF
+    when nothing is left."""
     now = INF
-    if busy_heap.size[0] > 0:
-        now = busy_heap.key[0]
     if kv_arrivals.size[0] > 0 and kv_arrivals.key[0] < now:
         now = kv_arrivals.key[0]
     if next_arrival < len(requests) and requests[next_arrival].arrival < now:
@@ -1350,17 +1317,29 @@ def _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival):
 @_inlined
 def _is_current_end(machine, at):
     """A busy-heap entry (at, machine) ends the iteration or run in flight, not a cut run (nor
-    one already ended at this instant)."""
-    return machine.busy and machine.busy_until == at
+    one already ended at this instant) nor an iteration of a chunk run before its last."""
+    return machine.busy and machine.busy_until == at and machine.chunk_left == 0
 
 
 @_inlined
-def _drop_cut_run_ends(machines, busy_heap):
-    """Pop the old ends of cut runs off the top of the busy heap, so that they make no instant
-    of their own (an instant where nothing happens, at the cost of all four steps)."""
-    while busy_heap.size[0] > 0 and not _is_current_end(machines[busy_heap.item[0]],
-                                                        busy_heap.key[0]):
+def _is_chunk_end(machine, at):
+    """A busy-heap entry (at, machine) ends an iteration of a chunk run before its last."""
+    return machine.busy and machine.busy_until == at and machine.chunk_left > 0
+
+
+@_inlined
+def _settle_busy_heap(requests, machines, curves, pools, busy_heap, until):
+    """Before the next instant: pop the old ends of cut runs off the top of the busy heap, and
+    apply the chunk-run ends at its top up to `until`, the next other event, so that neither
+    makes an instant of its own (an instant where nothing happens, at the cost of all four
+    steps)."""
+    while busy_heap.size[0] > 0:
+        m, at = busy_heap.item[0], busy_heap.key[0]
+        if _is_current_end(machines[m], at) or (_is_chunk_end(machines[m], at) and at > until):
+            return
         _heap_pop(busy_heap)
+        if _is_chunk_end(machines[m], at):
+            _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
 
 
 @_inlined
@@ -1378,8 +1357,7 @@ def _next_failure_step(failures):
 
 
 @_inlined
-def _start_touched(requests, machines, curves, settings, busy_heap, pools, touched, now,
-                   limit):
+def _start_touched(requests, machines, curves, settings, busy_heap, touched, now, limit):
     """(4) in machine index order, over the machines touched at this instant only."""
     visit = touched.machine
     count = touched.count[0]
@@ -1393,11 +1371,13 @@ def _start_touched(requests, machines, curves, settings, busy_heap, pools, touch
         m = visit[i]
         machines[m].touched = False
         if not machines[m].busy and _has_work(machines[m]):
-            _start_iteration(requests, machines, curves, settings, busy_heap, pools, m, now,
-                             limit)
+            _start_iteration(requests, machines, curves, settings, busy_heap, m, now, limit)
         elif machines[m].run_ticks > 1 and (machines[m].prompt_head != NONE
                                             or machines[m].wait_head != NONE):
             _cut_run(machines, curves, busy_heap, m, now)
+        elif machines[m].chunk_left > 0 and machines[m].wait_head != NONE:
+            machines[m].chunk_left = 0  # a KV cache to admit (a replica restored after a
+            # failure): the chunk run ends with the iteration in flight, as an event
     touched.count[0] = 0
 
 
@@ -1411,29 +1391,30 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
     end_time = 0.0
     failing = len(failures.schedule) > 0
     while finished < n:
-        _drop_cut_run_ends(machines, busy_heap)
-        now = _next_event_time(requests, kv_arrivals, busy_heap, failures, next_arrival)
+        now = _next_other_event(requests, kv_arrivals, failures, next_arrival)
+        _settle_busy_heap(requests, machines, curves, pools, busy_heap, now)
+        if busy_heap.size[0] > 0 and busy_heap.key[0] < now:
+            now = busy_heap.key[0]
         if now == INF:
             return False
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
-            if _is_current_end(machines[m], now):
-                finished += _end_iteration(requests, machines, curves, settings, kv_arrivals,
-                                           pools, touched, failures, m, now)
+            if _is_chunk_end(machines[m], now):  # below a current end, so not applied yet
+                _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+            elif _is_current_end(machines[m], now):
+                finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
+                                           touched, failures, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
         if failing and _failure_due(failures, now):
             _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
                            touched, failures, now)
-        if (next_arrival < n and requests[next_arrival].arrival == now
-                and pools.chunk_ends.size[0] > 0 and pools.chunk_ends.key[0] <= now):
-            _apply_chunk_ends(requests, machines, curves, pools, now)  # keys a route reads
         while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
             if not _route(requests, machines, settings, pools, touched, next_arrival, now):
                 _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
             next_arrival += 1
         # (4); a decode-only run ends by the next failure step (see _start_decode_run)
-        _start_touched(requests, machines, curves, settings, busy_heap, pools, touched, now,
+        _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
                        _next_failure_step(failures) if failing else INF)
     for m in range(len(machines)):  # close the mixed-pool stays still open
         if machines[m].in_mixed:
@@ -1524,7 +1505,7 @@ def _fill_requests(requests, arrival, prompt, output):
         request.prefilled = request.piece = 0
 
 
-def _new_pools(machines: np.recarray, chunk_runs: int) -> np.ndarray:
+def _new_pools(machines: np.recarray) -> np.ndarray:
     # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
     capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
     machines.capacity_class = np.searchsorted(capacities, machines.capacity)
@@ -1533,8 +1514,7 @@ def _new_pools(machines: np.recarray, chunk_runs: int) -> np.ndarray:
     if len(machines) > MACHINE_MASK:
         raise ValueError(f"the compiled core ranks at most {MACHINE_MASK} machines")
     pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64),
-                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64),
-                  _new_heap(max(1, chunk_runs)))
+                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64))
     _fill_pools(pools, machines)
     return pools
 
@@ -1581,21 +1561,12 @@ def _new_settings(m: MachineArrays) -> Settings:
                     bool(m.replicate), int(m.chunk_tokens))
 
 
-def _chunk_run_room(m: MachineArrays, n: int) -> int:
-    """Entries the chunk-run heap may hold: one per run started (a run ends where a prompt's
-    prefill or a decode does, so at most 2 x requests) plus one re-entry per machine; none
-    unless every machine is colocated and chunked."""
-    colocated = m.count > 0 and bool(np.all(m.role == ROLE_BOTH))
-    return m.count + 2 * n if m.chunk_tokens > 0 and colocated else 0
-
-
 def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
     """The event loop's arguments: fresh records and structures for one run."""
     requests, machines = _new_requests(workload), _new_machines(m)
     n = len(workload)
     return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(n),
-            _new_heap(m.count + 2 * n),  # + ends of cut runs (see _cut_run)
-            _new_pools(machines, _chunk_run_room(m, n)),
+            _new_heap(m.count + 2 * n), _new_pools(machines),  # + ends of cut runs (see _cut_run)
             Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
 
 

@@ -87,7 +87,7 @@ def pools_for(name, pending, committed, in_mixed=()):
     ms = fastsim._new_machines(CLUSTERS[name])
     ms.pending[:], ms.committed[:] = pending, committed
     ms.in_mixed[list(in_mixed)] = True
-    return ms, fastsim._new_pools(ms, 0)
+    return ms, fastsim._new_pools(ms)
 
 
 def test_routing_ties_go_to_the_lowest_index():
@@ -112,7 +112,7 @@ def test_trees_agree_with_a_scan_after_random_updates():
     rng = np.random.default_rng(0)
     roles = [ROLE_PROMPT] * 9 + [ROLE_TOKEN] * 8
     ms = fastsim._new_machines(machines(roles, rng.choice([3000, 6000, 9000], 17)))
-    pools = fastsim._new_pools(ms, 0)
+    pools = fastsim._new_pools(ms)
     for _ in range(2000):
         m = int(rng.integers(17))
         before = (ms.pending[m], ms.committed[m], ms.in_mixed[m])
