@@ -114,6 +114,23 @@ def test_fast_core_agrees_with_reference_on_chunked_designs_under_failures(clust
                          exact=("iterations", "prompt_chunks"), close=())
 
 
+def test_a_replica_restored_during_a_chunk_run_is_admitted_where_the_reference_admits_it():
+    """Hypothesis found it: after a failure, a replica restored to a colocated machine arrives
+    as a KV cache while the machine runs a prompt's pieces as one event (a chunk run); the run
+    must end with the iteration in flight so the decode joins the next one."""
+    cluster = Cluster(dataclasses.replace(CATALOG.design("sarathi-a100"), chunk_tokens=64), 1)
+    n = 30
+    workload = Workload("random", np.zeros(n), np.array([1] * 28 + [357, 129], np.int64),
+                        np.array([1] * 28 + [3, 1], np.int64))
+    perf = SyntheticPerf(list(np.cumsum([0.125, 0.5, 0.5, 0.5])),
+                         list(np.cumsum([0.015625] * 3)), 0.0, 0.0, 0.0)
+    opts = SimOptions(prompt_token_limit=512, mixed_pool_queue_threshold=0,
+                      memory_reserve_fraction=0.375, detection_s=0.0, recovery="replicate",
+                      replica_target="host", failures=((1.5, "prompt", 0, 0.05),))
+    assert_engines_agree(*both_engines(cluster, workload, perf, opts), machines=False,
+                         exact=("iterations", "prompt_chunks"), close=())
+
+
 def test_fast_core_agrees_on_realistic_sarathi_runs():
     for design, machines, budget in (("sarathi-a100", 3, 256), ("sarathi-h100", 2, 2048)):
         cluster = Cluster(dataclasses.replace(CATALOG.design(design), chunk_tokens=budget),
