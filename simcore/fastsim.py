@@ -11,9 +11,9 @@ O(finished x log batch) instead of O(batch); a decode's generated tokens are mat
 it finishes or is lost. A machine's decode-only iterations up to its next finish are one event
 (a run, cut where a prompt or KV cache arrives for it, and ended by the next failure step), so a
 machine with a small batch costs one event per finish or arrival, not per token. Likewise a
-colocated chunked machine's full-budget pieces of one prompt, up to its next finish, are one
-event (a chunk run): the ends in between change only its pending tokens, which are brought up
-to date before any route reads them.
+colocated chunked machine's full-budget pieces of one prompt are one event (a chunk run): the
+ends in between are applied from the busy heap without an instant of their own, before any
+route reads the routing keys they change.
 
 Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
 `simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
@@ -1053,16 +1053,16 @@ def _chunk_step(curves, machine, piece, before, before_s):
 @_inlined
 def _start_chunk_run(requests, machines, curves, settings, m):
     """A colocated chunked machine that just started a full-budget piece of a prompt that goes
-    on after it: its next iterations are the same decodes beside the next full-budget pieces
-    of that prompt, up to the one where a decode finishes or the next would not be a full
-    piece that leaves some of the prompt. Nothing routed meanwhile changes them (a new prompt
-    queues behind this one, memory changes only when a decode finishes, and a colocated
-    machine receives a KV cache only as a replica restored after a failure, which cuts the run
-    at the iteration in flight), and their ends change only the machine's pending tokens.
-    So those ends make no instant: each is applied when it reaches the top of the busy heap
-    (`_apply_chunk_end`), before any instant at or after its time, and only the run's last
-    iteration ends as an event. Each iteration's time is the one it would have had alone
-    (same terms, same order; the piece's and the batch's lookups are made once a run)."""
+    on after it: its next iterations are its running decodes beside the next full-budget
+    pieces of that prompt, up to the last full piece that leaves some of the prompt. Nothing
+    routed meanwhile changes them (a new prompt queues behind this one; decodes only leave as
+    they finish, and none waits to join: a colocated machine receives a KV cache only as a
+    replica restored after a failure, which cuts the run at the iteration in flight), and
+    their ends change only the machine's own state and its routing keys (pending and
+    committed tokens). So those ends make no instant: each is applied when it reaches the top
+    of the busy heap (`_apply_chunk_end`), before any instant at or after its time, and only
+    the run's last iteration ends as an event. Each iteration's time is the one it would have
+    had alone (same terms, same order; the batch's lookups are made once per batch size)."""
     machine = machines[m]
     request = requests[machine.batch_head]
     piece = request.piece
@@ -1070,35 +1070,41 @@ def _start_chunk_run(requests, machines, curves, settings, m):
             or machine.wait_head != NONE):
         return
     length = (request.prefill - request.prefilled - 1) // piece  # full pieces leaving some
-    decodes = machine.running_count
-    if decodes > 0:
-        length = min(length, requests[machine.running_root].finish_tick - machine.decode_clock)
     if length < 2:
         return
-    kind = machine.kind
-    machine.chunk_piece_s = _prompt_time(curves, kind, piece)
-    machine.chunk_base = machine.chunk_piece_s   # _iteration_time without decodes
+    machine.chunk_piece_s = _prompt_time(curves, machine.kind, piece)
+    _set_chunk_base(curves, machine, piece)
+    machine.chunk_prev_s = _prompt_time(curves, machine.kind, request.prefilled + piece)
+    machine.chunk_left = length - 1
+
+
+@_inlined
+def _set_chunk_base(curves, machine, piece):
+    """`_iteration_time` of a piece beside the running decodes, without the context term."""
+    kind, decodes = machine.kind, machine.running_count
+    machine.chunk_base = machine.chunk_piece_s
     if decodes > 0:
         machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
                                                    curves.prompt_y[kind], curves.prompt_n[kind],
                                                    curves.prompt_index[kind]),
                                  _decode_time(curves, kind, decodes))
-    machine.chunk_prev_s = _prompt_time(curves, kind, request.prefilled + piece)
-    machine.chunk_left = length - 1
 
 
-@_compiled
+@_inlined
 def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
     """The end of one of machine m's chunk-run iterations and the start of the next, as
-    `_end_iteration` and `_start_iteration` would apply them (see `_start_chunk_run`)."""
+    `_end_iteration` and `_start_iteration` would apply them (see `_start_chunk_run`).
+    Returns how many requests finished."""
     machine = machines[m]
     request = requests[machine.batch_head]
     piece = request.piece
-    machine.running_context += machine.running_count   # the end: a token for each decode
-    machine.decode_clock += 1
+    decodes = machine.running_count
+    finished = _end_decodes(requests, machines, m, machine.busy_until)  # a token for each
     request.prefilled += piece                          # and a piece prefilled
     machine.pending -= piece
-    _refresh(pools, machines, m, CHANGED_PENDING)
+    _refresh(pools, machines, m, CHANGED_PENDING | (CHANGED_COMMITTED if finished else 0))
+    if machine.running_count != decodes:
+        _set_chunk_base(curves, machine, piece)
     duration, piece_extra, machine.chunk_prev_s = _chunk_step(
         curves, machine, piece, request.prefilled, machine.chunk_prev_s)
     machine.chunked_prefill_s += machine.chunk_piece_s + piece_extra
@@ -1109,6 +1115,7 @@ def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
     machine.batch_size_sum += 1 + machine.running_count
     machine.chunk_left -= 1
     _heap_push(busy_heap, machine.busy_until, m)
+    return finished
 
 
 # ---------------------------------------------------------------------------- failures
@@ -1332,14 +1339,16 @@ def _settle_busy_heap(requests, machines, curves, pools, busy_heap, until):
     """Before the next instant: pop the old ends of cut runs off the top of the busy heap, and
     apply the chunk-run ends at its top up to `until`, the next other event, so that neither
     makes an instant of its own (an instant where nothing happens, at the cost of all four
-    steps)."""
+    steps). Returns how many requests finished."""
+    finished = 0
     while busy_heap.size[0] > 0:
         m, at = busy_heap.item[0], busy_heap.key[0]
         if _is_current_end(machines[m], at) or (_is_chunk_end(machines[m], at) and at > until):
-            return
+            break
         _heap_pop(busy_heap)
         if _is_chunk_end(machines[m], at):
-            _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+            finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+    return finished
 
 
 @_inlined
@@ -1392,7 +1401,7 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
     failing = len(failures.schedule) > 0
     while finished < n:
         now = _next_other_event(requests, kv_arrivals, failures, next_arrival)
-        _settle_busy_heap(requests, machines, curves, pools, busy_heap, now)
+        finished += _settle_busy_heap(requests, machines, curves, pools, busy_heap, now)
         if busy_heap.size[0] > 0 and busy_heap.key[0] < now:
             now = busy_heap.key[0]
         if now == INF:
@@ -1401,7 +1410,7 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
             if _is_chunk_end(machines[m], now):  # below a current end, so not applied yet
-                _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+                finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
             elif _is_current_end(machines[m], now):
                 finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
                                            touched, failures, m, now)
