@@ -90,7 +90,8 @@ def _group_alive(pgid: int) -> list[str]:
 def test_ctrl_c_stops_cleanly(tmp_path, backend):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) once evaluations run:
     one line, exit 130, and no worker left behind."""
-    proc = _start(["search", "--designs", "splitwise-hh,splitwise-aa", "--duration", "600",
+    # an hour's window (250k requests a simulation): still searching when Ctrl-C comes
+    proc = _start(["search", "--designs", "splitwise-hh,splitwise-aa", "--duration", "3600",
                    "--jobs", "2", "--no-cache", "--backend", backend, "--out",
                    str(tmp_path / "out")], tmp_path)
     deadline = time.monotonic() + 90
@@ -106,6 +107,7 @@ def test_ctrl_c_stops_cleanly(tmp_path, backend):
     if not started:
         proc.kill()
         pytest.skip("workers did not start in time on this machine")
+    assert proc.poll() is None, "the search ended before Ctrl-C: make it longer"
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
