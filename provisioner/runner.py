@@ -22,7 +22,8 @@ from hardware_catalog import InputError
 from provisioner.evaluate import Evaluator
 from provisioner.files import write_atomically
 from provisioner.options import BACKENDS
-from provisioner.study import Metrics, Outcome, Point, Verify, combine_samples
+from provisioner.study import (Metrics, Outcome, Point, Verify, combine_samples,
+                               inside_guard_band)
 
 CACHE_FORMAT = "2"  # bump when the cached record layout or the key's contents change
 
@@ -400,10 +401,11 @@ class Runner:
 
 
 def _margin(outcome: Outcome) -> float:
-    """A sample's worst SLO margin; -inf when it failed outright (the hardest)."""
-    if not outcome.meets_slos or outcome.worst_margin is None:
-        return -math.inf if not outcome.meets_slos else math.inf
-    return outcome.worst_margin
+    """A sample's worst SLO margin: -inf when it failed outright (the hardest), inf when no SLO
+    has a limit."""
+    if not outcome.meets_slos:
+        return -math.inf
+    return math.inf if outcome.worst_margin is None else outcome.worst_margin
 
 
 def _dask_client(address: str | None, jobs: int):
@@ -504,8 +506,7 @@ class Verifier:
 
     def _passes(self, outcome: Outcome) -> bool:
         """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""
-        return outcome.meets_slos and (outcome.worst_margin is None
-                                       or outcome.worst_margin >= self.margin)
+        return outcome.meets_slos and not inside_guard_band(outcome, self.margin)
 
     def _verdict(self, samples: list[tuple[int, Outcome]], asked: int) -> Outcome:
         complete = len(samples) == asked and all(o.meets_slos for _, o in samples)

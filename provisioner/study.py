@@ -329,10 +329,15 @@ def combine_samples(samples: list[tuple[int, Outcome]], predict: bool = False,
                    None if None in margins else min(margins), first.requests)
 
 
+def inside_guard_band(outcome: Outcome, margin: float) -> bool:
+    """Does a sample miss some limit by less than `margin` (or miss it)?"""
+    return outcome.worst_margin is not None and outcome.worst_margin < margin
+
+
 def _guard_band_failure(samples: list[tuple[int, Outcome]], margin: float) -> str:
     """'' when every sample beats every limit by `margin`, else the first sample that does not."""
     for seed, outcome in samples:
-        if outcome.worst_margin is not None and outcome.worst_margin < margin:
+        if inside_guard_band(outcome, margin):
             return (f"seed {seed}: worst SLO margin {outcome.worst_margin:+.1%} is inside the "
                     f"{margin:.0%} guard band")
     return ""

@@ -268,19 +268,21 @@ class _Staircase:
         return bool(known) and t >= self.need[max(known)]
 
 
+def one_point_a_step(name, steps):
+    """A stand-in search: `steps` requests of one point each; returns its name."""
+    for i in range(steps):
+        yield [Point(name, i + 1, 1, 1.0)]
+    return name
+
+
 def test_driver_batches_every_design_step_in_a_fixed_order():
     batches = []
-
-    def search(name, steps):
-        for i in range(steps):
-            yield [Point(name, i + 1, 1, 1.0)]
-        return name
 
     def run_batch(points):
         batches.append([p.design for p in points])
         return [None] * len(points)
 
-    results = drive({"a": search("a", 2), "b": search("b", 3)}, run_batch)
+    results = drive({"a": one_point_a_step("a", 2), "b": one_point_a_step("b", 3)}, run_batch)
     assert batches == [["a", "b"], ["a", "b"], ["b"]]
     assert results == {"a": "a", "b": "b"}
 
@@ -312,11 +314,6 @@ def test_concurrent_driver_lets_each_search_go_on_without_the_others():
 def test_concurrent_driver_raises_the_first_error_and_stops_the_others():
     asked = []
 
-    def search(name, steps):
-        for i in range(steps):
-            yield [Point(name, i + 1, 1, 1.0)]
-        return name
-
     def run_batch(points):
         asked.append(points[0].design)
         if points[0].design == "bad":
@@ -325,8 +322,8 @@ def test_concurrent_driver_raises_the_first_error_and_stops_the_others():
         return [None] * len(points)
 
     with pytest.raises(ValueError, match="broken evaluation"):
-        drive({"bad": search("bad", 1), "long": search("long", 10_000)}, run_batch,
-              concurrent=True)
+        drive({"bad": one_point_a_step("bad", 1), "long": one_point_a_step("long", 10_000)},
+              run_batch, concurrent=True)
     assert asked.count("long") < 10_000
 
 
