@@ -1080,14 +1080,9 @@ def _start_chunk_run(requests, machines, curves, settings, m):
 
 @_inlined
 def _set_chunk_base(curves, machine, piece):
-    """`_iteration_time` of a piece beside the running decodes, without the context term."""
-    kind, decodes = machine.kind, machine.running_count
-    machine.chunk_base = machine.chunk_piece_s
-    if decodes > 0:
-        machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
-                                                   curves.prompt_y[kind], curves.prompt_n[kind],
-                                                   curves.prompt_index[kind]),
-                                 _decode_time(curves, kind, decodes))
+    """`_iteration_time` of a piece beside the running decodes, without the context term (at
+    context 0 that term adds exactly 0.0)."""
+    machine.chunk_base = _iteration_time(curves, machine.kind, piece, machine.running_count, 0)
 
 
 @_inlined
@@ -1343,10 +1338,11 @@ def _settle_busy_heap(requests, machines, curves, pools, busy_heap, until):
     finished = 0
     while busy_heap.size[0] > 0:
         m, at = busy_heap.item[0], busy_heap.key[0]
-        if _is_current_end(machines[m], at) or (_is_chunk_end(machines[m], at) and at > until):
+        chunk_end = _is_chunk_end(machines[m], at)
+        if _is_current_end(machines[m], at) or (chunk_end and at > until):
             break
         _heap_pop(busy_heap)
-        if _is_chunk_end(machines[m], at):
+        if chunk_end:
             finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
     return finished
 
