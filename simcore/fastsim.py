@@ -1080,9 +1080,16 @@ def _start_chunk_run(requests, machines, curves, settings, m):
 
 @_inlined
 def _set_chunk_base(curves, machine, piece):
-    """`_iteration_time` of a piece beside the running decodes, without the context term (at
-    context 0 that term adds exactly 0.0)."""
-    machine.chunk_base = _iteration_time(curves, machine.kind, piece, machine.running_count, 0)
+    """`_iteration_time` of a piece beside the running decodes, without the context term. Its
+    two lookups are written out: calling `_iteration_time(..., 0)` here gives the same values
+    but made Sarathi-A100 runs 13% slower (numba's inlining), measured in fresh processes."""
+    kind, decodes = machine.kind, machine.running_count
+    machine.chunk_base = machine.chunk_piece_s
+    if decodes > 0:
+        machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
+                                                   curves.prompt_y[kind], curves.prompt_n[kind],
+                                                   curves.prompt_index[kind]),
+                                 _decode_time(curves, kind, decodes))
 
 
 @_inlined
