@@ -1,16 +1,20 @@
 """report.html: the search report as one offline page (plotly.js inlined) with three figures:
 the (P, T) design space of each Splitwise design coloured by feasibility and cost with the
 optimum starred (the paper's Figure 12), latency percentiles of each optimum against load, and a
-summary bar chart of the designs. Figure div ids are fixed so the page is byte-identical."""
+summary bar chart of the designs. Figure div ids are fixed so the page is byte-identical.
+
+The figures are plain plotly figure dicts (data, layout), written out unvalidated: building
+them as plotly.graph_objects validated every property and took about 0.4 s of every search
+(imports included). tests/test_figures.py checks each one against plotly's validators and the
+subplot grid against make_subplots."""
 from __future__ import annotations
 
 import html
+import json
 import math
+from functools import lru_cache
+from importlib import resources
 from typing import Sequence
-
-import plotly.graph_objects as go
-import plotly.io as pio
-from plotly.subplots import make_subplots
 
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
@@ -26,13 +30,15 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
     figures = [("fig-design-space", design_space_figure(results, inputs)),
                ("fig-latency-load", latency_load_figure(results, inputs)),
                ("fig-summary", summary_figure(results))]
+    import plotly.io as pio   # only to write the page: 0.05 s, where graph_objects took 0.2 s
     parts = []
     first = True
     for div_id, figure in figures:
         if figure is None:
             continue
+        figure["layout"]["template"] = plotly_template()
         parts.append(pio.to_html(figure, full_html=False, include_plotlyjs=first,
-                                 div_id=div_id, config={"displaylogo": False}))
+                                 div_id=div_id, config={"displaylogo": False}, validate=False))
         first = False
     title = (f"provision search — {inputs['model']['name']}, {inputs['workload']['name']}, "
              f"{inputs['goal']['name']}")
@@ -177,7 +183,76 @@ def _reference_rate(result: DesignResult):
     return result.goal.rate_rps
 
 
-def design_space_figure(results: Sequence[DesignResult], inputs: dict):
+# The default plotly template and the Viridis colour scale as plotly.py writes them: a validated
+# figure carries both expanded (plotly.js's own defaults differ), so the dicts do too.
+VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779",
+           "#6ece58", "#b5de2b", "#fde725"]
+
+
+@lru_cache(maxsize=1)
+def plotly_template() -> dict:
+    """plotly.py's default template ("plotly"), read from its package data as pio.templates
+    does, without building (and validating) a Template object."""
+    text = resources.files("plotly").joinpath("package_data/templates/plotly.json").read_text()
+    return json.loads(text)
+
+
+def _colorscale(colours: list[str]) -> list:
+    """A named scale as plotly.py expands it: evenly spaced [position, colour] pairs."""
+    return [[i / (len(colours) - 1), c] for i, c in enumerate(colours)]
+
+
+def subplot_grid(rows: int, cols: int, titles: Sequence[str] = (),
+                 horizontal_spacing: float | None = None,
+                 vertical_spacing: float | None = None) -> dict:
+    """The layout make_subplots(rows, cols, subplot_titles=titles, ...) starts a figure with:
+    axes x/y, x2/y2, ... row by row from the top left, each anchored to its pair, over equal
+    cells with plotly's spacing and defaults; each title an annotation above its cell. The
+    arithmetic follows plotly's so the domains are the same floats."""
+    h = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
+    v = (0.5 if titles else 0.3) / rows if vertical_spacing is None else vertical_spacing
+    widths = [(1.0 - h * (cols - 1)) / cols] * cols
+    heights = [(1.0 - v * (rows - 1)) / rows] * rows
+    layout: dict = {}
+    annotations = []
+    for r in range(rows):
+        below = rows - 1 - r   # rows under this one
+        bottom = sum(heights[:below]) + below * v
+        y_domain = [min(max(bottom, 0.0), 1.0), min(bottom + heights[-1 - r], 1.0)]
+        for c in range(cols):
+            left = sum(widths[:c]) + c * h
+            x_domain = [left, left + widths[c]]
+            n = r * cols + c + 1
+            layout[_axis_key("x", n)] = {"anchor": _axis_ref("y", n), "domain": x_domain}
+            layout[_axis_key("y", n)] = {"anchor": _axis_ref("x", n), "domain": y_domain}
+            if n <= len(titles) and titles[n - 1]:
+                annotations.append({"font": {"size": 16}, "showarrow": False,
+                                    "text": titles[n - 1], "x": sum(x_domain) / 2.0,
+                                    "xanchor": "center", "xref": "paper", "y": y_domain[1],
+                                    "yanchor": "bottom", "yref": "paper"})
+    if annotations:
+        layout["annotations"] = annotations
+    return layout
+
+
+def _axis_ref(axis: str, n: int) -> str:
+    return axis if n == 1 else f"{axis}{n}"
+
+
+def _axis_key(axis: str, n: int) -> str:
+    return f"{axis}axis" if n == 1 else f"{axis}axis{n}"
+
+
+def _in_cell(trace: dict, n: int) -> dict:
+    """The trace drawn in subplot n (numbered row by row from 1)."""
+    return {**trace, "xaxis": _axis_ref("x", n), "yaxis": _axis_ref("y", n)}
+
+
+def _scatter(**properties) -> dict:
+    return {"type": "scatter", **properties}
+
+
+def design_space_figure(results: Sequence[DesignResult], inputs: dict) -> dict | None:
     splits = [r for r in results if not r.design.is_baseline and r.points]
     if not splits:
         return None
@@ -187,22 +262,21 @@ def design_space_figure(results: Sequence[DesignResult], inputs: dict):
     cols = min(3, len(splits))
     rows = math.ceil(len(splits) / cols)
     titles = [f"{r.design.name} @ {_rate_text(_reference_rate(r))}" for r in splits]
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles,
-                        horizontal_spacing=0.08, vertical_spacing=0.14)
-    placed = [(trace, i // cols + 1, i % cols + 1) for i, result in enumerate(splits)
-              for trace in _design_space_traces(result, by_power, first=i == 0)]
-    _add_traces(fig, placed)
-    for i in range(len(splits)):   # the used subplots only: a 2 x 3 grid may have empty ones
-        fig.update_xaxes(title_text="prompt machines", row=i // cols + 1, col=i % cols + 1)
-        fig.update_yaxes(title_text="token machines", row=i // cols + 1, col=i % cols + 1)
-    fig.update_layout(title="Design space: feasibility and cost at the optimum's rate "
-                            "(★ optimum; Splitwise Figure 12)",
-                      coloraxis={"colorscale": "Viridis", "colorbar": {"title": colour_title}},
-                      height=380 * rows + 80, legend={"orientation": "h", "y": -0.08})
-    return fig
+    layout = subplot_grid(rows, cols, titles, horizontal_spacing=0.08, vertical_spacing=0.14)
+    data = [_in_cell(trace, i + 1) for i, result in enumerate(splits)
+            for trace in _design_space_traces(result, by_power, first=i == 0)]
+    for n in range(1, len(splits) + 1):   # the used subplots only: a 2 x 3 grid may have empty ones
+        layout[_axis_key("x", n)]["title"] = {"text": "prompt machines"}
+        layout[_axis_key("y", n)]["title"] = {"text": "token machines"}
+    layout.update(title={"text": "Design space: feasibility and cost at the optimum's rate "
+                                 "(★ optimum; Splitwise Figure 12)"},
+                  coloraxis={"colorscale": _colorscale(VIRIDIS),
+                             "colorbar": {"title": {"text": colour_title}}},
+                  height=380 * rows + 80, legend={"orientation": "h", "y": -0.08})
+    return {"data": data, "layout": layout}
 
 
-def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> list:
+def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> list[dict]:
     rate = _reference_rate(result)
     here = [m for m in result.points if m.rate_rps == rate]
     ok = [m for m in here if m.meets_slos]
@@ -213,31 +287,31 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
     # therefore stay out of the legend; an empty proxy trace of the same legendgroup, with a
     # fixed colour, stands for them there (clicking it still toggles the whole group).
     traces = [
-        go.Scatter(x=[m.prompt_machines for m in ok], y=[m.token_machines for m in ok],
-                   mode="markers", name="feasible", legendgroup="feasible", showlegend=False,
-                   marker={"size": 9, "color": [m.power_kw if by_power else m.cost_per_hour
-                                                for m in ok], "coloraxis": "coloraxis"},
-                   text=[_hover(m) for m in ok], hoverinfo="text"),
-        go.Scatter(x=[m.prompt_machines for m in bad], y=[m.token_machines for m in bad],
-                   mode="markers", name="infeasible", legendgroup="infeasible", showlegend=first,
-                   marker={"size": 8, "symbol": "x", "color": "#b0b0b0"},
-                   text=[_hover(m) for m in bad], hoverinfo="text")]
+        _scatter(x=[m.prompt_machines for m in ok], y=[m.token_machines for m in ok],
+                 mode="markers", name="feasible", legendgroup="feasible", showlegend=False,
+                 marker={"size": 9, "color": [m.power_kw if by_power else m.cost_per_hour
+                                              for m in ok], "coloraxis": "coloraxis"},
+                 text=[_hover(m) for m in ok], hoverinfo="text"),
+        _scatter(x=[m.prompt_machines for m in bad], y=[m.token_machines for m in bad],
+                 mode="markers", name="infeasible", legendgroup="infeasible", showlegend=first,
+                 marker={"size": 8, "symbol": "x", "color": "#b0b0b0"},
+                 text=[_hover(m) for m in bad], hoverinfo="text")]
     if first:
-        traces.insert(1, go.Scatter(x=[None], y=[None], mode="markers", name="feasible",
-                                    legendgroup="feasible", hoverinfo="skip",
-                                    marker={"size": 9, "color": FEASIBLE_LEGEND_COLOUR}))
+        traces.insert(1, _scatter(x=[None], y=[None], mode="markers", name="feasible",
+                                  legendgroup="feasible", hoverinfo="skip",
+                                  marker={"size": 9, "color": FEASIBLE_LEGEND_COLOUR}))
     if result.goal.name == "max-rate" and result.frontier:
-        traces.append(go.Scatter(x=[p for p, _ in result.frontier],
-                                 y=[t for _, t in result.frontier], mode="lines",
-                                 name="budget limit", legendgroup="budget", showlegend=first,
-                                 line={"color": "#d62728", "dash": "dash", "width": 1}))
+        traces.append(_scatter(x=[p for p, _ in result.frontier],
+                               y=[t for _, t in result.frontier], mode="lines",
+                               name="budget limit", legendgroup="budget", showlegend=first,
+                               line={"color": "#d62728", "dash": "dash", "width": 1}))
     if result.optimum is not None:
         o = result.optimum
-        traces.append(go.Scatter(x=[o.prompt_machines], y=[o.token_machines], mode="markers",
-                                 name="optimum", legendgroup="optimum", showlegend=first,
-                                 marker={"size": 20, "symbol": "star", "color": "gold",
-                                         "line": {"color": "black", "width": 1}},
-                                 text=[_hover(o)], hoverinfo="text"))
+        traces.append(_scatter(x=[o.prompt_machines], y=[o.token_machines], mode="markers",
+                               name="optimum", legendgroup="optimum", showlegend=first,
+                               marker={"size": 20, "symbol": "star", "color": "gold",
+                                       "line": {"color": "black", "width": 1}},
+                               text=[_hover(o)], hoverinfo="text"))
     return traces
 
 
@@ -253,7 +327,7 @@ def _rate_text(rate) -> str:
     return "trace rate" if rate is None else f"{rate:g} req/s"
 
 
-def latency_load_figure(results: Sequence[DesignResult], inputs: dict):
+def latency_load_figure(results: Sequence[DesignResult], inputs: dict) -> dict | None:
     """Each optimum's percentiles against the request rate, with the SLO limits dotted."""
     curves = [(r, _load_curve(r)) for r in results if r.optimum is not None]
     curves = [(r, c) for r, c in curves if len(c) >= 2]
@@ -261,39 +335,33 @@ def latency_load_figure(results: Sequence[DesignResult], inputs: dict):
         return None
     unit = "slowdown (x)" if inputs["slo_profile"]["kind"] == "slowdown" else "ms"
     titles = [f"{r.design.name}: {METRIC_TITLES[m]}" for r, _ in curves for m in METRIC_TITLES]
-    fig = make_subplots(rows=len(curves), cols=3, subplot_titles=titles,
-                        vertical_spacing=min(0.08, 0.5 / len(curves)), horizontal_spacing=0.06)
-    placed = []
-    for row, (result, points) in enumerate(curves, start=1):
-        for col, metric in enumerate(METRIC_TITLES, start=1):
+    layout = subplot_grid(len(curves), 3, titles, vertical_spacing=min(0.08, 0.5 / len(curves)),
+                          horizontal_spacing=0.06)
+    data = []
+    for row, (result, points) in enumerate(curves):
+        for col, metric in enumerate(METRIC_TITLES):
+            cell, legend = row * 3 + col + 1, row == 0 and col == 0
             for pct, dash in PERCENTILE_STYLE.items():
                 key = f"{metric}_{pct}"
                 values = [dict((k, v) for k, v, _ in m.outcome.slo)[key] for m in points]
-                placed.append((go.Scatter(
+                data.append(_in_cell(_scatter(
                     x=[m.rate_rps for m in points], y=values, mode="lines+markers",
-                    name=pct.upper(), legendgroup=pct, showlegend=row == 1 and col == 1,
-                    line={"dash": dash, "color": "#1f77b4"}), row, col))
+                    name=pct.upper(), legendgroup=pct, showlegend=legend,
+                    line={"dash": dash, "color": "#1f77b4"}), cell))
                 limit = dict((k, lim) for k, _, lim in points[0].outcome.slo)[key]
                 if limit is not None:
-                    placed.append((go.Scatter(
+                    data.append(_in_cell(_scatter(
                         x=[points[0].rate_rps, points[-1].rate_rps], y=[limit, limit],
                         mode="lines", name=f"{pct.upper()} limit", legendgroup=f"{pct}-limit",
-                        showlegend=row == 1 and col == 1,
-                        line={"dash": dash, "color": "#d62728", "width": 1}), row, col))
-    _add_traces(fig, placed)
-    fig.update_xaxes(title_text="rate (req/s)")
-    fig.update_yaxes(title_text=unit, type="log")
-    fig.update_layout(title="Latency percentiles of each optimum against load (red: SLO limits)",
-                      height=300 * len(curves) + 100)
-    return fig
-
-
-def _add_traces(fig, placed: list) -> None:
-    """(trace, row, col) into their subplots in one call: adding them one by one re-validates
-    the figure each time (0.2 s for the 144 traces of eight designs' load curves)."""
-    if placed:
-        traces, rows, cols = zip(*placed)
-        fig.add_traces(list(traces), rows=list(rows), cols=list(cols))
+                        showlegend=legend, line={"dash": dash, "color": "#d62728", "width": 1}),
+                        cell))
+    for n in range(1, 3 * len(curves) + 1):
+        layout[_axis_key("x", n)]["title"] = {"text": "rate (req/s)"}
+        layout[_axis_key("y", n)].update(title={"text": unit}, type="log")
+    layout.update(title={"text": "Latency percentiles of each optimum against load "
+                                 "(red: SLO limits)"},
+                  height=300 * len(curves) + 100)
+    return {"data": data, "layout": layout}
 
 
 def _load_curve(result: DesignResult) -> list[Metrics]:
@@ -304,17 +372,16 @@ def _load_curve(result: DesignResult) -> list[Metrics]:
     return sorted(same, key=lambda m: m.rate_rps)
 
 
-def summary_figure(results: Sequence[DesignResult]):
+def summary_figure(results: Sequence[DesignResult]) -> dict | None:
     done = [r for r in results if r.optimum is not None]
     if not done:
         return None
     names = [r.design.name for r in done]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("cost $/h", "power kW",
-                                                        "throughput req/s"))
+    layout = subplot_grid(1, 3, ("cost $/h", "power kW", "throughput req/s"))
     series = ((lambda m: m.cost_per_hour, "#1f77b4"), (lambda m: m.power_kw, "#ff7f0e"),
               (lambda m: m.rate_rps, "#2ca02c"))
-    _add_traces(fig, [(go.Bar(x=names, y=[value(r.optimum) for r in done],
-                              marker_color=colour, showlegend=False), 1, col)
-                      for col, (value, colour) in enumerate(series, start=1)])
-    fig.update_layout(title="Optimum of each design", height=420)
-    return fig
+    data = [_in_cell({"type": "bar", "x": names, "y": [value(r.optimum) for r in done],
+                      "marker": {"color": colour}, "showlegend": False}, cell)
+            for cell, (value, colour) in enumerate(series, start=1)]
+    layout.update(title={"text": "Optimum of each design"}, height=420)
+    return {"data": data, "layout": layout}
