@@ -196,6 +196,45 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
 
 
+@dataclass(frozen=True)
+class MarginBySeedSized(MarginBySeed):
+    """The same, with a size for each workload sample."""
+    tokens: dict = field(default_factory=dict)
+
+    def sample_tokens(self, rate_rps, seed):
+        return self.tokens.get(seed, 1000)
+
+
+def test_a_first_verification_tries_the_heaviest_samples_first():
+    """With no history, the samples after screening go heaviest first (ties in seed order):
+    seed 7, the heaviest, fails and stops the candidate after 3 samples instead of 8; a passing
+    candidate keeps its samples in seed order."""
+    oracle = MarginBySeedSized({7: -0.5}, tokens={7: 5000, 3: 2000, 5: 2000})
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    hh = CATALOG.design("splitwise-hh")
+    first = verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0]
+    assert oracle.asked == [0, 7, 3] and not first.meets_slos
+    assert first.outcome.reason.startswith("seed 7: ")
+    oracle.asked.clear()
+    oracle.margins.pop(7)
+    passing = verifier.run([Verify(Point(CATALOG.design("splitwise-aa"), 2, 2, 10.0))])[0]
+    assert oracle.asked == [0, 7, 3, 5, 1, 2, 4, 6, 8, 9]
+    assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
+
+
+def test_sample_tokens_is_the_size_of_the_sample_simulated():
+    from provisioner.api import merge_options, resolve_study
+    from provisioner.evaluate import SimulationEvaluator, workload_sample
+    from provisioner.options import SearchOptions
+    study = resolve_study(merge_options(SearchOptions, {"duration": 10, "rate": 5,
+                                                        "no_cache": True}))
+    evaluator = SimulationEvaluator(study)
+    for seed in (0, 3):
+        sample = workload_sample(study.workload, 5.0, 10, seed, study.seed)
+        assert evaluator.sample_tokens(5.0, seed) == int(sample.prompt_tokens.sum()
+                                                         + sample.output_tokens.sum()) > 0
+
+
 def true_max_rate(design, budget, constraints=Constraints()):
     pools = design
     cells = budget_candidates(pools, budget, constraints, 256)
