@@ -20,7 +20,7 @@ from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 class Evaluator(Protocol):
     """Anything the runner can evaluate: the simulator binding or a test oracle. One may also
-    have `sample_tokens(rate_rps, seed) -> int`, the size of a workload sample: the verifier
+    have `sample_size(rate_rps, seed) -> int`, the size of a workload sample: the verifier
     then tries the largest samples first (without it, seed order)."""
 
     def outcome(self, point: Point, seed: int) -> Outcome: ...
@@ -88,13 +88,12 @@ class SimulationEvaluator:
                           options)
         return result, requests
 
-    def sample_tokens(self, rate_rps: float | None, seed: int) -> int:
-        """Tokens (prompt + output) of the workload sample drawn with `seed` at `rate_rps`.
-        The heaviest samples are the hardest for every design (the most requests and tokens
-        in the window), so the verifier tries them first."""
+    def sample_size(self, rate_rps: float | None, seed: int) -> int:
+        """Requests in the workload sample drawn with `seed` at `rate_rps` (its arrivals only:
+        the verifier asks for every seed at every rate it verifies). The sample with the most
+        requests in the window is the hardest for nearly every design, so it goes first."""
         s = self.study
-        sample = s.workload.at(rate_rps, s.duration_s, seed, base_seed=s.seed)
-        return int(sample.prompt_tokens.sum()) + int(sample.output_tokens.sum())
+        return s.workload.requests_at(rate_rps, s.duration_s, seed)
 
     def identity(self) -> dict:
         """Everything but the point and the sample seed that changes an outcome."""

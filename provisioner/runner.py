@@ -462,8 +462,8 @@ class Verifier:
 
     A design's verifications try its hardest samples first: after the screening seeds, the
     seeds by the worst SLO margin the design's latest verification of each saw on them, then
-    the unseen ones, heaviest sample first (the evaluator's `sample_tokens`; the sample with
-    the most tokens is the hardest for nearly every design). A rejected candidate's neighbour
+    the unseen ones, largest sample first (the evaluator's `sample_size`; the sample with
+    the most requests is the hardest for nearly every design). A rejected candidate's neighbour
     usually fails on the same sample, so it stops after a few simulations instead of up to
     twenty; the verdict needs every sample, so the order never changes it, and the samples
     are kept in seed order."""
@@ -474,7 +474,7 @@ class Verifier:
     # design name -> {seed: its worst SLO margin when last verified}; each design's search
     # is sequential, so the order it gives is the same whatever the timing
     _margins: dict = field(default_factory=dict, repr=False)
-    _tokens: dict = field(default_factory=dict, repr=False)   # (rate, seed) -> sample tokens
+    _sizes: dict = field(default_factory=dict, repr=False)   # (rate, seed) -> sample size
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
@@ -506,19 +506,19 @@ class Verifier:
     def _hardest_first(self, point: Point) -> tuple[int, ...]:
         seen = self._margins.get(point.design.name, {})
         rest = sorted(self.seeds[self.screen:], key=lambda s: (
-            seen.get(s, math.inf), -self._sample_tokens(point.rate_rps, s), s))
+            seen.get(s, math.inf), -self._sample_size(point.rate_rps, s), s))
         return (*self.seeds[:self.screen], *rest)
 
-    def _sample_tokens(self, rate_rps: float | None, seed: int) -> int:
-        """The evaluator's size of a sample (0 if it has none), drawn once per rate and seed
+    def _sample_size(self, rate_rps: float | None, seed: int) -> int:
+        """The evaluator's size of a sample (0 if it has none), asked once per rate and seed
         (design searches ask from several threads)."""
-        sized = getattr(self.runner.evaluator, "sample_tokens", None)
+        sized = getattr(self.runner.evaluator, "sample_size", None)
         if sized is None:
             return 0
         with self._lock:
-            if (rate_rps, seed) not in self._tokens:
-                self._tokens[rate_rps, seed] = sized(rate_rps, seed)
-            return self._tokens[rate_rps, seed]
+            if (rate_rps, seed) not in self._sizes:
+                self._sizes[rate_rps, seed] = sized(rate_rps, seed)
+            return self._sizes[rate_rps, seed]
 
     def _passes(self, outcome: Outcome) -> bool:
         """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""

@@ -19,8 +19,8 @@ from provisioner.options import Constraints, SearchSettings
 from simcore import SimOptions
 from simcore.perfmodel import (default_performance_model, load_performance_model,
                                perf_model_version)
-from simcore.workload import (BUILTIN_TABLES_PATH, builtin_workload_names, load_trace,
-                              resample_sizes, synthesize)
+from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
+                              load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SCREEN_SEEDS = 1   # samples the search checks every point on; candidates are verified on all
@@ -84,14 +84,23 @@ class WorkloadSource:
             identity["burstiness_cv"] = self.burstiness_cv
         return identity
 
+    def requests_at(self, rate_rps: float | None, duration_s: float, seed: int) -> int:
+        """How many requests `at` gives, without drawing their sizes."""
+        if rate_rps is None:
+            return len(_trace(self.path, self.sha256))
+        return arrival_count(rate_rps, duration_s, seed, **self._arrival())
+
+    def _arrival(self) -> dict:
+        return {} if self.burstiness_cv == 1.0 else {"arrival": "gamma",
+                                                     "burstiness_cv": self.burstiness_cv}
+
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
         """One sample of the workload: a built-in distribution under Poisson arrivals at
         `rate_rps`, or the trace with its sizes under new arrivals. A trace replayed as it is
         (rate None) is itself for the base seed; any other seed keeps its arrival times and
         redraws its (prompt, output) pairs, so the burstiness of the real trace is kept while
         the sizes vary as they would on another day."""
-        arrival = {} if self.burstiness_cv == 1.0 else {"arrival": "gamma",
-                                                        "burstiness_cv": self.burstiness_cv}
+        arrival = self._arrival()
         if self.kind == "builtin":
             return synthesize(self.name, rate_rps, duration_s, seed, **arrival)
         trace = _trace(self.path, self.sha256)

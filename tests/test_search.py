@@ -3,7 +3,7 @@ the same optimum as exhaustive enumeration, constraints hold, rate search meets 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 import sys
 import threading
@@ -198,18 +198,18 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
 
 @dataclass(frozen=True)
 class MarginBySeedSized(MarginBySeed):
-    """The same, with a size for each workload sample."""
-    tokens: dict = field(default_factory=dict)
+    """The same, with a size (its number of requests) for each workload sample."""
+    sizes: dict = field(default_factory=dict)
 
-    def sample_tokens(self, rate_rps, seed):
-        return self.tokens.get(seed, 1000)
+    def sample_size(self, rate_rps, seed):
+        return self.sizes.get(seed, 1000)
 
 
-def test_a_first_verification_tries_the_heaviest_samples_first():
-    """With no history, the samples after screening go heaviest first (ties in seed order):
-    seed 7, the heaviest, fails and stops the candidate after 3 samples instead of 8; a passing
+def test_a_first_verification_tries_the_largest_samples_first():
+    """With no history, the samples after screening go largest first (ties in seed order):
+    seed 7, the largest, fails and stops the candidate after 3 samples instead of 8; a passing
     candidate keeps its samples in seed order."""
-    oracle = MarginBySeedSized({7: -0.5}, tokens={7: 5000, 3: 2000, 5: 2000})
+    oracle = MarginBySeedSized({7: -0.5}, sizes={7: 1500, 3: 1200, 5: 1200})
     verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
     hh = CATALOG.design("splitwise-hh")
     first = verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0]
@@ -222,17 +222,22 @@ def test_a_first_verification_tries_the_heaviest_samples_first():
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
 
 
-def test_sample_tokens_is_the_size_of_the_sample_simulated():
+@pytest.mark.parametrize("workload, rate, burstiness", [
+    ("coding", 5.0, 1.0), ("conversation", 70.0, 1.0), ("coding", 3.0, 2.5)])
+def test_sample_size_is_the_length_of_the_sample_simulated(workload, rate, burstiness):
     from provisioner.api import merge_options, resolve_study
-    from provisioner.evaluate import SimulationEvaluator, workload_sample
+    from provisioner.evaluate import SimulationEvaluator
     from provisioner.options import SearchOptions
-    study = resolve_study(merge_options(SearchOptions, {"duration": 10, "rate": 5,
-                                                        "no_cache": True}))
+    study = resolve_study(merge_options(SearchOptions, {
+        "workload": workload, "rate": rate, "duration": 10, "no_cache": True}))
+    study = replace(study, workload=replace(study.workload, burstiness_cv=burstiness))
     evaluator = SimulationEvaluator(study)
-    for seed in (0, 3):
-        sample = workload_sample(study.workload, 5.0, 10, seed, study.seed)
-        assert evaluator.sample_tokens(5.0, seed) == int(sample.prompt_tokens.sum()
-                                                         + sample.output_tokens.sum()) > 0
+    sizes = set()
+    for seed in range(6):
+        size = evaluator.sample_size(rate, seed)
+        assert size == len(study.workload.at(rate, 10, seed, base_seed=study.seed))
+        sizes.add(size)
+    assert len(sizes) > 1   # the samples differ, so the order means something
 
 
 def true_max_rate(design, budget, constraints=Constraints()):

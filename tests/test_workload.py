@@ -309,3 +309,12 @@ def test_unknown_workload_lists_builtin_names(tmp_path):
     with pytest.raises(InputError, match="coding, conversation") as caught:
         workload_source(str(tmp_path / "nope.csv"))
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("rate, arrival, cv", [(0.5, "poisson", 1.0), (70.0, "poisson", 1.0),
+                                               (700.0, "poisson", 1.0), (20.0, "gamma", 3.0)])
+def test_arrival_count_is_the_length_synthesize_draws(rate, arrival, cv):
+    from simcore.workload import arrival_count
+    for seed in (0, 1, 17):
+        drawn = synthesize("coding", rate, 60.0, seed, arrival=arrival, burstiness_cv=cv)
+        assert arrival_count(rate, 60.0, seed, arrival, cv) == len(drawn)
