@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
@@ -35,19 +36,22 @@ class Evaluator(Protocol):
 # SAMPLE_CACHE_REQUESTS requests in all (a few MB per process; one huge window is not kept).
 SAMPLE_CACHE_REQUESTS = 2_000_000
 _SAMPLES: "OrderedDict[tuple, Workload]" = OrderedDict()
+_SAMPLES_LOCK = threading.Lock()   # simulations may run on several threads
 
 
 def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int,
                     base_seed: int) -> Workload:
     """`source.at(...)`, the same object while it stays among the latest samples drawn."""
     key = (source, rate_rps, duration_s, seed, base_seed)
-    if key in _SAMPLES:
-        _SAMPLES.move_to_end(key)
-        return _SAMPLES[key]
+    with _SAMPLES_LOCK:
+        if key in _SAMPLES:
+            _SAMPLES.move_to_end(key)
+            return _SAMPLES[key]
     sample = source.at(rate_rps, duration_s, seed, base_seed=base_seed)
-    _SAMPLES[key] = sample
-    while sum(len(w) for w in _SAMPLES.values()) > SAMPLE_CACHE_REQUESTS:
-        _SAMPLES.popitem(last=False)
+    with _SAMPLES_LOCK:
+        _SAMPLES[key] = sample
+        while sum(len(w) for w in _SAMPLES.values()) > SAMPLE_CACHE_REQUESTS:
+            _SAMPLES.popitem(last=False)
     return sample
 
 

@@ -29,7 +29,8 @@ GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
-BACKENDS = ("loky", "dask", "ray")
+BACKENDS = ("threads", "loky", "dask", "ray")
+LOCAL_BACKENDS = ("threads", "loky")   # on this machine: no --address
 DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
 
 # Sane ranges: beyond them a run is a typo, or out of reach of this machine (issue: bad input).
@@ -202,8 +203,9 @@ class Execution:
                       metavar="DIR")
     jobs: Optional[int] = option(None, "Parallel evaluations.", count(1, MAX_JOBS), short="-j",
                                  default_text="one per core")
-    backend: str = option("loky", "Where evaluations run: local processes (loky), a dask or a "
-                                  "ray cluster.", OneOf(BACKENDS))
+    backend: str = option("threads", "Where evaluations run: threads of this process (the "
+                                     "compiled core releases the GIL), local processes (loky), "
+                                     "a dask or a ray cluster.", OneOf(BACKENDS))
     address: Optional[str] = option(None, "Scheduler of a dask or ray cluster (dask without it: "
                                           "a local cluster).", Text(), metavar="ADDRESS")
     cache_dir: Optional[str] = option(None, "Evaluation cache directory.", Text(),

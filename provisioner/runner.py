@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from hardware_catalog import InputError
 from provisioner.evaluate import Evaluator
 from provisioner.files import write_atomically
-from provisioner.options import BACKENDS
+from provisioner.options import BACKENDS, LOCAL_BACKENDS
 from provisioner.study import (Metrics, Outcome, Point, Verify, combine_samples,
                                inside_guard_band)
 
@@ -216,9 +216,9 @@ def check_backend(backend: str, address: str | None, timeout: float = 3.0) -> No
     if backend not in BACKENDS:
         raise InputError(f"unknown backend '{backend}'; use {', '.join(BACKENDS)}",
                          field="backend")
-    if address and backend == "loky":
+    if address and backend in LOCAL_BACKENDS:
         raise InputError(f"--address needs --backend dask or ray (got --address {address} with "
-                         "loky); add --backend dask", field="address")
+                         f"{backend}); add --backend dask", field="address")
     module = {"dask": "distributed", "ray": "ray"}.get(backend)
     if module is not None:
         import importlib.util
@@ -279,17 +279,19 @@ class Runner:
     """Evaluates batches of points: memo, disk cache, then the misses in parallel, in order."""
     evaluator: Evaluator
     jobs: int = 1
-    backend: str = "loky"
+    backend: str = "threads"
     address: str | None = None
     cache: DiskCache | None = None
     stats: RunStats = field(default_factory=RunStats)
     _memo: dict = field(default_factory=dict, repr=False)
     _cluster: Any = field(default=None, repr=False)
+    _threads: Any = field(default=None, repr=False)   # backend threads: the pool, once needed
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: bool = field(default=False, repr=False)
     # At most two samples per worker are submitted at a time (one running, one queued next):
     # the rest wait here rather than in loky's queue, which its shutdown on Ctrl-C does not
-    # empty cleanly (a KeyError in its manager thread) when concurrent searches queued many.
+    # empty cleanly (a KeyError in its manager thread) when concurrent searches queued many,
+    # or in the thread pool's, which Ctrl-C would otherwise have to wait for.
     _slots: threading.Semaphore = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -298,9 +300,9 @@ class Runner:
 
     @property
     def concurrent(self) -> bool:
-        """May several searches call `outcomes` at once? Yes on local worker processes: each
-        call waits only for its own futures (the memo, cache and counts are locked)."""
-        return self.backend == "loky" and self.jobs > 1
+        """May several searches call `outcomes` at once? Yes on local threads or processes:
+        each call waits only for its own futures (the memo, cache and counts are locked)."""
+        return self.backend in LOCAL_BACKENDS and self.jobs > 1
 
     def __enter__(self) -> "Runner":
         return self
@@ -313,6 +315,9 @@ class Runner:
     def close(self) -> None:
         with self._lock:   # no search thread submits work to the workers after this
             self._closed = True
+        if self._threads is not None:   # queued samples are dropped, running ones finish
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads = None
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
@@ -360,9 +365,9 @@ class Runner:
         (here with one job, else the workers); uncached. `function` must be importable."""
         if not samples:
             return []
-        if self.backend == "loky" and self.jobs == 1:
+        if self.backend in LOCAL_BACKENDS and self.jobs == 1:
             return [function(self.evaluator, s) for s in samples]
-        if self.backend == "loky":
+        if self.backend in LOCAL_BACKENDS:
             return self._map_locally(function, samples)
         from joblib import Parallel, delayed, parallel_config  # only parallel runs need joblib
         self._connect()
@@ -372,10 +377,11 @@ class Runner:
             return Parallel(n_jobs=-1 if self.backend == "ray" else self.jobs)(tasks)
 
     def _map_locally(self, function: Callable, samples: Sequence[Sample]) -> list:
-        """On this machine's worker processes (loky's, kept for the whole run), submitted
-        directly: a search asks for a few points at a time, and a joblib.Parallel call costs
-        about 11 ms of set-up per batch where a submission costs about 0.2 ms."""
-        from joblib.externals.loky import get_reusable_executor
+        """On this machine: threads of this process (the compiled core releases the GIL, so
+        they simulate in parallel, with no worker to start and nothing to pickle) or loky's
+        worker processes (kept for the whole run), submitted directly: a search asks for a few
+        points at a time, and a joblib.Parallel call costs about 11 ms of set-up per batch
+        where a submission costs about 0.2 ms."""
         futures = []
         for sample in samples:
             self._slots.acquire()
@@ -383,16 +389,25 @@ class Runner:
                 if self._closed:   # interrupted: the other searches stop here
                     self._slots.release()
                     raise RuntimeError("the runner is closed")
-                executor = get_reusable_executor(max_workers=self.jobs)
-                future = executor.submit(_in_worker, function, self.evaluator, sample,
-                                         os.getpid())
+                if self.backend == "threads":
+                    future = self._thread_pool().submit(function, self.evaluator, sample)
+                else:
+                    from joblib.externals.loky import get_reusable_executor
+                    future = get_reusable_executor(max_workers=self.jobs).submit(
+                        _in_worker, function, self.evaluator, sample, os.getpid())
             future.add_done_callback(lambda _: self._slots.release())
             futures.append(future)
         return [future.result() for future in futures]
 
+    def _thread_pool(self):
+        if self._threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._threads = ThreadPoolExecutor(self.jobs, thread_name_prefix="provision-sim")
+        return self._threads
+
     def _connect(self) -> None:
         """Start or join the distributed cluster once per runner."""
-        if self._cluster is not None or self.backend == "loky":
+        if self._cluster is not None or self.backend in LOCAL_BACKENDS:
             return
         if self.backend == "dask":
             self._cluster = _dask_client(self.address, self.jobs)

@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 import sysconfig
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,27 @@ def build(output: Path) -> None:
         return digest
     compiler.export("source_digest", "int64()")(source_digest)
     output.parent.mkdir(parents=True, exist_ok=True)
-    compiler.compile()
+    with _wrappers_releasing_the_gil():
+        compiler.compile()
+
+
+@contextmanager
+def _wrappers_releasing_the_gil():
+    """The exported functions release the GIL while the core runs, as the JIT core's
+    nogil=True does, so that simulations run in parallel on threads. numba's AOT compiler has
+    no option for it: its compile flags are given release_gil for the build."""
+    from numba.pycc import compiler as pycc_compiler
+    plain = pycc_compiler.Flags
+
+    class ReleasingFlags(plain):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+    pycc_compiler.Flags = ReleasingFlags
+    try:
+        yield
+    finally:
+        pycc_compiler.Flags = plain
 
 
 def main(argv: list[str] | None = None) -> None:

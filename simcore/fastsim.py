@@ -118,8 +118,9 @@ if CORE == "jit":
 
 # The core allocates nothing, so it runs without numba's runtime (_nrt=False): with the runtime,
 # every call reference-counts each array argument, which cost 1.5-3x. Steps are inlined into the
-# event loop.
-_compiled = njit(cache=True, _nrt=False)
+# event loop. It touches no Python object, so it releases the GIL (nogil; the install-time build
+# too, see simcore.aot): simulations on several threads run in parallel.
+_compiled = njit(cache=True, _nrt=False, nogil=True)
 _inlined = njit(cache=True, _nrt=False, inline="always")
 
 NONE = -1

@@ -98,7 +98,8 @@ def test_reports_are_byte_identical_across_runs_and_job_counts(tmp_path):
     first, _ = rendered(small_plan(tmp_path))
     again, _ = rendered(small_plan(tmp_path))
     two_jobs, _ = rendered(small_plan(tmp_path, jobs=2))
-    assert first == again == two_jobs
+    processes, _ = rendered(small_plan(tmp_path, jobs=2, backend="loky"))
+    assert first == again == two_jobs == processes
     assert "<script" in first["report.html"] and "fig-design-space" in first["report.html"]
 
 
@@ -206,7 +207,7 @@ def test_no_feasible_configuration_exits_1(tmp_path):
     ({"goal": "max-rate", "rate": None, "power_budget_kw": 50.0, "cost_budget_per_hour": 9.0},
      "give one budget"),
     ({"jobs": 0}, "jobs= must be a whole number >= 1"),
-    ({"backend": "spark"}, "backend= must be one of loky, dask, ray"),
+    ({"backend": "spark"}, "backend= must be one of threads, loky, dask, ray"),
     ({"seed": -1}, "seed= must be a whole number >= 0"),
     ({"duration": float("inf")}, "duration= must be a number > 0"),
     ({"power_budget_kw": True}, "power_budget_kw= must be a number > 0"),
