@@ -12,6 +12,7 @@ probed for that design.
 
     python bench/study_bench.py                    # both models, one job per core
     python bench/study_bench.py --models bloom-176b --jobs 2
+    python bench/study_bench.py --backend loky     # local processes instead of threads
 """
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ def cells_in_budget(pools: Design, budget) -> int:
     return cells
 
 
-def run_spec(spec: Path, jobs: int, cache_dir: str) -> dict:
-    options = merge_options(SearchOptions, {"jobs": jobs, "cache_dir": cache_dir}, spec)
+def run_spec(spec: Path, jobs: int, backend: str, cache_dir: str) -> dict:
+    options = merge_options(SearchOptions, {"jobs": jobs, "backend": backend,
+                                            "cache_dir": cache_dir}, spec)
     start = time.perf_counter()
     run = run_study(resolve_study(options), options.execution)
     wall = time.perf_counter() - start
@@ -69,6 +71,7 @@ def run_spec(spec: Path, jobs: int, cache_dir: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=default_jobs())
+    parser.add_argument("--backend", default="threads", help="threads (default) or loky")
     parser.add_argument("--models", default="bloom-176b,llama2-70b")
     args = parser.parse_args()
     _warm_up()
@@ -76,7 +79,7 @@ def main() -> None:
     totals = {}
     with tempfile.TemporaryDirectory(prefix="provision-study-cache-") as cache_dir:
         for model in args.models.split(","):
-            rows = [run_spec(spec, args.jobs, cache_dir)
+            rows = [run_spec(spec, args.jobs, args.backend, cache_dir)
                     for spec in sorted(SPECS.glob(f"{model}-*.yaml"))]
             for row in rows:
                 print(f"{row['spec']:34} {row['wall_s']:>7.1f} {row['simulated']:>6} "
@@ -87,7 +90,7 @@ def main() -> None:
         print(f"{model}: {t['wall_s']:.1f} s wall, {t['simulated']} simulations "
               f"vs {t['grid']} full-grid evaluations ({t['simulated'] / max(t['grid'], 1):.1%})")
     print(f"study: {sum(t['wall_s'] for t in totals.values()):.1f} s wall, "
-          f"{sum(t['simulated'] for t in totals.values())} simulations, {args.jobs} jobs")
+          f"{sum(t['simulated'] for t in totals.values())} simulations, {args.jobs} jobs ({args.backend})")
 
 
 def _warm_up() -> None:
