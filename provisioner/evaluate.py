@@ -28,7 +28,7 @@ class Evaluator(Protocol):
 
     def identity(self) -> dict: ...
 
-    def point_identity(self, point: Point) -> dict: ...
+    def point_identity(self, point: Point) -> dict: ...   # the same for every point of a design
 
 
 # A search simulates the same few workload samples (a rate, the seeds) on many clusters; drawing

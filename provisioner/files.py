@@ -7,9 +7,9 @@ is staged in a temp file beside its target (same file system) and renamed into p
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -24,31 +24,39 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=1)
-def _umask() -> int:
-    """The process umask (the only portable way to read it is to set and restore it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+_STAGED = itertools.count()   # temp names: this process's pid and a counter
 
 
 def stage_file(path: Path, text: str) -> Path:
-    """Write `text` to a temp file in `path`'s directory and return the temp file's path."""
+    """Write `text` to a temp file in `path`'s directory and return the temp file's path (mode
+    0666 less the umask, the usual file mode)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    for _ in range(100):   # a name taken by another host's process on a shared file system
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{next(_STAGED)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temp file name beside {path}")
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return Path(tmp)
+    return tmp
 
 
 def write_atomically(path: Path, text: str) -> None:
     """Temp file in the same directory + os.replace: readers see the old file or the new one."""
-    write_files_atomically(Path(path).parent, {Path(path).name: text}, create=False)
+    temp = stage_file(path, text)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bool = True,

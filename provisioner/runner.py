@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -42,14 +42,23 @@ def default_jobs() -> int:
 Sample = tuple[Point, int]   # a point on the workload sample drawn with a seed
 
 
-def cache_key(evaluator: Evaluator, sample: Sample) -> str:
+def cache_key(evaluator: Evaluator, sample: Sample, study_json: str | None = None,
+              records_json: str | None = None) -> str:
+    """sha256 of the canonical JSON of everything that changes a sample's outcome. A runner
+    passes the study's and the design's parts already encoded (they are the same for every
+    sample of a run, and encoding them was most of the key's cost); the blob is the same."""
     point, seed = sample
-    identity = {"format": CACHE_FORMAT, "study": evaluator.identity(),
-                "point": [point.prompt_machines, point.token_machines, point.rate_rps],
-                "seed": seed,
-                "records": evaluator.point_identity(point)}
-    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    study_json = study_json or canonical_json(evaluator.identity())
+    records_json = records_json or canonical_json(evaluator.point_identity(point))
+    place = canonical_json([point.prompt_machines, point.token_machines, point.rate_rps])
+    # the keys in sorted order, as json.dumps(..., sort_keys=True) of the whole record writes
+    blob = (f'{{"format":{canonical_json(CACHE_FORMAT)},"point":{place},'
+            f'"records":{records_json},"seed":{canonical_json(seed)},"study":{study_json}}}')
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class DiskCache:
 
     damaged: int = 0          # entries ignored (re-simulated and overwritten) in this run
     writable: bool = True     # False after a write failed: the run goes on uncached
+    _made: set = field(default_factory=set, repr=False)   # subdirectories known to exist
 
     def get(self, key: str) -> Outcome | None:
         """The cached outcome, or None when absent or damaged (then it is re-simulated and
@@ -90,8 +100,11 @@ class DiskCache:
             return
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, json.dumps(asdict(outcome)))
+            if path.parent.name not in self._made:   # one mkdir per directory and run
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(path.parent.name)
+            write_atomically(path, json.dumps(
+                {name: getattr(outcome, name) for name in Outcome.__dataclass_fields__}))
         except (OSError, ValueError) as err:
             self.writable = False
             why = getattr(err, "strerror", None) or str(err)
@@ -284,6 +297,8 @@ class Runner:
     cache: DiskCache | None = None
     stats: RunStats = field(default_factory=RunStats)
     _memo: dict = field(default_factory=dict, repr=False)
+    _study_json: str | None = field(default=None, repr=False)      # cache keys' constant parts
+    _records_json: dict = field(default_factory=dict, repr=False)  # design -> its records
     _cluster: Any = field(default=None, repr=False)
     _threads: Any = field(default=None, repr=False)   # backend threads: the pool, once needed
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -351,11 +366,20 @@ class Runner:
             return self._memo[sample]
         if self.cache is None:
             return None
-        keys[sample] = cache_key(self.evaluator, sample)
+        keys[sample] = self._cache_key(sample)
         cached = self.cache.get(keys[sample])
         if cached is not None:
             self.stats.cache_hits += 1
         return cached
+
+    def _cache_key(self, sample: Sample) -> str:
+        """`cache_key`, the study's and each design's identity encoded once per run."""
+        if self._study_json is None:
+            self._study_json = canonical_json(self.evaluator.identity())
+        design = sample[0].design
+        if design not in self._records_json:
+            self._records_json[design] = canonical_json(self.evaluator.point_identity(sample[0]))
+        return cache_key(self.evaluator, sample, self._study_json, self._records_json[design])
 
     def _evaluate(self, samples: list[Sample]) -> list[Outcome]:
         return self.map(_outcome_of, samples)
