@@ -1,9 +1,11 @@
 """Faults (issue 10): damaged cache entries, an unwritable cache, Ctrl-C, kill -9 while writing."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -49,6 +51,38 @@ def test_good_entry_round_trips_with_an_unlimited_slo(tmp_path):
     cache.put("cd" + "1" * 62, GOOD)
     assert cache.get("cd" + "1" * 62) == GOOD
     assert outcome_from_json(json.loads(json.dumps(GOOD.__dict__))) == GOOD
+
+
+def test_a_cache_entry_has_the_usual_file_mode_and_no_temp_file_is_left(tmp_path):
+    cache, key = DiskCache(tmp_path), "ef" + "2" * 62
+    umask = os.umask(0o027)
+    try:
+        cache.put(key, GOOD)
+        cache.put(key, GOOD)   # overwritten in place
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(_entry(cache, key).stat().st_mode) == 0o640
+    assert [p.name for p in _entry(cache, key).parent.iterdir()] == [f"{key}.json"]
+
+
+def test_a_runner_keys_a_sample_by_the_whole_record_hashed():
+    """A runner encodes the study's and each design's part of a key once per run; the key is
+    still the sha256 of the whole record's canonical JSON (caches written before stay valid)."""
+    from provisioner.api import resolve_study
+    from provisioner.evaluate import SimulationEvaluator
+    from provisioner.options import SearchOptions
+    from provisioner.runner import CACHE_FORMAT, Runner
+    from provisioner.study import Point
+
+    evaluator = SimulationEvaluator(resolve_study(SearchOptions()))
+    runner = Runner(evaluator)
+    for design in evaluator.study.designs:
+        for point, seed in ((Point(design, 3, 2, 70.0), 0), (Point(design, 12, 0, None), 5)):
+            whole = {"format": CACHE_FORMAT, "study": evaluator.identity(),
+                     "point": [point.prompt_machines, point.token_machines, point.rate_rps],
+                     "seed": seed, "records": evaluator.point_identity(point)}
+            blob = json.dumps(whole, sort_keys=True, separators=(",", ":"), default=str)
+            assert runner._cache_key((point, seed)) == hashlib.sha256(blob.encode()).hexdigest()
 
 
 def test_unwritable_cache_runs_uncached_with_a_warning(tmp_path):
