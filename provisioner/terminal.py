@@ -77,9 +77,10 @@ class SearchProgress:
     def update(self, asked: dict[str, int]) -> None:
         if self._progress is None:
             return
-        self._counts.update(asked)
-        for name, count in asked.items():
-            self._progress.update(self._tasks[name], completed=count)
+        for name, count in asked.items():   # one design's step changes one count
+            if count != self._counts[name]:
+                self._counts[name] = count
+                self._progress.update(self._tasks[name], completed=count)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:

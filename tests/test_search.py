@@ -23,7 +23,8 @@ from provisioner.options import (Constraints, SearchOptions, SearchSettings, ech
 from provisioner.runner import Runner, Verifier  # noqa: E402
 from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
 from provisioner.select import select_optimum  # noqa: E402
-from provisioner.study import SLO_KEYS, Budget, Goal, Outcome, Point, Verify  # noqa: E402
+from provisioner.study import (SLO_KEYS, Budget, Goal, Metrics, Outcome, Point,  # noqa: E402
+                               Verify)
 
 CATALOG = load_catalog()
 DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
@@ -138,6 +139,55 @@ def test_select_optimum_breaks_ties_by_power_then_size():
     points = Verifier(runner, (0,)).run([Point(design, p, 12 - p, 10.0) for p in range(2, 11)])
     best = select_optimum(points, Goal("min-cost", 10.0), Constraints(), pools)
     assert (best.prompt_machines, best.token_machines) == (2, 10)  # all cost the same
+
+
+@hyp_settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_select_optimum_is_the_best_allowed_point_by_enumeration(data):
+    """CP-SAT's pick equals a plain enumeration: the allowed point (SLOs met, every extra
+    constraint and the budget) with the best objective, ties broken by the other resource,
+    GPUs, machines, P, T."""
+    design = CATALOG.design(data.draw(st.sampled_from(["splitwise-ha", "baseline-h100"])))
+    goal = data.draw(st.sampled_from([Goal("min-cost", 10.0), Goal("min-power", 10.0),
+                                      Goal("max-rate", budget=Budget("cost", 600.0)),
+                                      Goal("max-rate", budget=Budget("power", 90.0))]))
+    cells = data.draw(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 20), st.booleans(),
+                                         st.sampled_from([5.0, 7.5, 10.0, 12.5])),
+                               min_size=1, max_size=25, unique_by=lambda c: c[:2]))
+    limits = Constraints(**{name: data.draw(st.none() | st.integers(low, high)) for name, low, high
+                            in (("max_machines", 2, 50), ("max_gpus", 8, 400),
+                                ("max_prompt", 1, 30), ("max_token", 1, 20))})
+    points = []
+    for p, t, ok, rate in cells:
+        t = 0 if design.is_baseline else t
+        slo = tuple((key, 0.5 if ok else 2.0, 1.0) for key in SLO_KEYS)
+        outcome = Outcome(ok, True, "", slo, 0.5 if ok else -1.0, 100)
+        point = Point(design, p, t, rate if goal.name == "max-rate" else 10.0)
+        points.append(Metrics.of(point, outcome))
+    points = list({m.point: m for m in points}.values())
+
+    def allowed(m):
+        size = m.prompt_machines + m.token_machines
+        pools_ok = design.is_baseline or (
+            (not limits.max_prompt or m.prompt_machines <= limits.max_prompt)
+            and (not limits.max_token or m.token_machines <= limits.max_token))
+        budget_ok = goal.budget is None or round(1000 * (
+            m.cost_per_hour if goal.budget.kind == "cost" else m.power_kw)) <= 1000 * goal.budget.value
+        return (m.meets_slos and pools_ok and budget_ok
+                and (not limits.max_machines or size <= limits.max_machines)
+                and (not limits.max_gpus or m.gpus <= limits.max_gpus))
+
+    def rank(m):
+        cost, power = round(1000 * m.cost_per_hour), round(1000 * m.power_kw)
+        first, second = {"min-cost": (cost, power), "min-power": (power, cost)}.get(
+            goal.name, (-round(1000 * m.rate_rps), cost if goal.budget and
+                        goal.budget.kind == "cost" else power))
+        return (first, second, m.gpus, m.prompt_machines + m.token_machines,
+                m.prompt_machines, m.token_machines, m.rate_rps)
+
+    expected = min(filter(allowed, points), key=rank, default=None)
+    best = select_optimum(points, goal, limits, design)
+    assert (best and best.point) == (expected and expected.point)
 
 
 @dataclass(frozen=True)

@@ -348,3 +348,20 @@ def test_report_html_renders_in_headless_chromium(report_dir, tmp_path):
     for div in ("fig-design-space", "fig-latency-load", "fig-summary"):
         assert f'id="{div}"' in dom
     assert "Uncaught" not in run.stderr
+
+
+def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path):
+    """Selecting an optimum goes through OR-Tools' linear-solver wrapper: importing its
+    cp_model module would import pandas, about 0.25 s of every search. Only --requests-csv
+    (simulate) and traces need pandas."""
+    probe = ("import sys\n"
+             "from provisioner.cli import main\n"
+             f"sys.argv = ['provision', 'search', *{SMALL_ARGS!r}, '--no-cache', '--json',\n"
+             f"            '--out', {str(tmp_path / 'out')!r}]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('pandas', 'ortools.sat.python.cp_model',\n"
+             "                         'ortools.linear_solver.pywraplp') if m in sys.modules),\n"
+             "      file=sys.stderr)\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=300)
+    assert run.stderr.strip().splitlines()[-1] == "['ortools.linear_solver.pywraplp']", run.stderr
