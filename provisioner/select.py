@@ -38,8 +38,8 @@ def select_optimum(points: Sequence[Metrics], goal: Goal, constraints: Constrain
     if not candidates:
         return None
     solver = pywraplp.Solver.CreateSolver("CP_SAT")
-    if not solver.SetSolverSpecificParametersAsString(CP_SAT_PARAMETERS):
-        raise RuntimeError("OR-Tools rejected the CP-SAT parameters")
+    if solver is None or not solver.SetSolverSpecificParametersAsString(CP_SAT_PARAMETERS):
+        raise RuntimeError("this OR-Tools build has no usable CP-SAT backend; reinstall ortools")
     chosen = [solver.BoolVar(f"x{i}") for i in range(len(candidates))]
 
     def bound(values, low: float, high: float) -> None:   # low <= sum(values x chosen) <= high
