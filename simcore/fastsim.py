@@ -195,7 +195,8 @@ MACHINE = np.dtype([
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
     "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s",
     "chunk_attention", "chunk_kv_read",
-    "prompt_index", "decode_index"])  # per SKU, where each of KNOT_BUCKETS buckets starts
+    "prompt_index", "decode_index",  # per SKU, where each of KNOT_BUCKETS buckets starts
+    "prompt_scale", "decode_scale"])  # per SKU, KNOT_BUCKETS / the knots' range
 
 # Knots are near-uniform grids (every 16 prompt tokens; every batch size, then every 8), so a
 # query's bucket of the range gives its knot within a few steps instead of a binary search.
@@ -240,10 +241,11 @@ CHANGED_ALL = CHANGED_PENDING | CHANGED_COMMITTED | CHANGED_POOL
 # ---------------------------------------------------------------------------- latency
 
 @_compiled
-def _first_knot_at_or_above(x, xs, n, index):
+def _first_knot_at_or_above(x, xs, n, index, scale):
     """np.searchsorted(xs[:n], x) for xs[0] < x <= xs[n - 1]: the knot is between the starts of
-    x's bucket and of the next one (checked, so rounding at a bucket edge cannot mislead it)."""
-    b = min(int((x - xs[0]) * KNOT_BUCKETS / (xs[n - 1] - xs[0])), KNOT_BUCKETS - 1)
+    x's bucket and of the next one (checked, so rounding at a bucket edge cannot mislead it;
+    `scale`, buckets per unit of x, is multiplied: a division would cost more than the rest)."""
+    b = min(int((x - xs[0]) * scale), KNOT_BUCKETS - 1)
     lo, hi = index[b], index[b + 1]
     if (lo > 0 and xs[lo - 1] >= x) or xs[hi] < x:
         return np.searchsorted(xs[:n], x)
@@ -253,14 +255,14 @@ def _first_knot_at_or_above(x, xs, n, index):
 
 
 @_compiled
-def _piecewise_linear(x, xs, ys, n, index):
+def _piecewise_linear(x, xs, ys, n, index, scale):
     """Same rule as simcore.latency.piecewise_linear, on the first n knots."""
     if x <= xs[0]:
         return ys[0]
     if x > xs[n - 1]:
         slope = (ys[n - 1] - ys[n - 2]) / (xs[n - 1] - xs[n - 2])
         return ys[n - 1] + slope * (x - xs[n - 1])
-    j = _first_knot_at_or_above(x, xs, n, index)
+    j = _first_knot_at_or_above(x, xs, n, index, scale)
     if xs[j] == x:
         return ys[j]
     slope = (ys[j] - ys[j - 1]) / (xs[j] - xs[j - 1])
@@ -270,14 +272,16 @@ def _piecewise_linear(x, xs, ys, n, index):
 @_inlined
 def _prompt_time(curves, kind, tokens):
     return _piecewise_linear(float(tokens), curves.prompt_x[kind], curves.prompt_y[kind],
-                             curves.prompt_n[kind], curves.prompt_index[kind])
+                             curves.prompt_n[kind], curves.prompt_index[kind],
+                             curves.prompt_scale[kind])
 
 
 @_inlined
 def _decode_time(curves, kind, batch):
     """A decode iteration of `batch` requests at zero context."""
     return _piecewise_linear(float(batch), curves.decode_x[kind], curves.decode_y[kind],
-                             curves.decode_n[kind], curves.decode_index[kind])
+                             curves.decode_n[kind], curves.decode_index[kind],
+                             curves.decode_scale[kind])
 
 
 @_inlined
@@ -298,12 +302,12 @@ def _iteration_time(curves, kind, tokens, batch, context):
     c = curves
     if batch == 0:
         return _piecewise_linear(float(tokens), c.prompt_x[kind], c.prompt_y[kind],
-                                 c.prompt_n[kind], c.prompt_index[kind])
+                                 c.prompt_n[kind], c.prompt_index[kind], c.prompt_scale[kind])
     decode = _decode_time(curves, kind, batch)
     if tokens == 0:
         return decode + c.context_s[kind] * float(context)
     prompt = _piecewise_linear(float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind],
-                               c.prompt_n[kind], c.prompt_index[kind])
+                               c.prompt_n[kind], c.prompt_index[kind], c.prompt_scale[kind])
     return max(prompt, decode) + c.context_s[kind] * float(context)
 
 
@@ -1089,7 +1093,8 @@ def _set_chunk_base(curves, machine, piece):
     if decodes > 0:
         machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
                                                    curves.prompt_y[kind], curves.prompt_n[kind],
-                                                   curves.prompt_index[kind]),
+                                                   curves.prompt_index[kind],
+                                                   curves.prompt_scale[kind]),
                                  _decode_time(curves, kind, decodes))
 
 
@@ -1453,7 +1458,7 @@ def _stack_curves(curves) -> Curves:
         ctx[i] = c.context_seconds_per_token
         attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
     return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, _bucket_starts(px, pn),
-                  _bucket_starts(dx, dn))
+                  _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn))
 
 
 _STACKED: dict = {}   # ids of a tuple of curves -> (those curves, kept alive; their stack)
@@ -1480,6 +1485,11 @@ def _bucket_starts(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
         edges = np.linspace(knots[0], knots[-1], KNOT_BUCKETS + 1)
         starts[i] = np.minimum(np.searchsorted(knots, edges), count - 1)
     return starts
+
+
+def _bucket_scales(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per row, buckets per unit of x (KNOT_BUCKETS over the row's range)."""
+    return np.array([KNOT_BUCKETS / (row[count - 1] - row[0]) for row, count in zip(xs, n)])
 
 
 def _new_requests(workload: Workload) -> np.recarray:

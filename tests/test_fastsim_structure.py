@@ -70,8 +70,9 @@ def test_stall_is_reported():
 def test_piecewise_linear_matches_the_numpy_rule():
     xs, ys = CURVES.prompt_tokens, CURVES.prompt_seconds
     index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
+    scale = fastsim._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
     for x in [0.0, 1.0, 3.0, 512.0, 700.5, 8192.0, 9000.0]:
-        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index) == pytest.approx(
+        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
             float(piecewise_linear(np.array([x]), xs, ys)[0]), rel=1e-15)
 
 
@@ -146,16 +147,21 @@ def test_trees_agree_with_a_scan_after_random_updates():
        queries=st.lists(st.floats(-10.0, 5e5, allow_nan=False), min_size=1, max_size=50))
 def test_bucketed_knot_search_is_searchsorted(steps, queries):
     """The compiled core finds a curve's knot through buckets of its range; on any grid (near
-    uniform or not, queries on knots, on bucket edges and between) it is np.searchsorted's."""
+    uniform or not, queries on knots, on bucket edges and between) it is np.searchsorted's,
+    even when rounding puts a query in the bucket beside its own (the scale a hair off)."""
     xs = np.concatenate([[1.0], 1.0 + np.cumsum(steps)])
     ys = np.sqrt(xs) * 3.0
     index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
-    inside = [x for x in queries + list(xs) + list(xs + 0.25) if xs[0] < x <= xs[-1]]
-    for x in inside:
-        assert fastsim._first_knot_at_or_above(x, xs, len(xs), index) == np.searchsorted(xs, x)
+    scale = fastsim._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
+    edges = list(np.linspace(xs[0], xs[-1], fastsim.KNOT_BUCKETS + 1)[1:-1:7])
+    inside = [x for x in queries + list(xs) + list(xs + 0.25) + edges if xs[0] < x <= xs[-1]]
+    for off in (scale, scale * (1 + 1e-9), scale * (1 - 1e-9)):
+        for x in inside:
+            assert fastsim._first_knot_at_or_above(x, xs, len(xs), index, off) == \
+                np.searchsorted(xs, x)
     curve = LatencyCurves(xs, ys, np.array([1.0, 2.0]), np.array([1.0, 2.0]), 0.0)
     for x in queries:
-        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index) == pytest.approx(
+        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
             curve.prompt_time(np.array([x]))[0], rel=1e-12, abs=1e-12)
 
 
