@@ -26,8 +26,11 @@ collectives) and small chunks run at the lower efficiency of small passes. A fir
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+from simcore.interp import PiecewiseLinear
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,8 +57,13 @@ class LatencyCurves:
             raise ValueError("chunk terms must be >= 0")
 
     def prompt_time(self, tokens):
-        return piecewise_linear(np.asarray(tokens, dtype=np.float64), self.prompt_tokens,
-                                self.prompt_seconds)
+        return self._prompt_curve(np.asarray(tokens, dtype=np.float64))
+
+    @cached_property
+    def _prompt_curve(self) -> PiecewiseLinear:
+        """`piecewise_linear` on the prompt knots, bit for bit, with a bucketed look-up: a
+        simulation prices every request's prompt alone (slowdowns, chunking overhead)."""
+        return PiecewiseLinear(self.prompt_tokens, self.prompt_seconds, extrapolate=True)
 
     def token_time(self, batch, context_tokens):
         """One decode iteration of `batch` requests holding `context_tokens` tokens in all."""

@@ -1,0 +1,91 @@
+"""Look-ups among fixed knots for large arrays: `np.searchsorted(knots, x, side="right")` and
+piecewise-linear interpolation (`np.interp`, optionally continuing the last segment), bit for
+bit, three to four times faster on the 10-20 thousand values of a workload sample.
+
+Drawing a sample maps every request's uniforms through a size table's cumulative cell weights
+and quantile functions, and a simulation prices every prompt on a latency curve. numpy finds
+each value by a binary search among the knots, whose branches the CPU mispredicts at nearly
+every step. Here the knots' range is cut into BUCKETS equal buckets: a value whose bucket holds
+no knot takes its knot count straight from a table, and only the few values whose bucket holds
+a knot are searched. That is exact without any care for rounding at bucket edges: a value's
+bucket is a non-decreasing function of the value, so a knot in a lower bucket is at or below
+every value of this bucket and a knot in a higher bucket above it.
+
+Values must be finite (NaN has no bucket); below `SMALL` values numpy is called directly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+BUCKETS = 4096   # 32 KB of table a knot set; a few percent of the values land in a knot's bucket
+SMALL = 64       # fewer values: numpy's own search, the tables would cost more than they save
+
+
+class KnotIndex:
+    """`count_le(x)`: how many knots are <= each value, as np.searchsorted(knots, x, "right")."""
+
+    def __init__(self, knots: np.ndarray):
+        self.knots = np.asarray(knots, dtype=np.float64)
+        if self.knots.ndim != 1 or len(self.knots) < 1 or not np.all(np.isfinite(self.knots)):
+            raise ValueError("knots must be a non-empty 1-D array of finite values")
+        if np.any(np.diff(self.knots) < 0):
+            raise ValueError("knots must be sorted")
+        self.low = float(self.knots[0])
+        span = float(self.knots[-1]) - self.low
+        self.scale = BUCKETS / span if span > 0 else 0.0
+        per_bucket = np.bincount(self._bucket(self.knots), minlength=BUCKETS)
+        self.below = np.concatenate(([0], np.cumsum(per_bucket)[:-1]))  # knots in lower buckets
+        self.holds_knot = per_bucket > 0
+
+    def _bucket(self, x: np.ndarray) -> np.ndarray:
+        b = (x - self.low) * self.scale
+        np.clip(b, 0, BUCKETS - 1, out=b)
+        return b.astype(np.intp)
+
+    def count_le(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.size < SMALL:
+            return np.searchsorted(self.knots, x, side="right")
+        bucket = self._bucket(x)
+        count = self.below[bucket]
+        near = np.flatnonzero(self.holds_knot[bucket])
+        if len(near):
+            count[near] = np.searchsorted(self.knots, x[near], side="right")
+        return count
+
+
+class PiecewiseLinear:
+    """y(x) through the knots (xp, fp), xp strictly increasing: `np.interp(x, xp, fp)`, bit for
+    bit (the first value below the first knot, the last beyond the last); with `extrapolate`,
+    beyond the last knot the last segment continues instead, as `fp[-1] + slope x (x - xp[-1])`.
+    """
+
+    def __init__(self, xp: np.ndarray, fp: np.ndarray, extrapolate: bool = False):
+        xp, fp = np.asarray(xp, dtype=np.float64), np.asarray(fp, dtype=np.float64)
+        if len(xp) < 2 or len(xp) != len(fp) or np.any(np.diff(xp) <= 0):
+            raise ValueError("need >= 2 strictly increasing knots with one value each")
+        if not np.all(np.isfinite(fp)):
+            raise ValueError("knot values must be finite")
+        self.xp, self.fp, self.extrapolate = xp, fp, extrapolate
+        self.index = KnotIndex(xp)
+        # numpy's own slope formula, per segment; the value x sits in segment count_le(x):
+        # 0 below the first knot (flat at fp[0]), len(xp) at or beyond the last (flat at
+        # fp[-1], or the last slope continued)
+        slopes = (fp[1:] - fp[:-1]) / (xp[1:] - xp[:-1])
+        last = slopes[-1] if extrapolate else 0.0
+        self.slope = np.concatenate(([0.0], slopes, [last]))
+        self.start_x = np.concatenate((xp[:1], xp))
+        self.start_y = np.concatenate((fp[:1], fp))
+
+    def __call__(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.size < SMALL:
+            y = np.interp(x, self.xp, self.fp)
+            if self.extrapolate:
+                y = np.where(x > self.xp[-1],
+                             self.fp[-1] + self.slope[-1] * (x - self.xp[-1]), y)
+            return y
+        segment = self.index.count_le(x)
+        # as np.interp: slope x (x - start) + start value; a value on a knot gets the knot's
+        # value exactly (slope x 0 + fp[j]), and so does the last knot in either mode
+        return self.slope[segment] * (x - self.start_x[segment]) + self.start_y[segment]
