@@ -5,9 +5,9 @@ bit, three to four times faster on the 10-20 thousand values of a workload sampl
 Drawing a sample maps every request's uniforms through a size table's cumulative cell weights
 and quantile functions, and a simulation prices every prompt on a latency curve. numpy finds
 each value by a binary search among the knots, whose branches the CPU mispredicts at nearly
-every step. Here the knots' range is cut into BUCKETS equal buckets: a value whose bucket holds
-no knot takes its knot count straight from a table, and only the few values whose bucket holds
-a knot are searched. That is exact without any care for rounding at bucket edges: a value's
+every step. Here the knots' range is cut into equal buckets, at least eight per knot: a value
+whose bucket holds no knot takes its knot count straight from a table, and only the few values
+whose bucket holds a knot are searched. That is exact without any care for rounding at bucket edges: a value's
 bucket is a non-decreasing function of the value, so a knot in a lower bucket is at or below
 every value of this bucket and a knot in a higher bucket above it.
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-BUCKETS = 4096   # 32 KB of table a knot set; a few percent of the values land in a knot's bucket
+MIN_BUCKETS = 4096   # and at least 8 per knot (a power of two): a few percent of the values
+                     # land in a knot's bucket (a prompt curve, a knot every 16 tokens: 7%)
 SMALL = 64       # fewer values: numpy's own search, the tables would cost more than they save
 
 
@@ -32,14 +33,15 @@ class KnotIndex:
             raise ValueError("knots must be sorted")
         self.low = float(self.knots[0])
         span = float(self.knots[-1]) - self.low
-        self.scale = BUCKETS / span if span > 0 else 0.0
-        per_bucket = np.bincount(self._bucket(self.knots), minlength=BUCKETS)
+        self.buckets = max(MIN_BUCKETS, 1 << (8 * len(self.knots) - 1).bit_length())
+        self.scale = self.buckets / span if span > 0 else 0.0
+        per_bucket = np.bincount(self._bucket(self.knots), minlength=self.buckets)
         self.below = np.concatenate(([0], np.cumsum(per_bucket)[:-1]))  # knots in lower buckets
         self.holds_knot = per_bucket > 0
 
     def _bucket(self, x: np.ndarray) -> np.ndarray:
         b = (x - self.low) * self.scale
-        np.clip(b, 0, BUCKETS - 1, out=b)
+        np.clip(b, 0, self.buckets - 1, out=b)
         return b.astype(np.intp)
 
     def count_le(self, x: np.ndarray) -> np.ndarray:
