@@ -490,11 +490,14 @@ def _ray_session(address: str | None):
     return _Session()
 
 
+VERIFY_STEP = 2   # verification samples simulated at a time, after the screening seed
+
+
 @dataclass
 class Verifier:
     """Feasibility on several workload samples, evaluated lazily. A `Point` is checked on the
-    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated a few
-    at a time (as many as there are workers) and a point stops at its first failing sample:
+    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated two
+    at a time (VERIFY_STEP) and a point stops at its first failing sample:
     it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
     callable the search algorithm is given. A sample inside the guard band (`margin`) also
     stops its point: the verdict would reject it whatever the other samples say.
@@ -532,7 +535,10 @@ class Verifier:
                     [(wanted[i][0], seed) for i, seed in asked])):
                 samples[i].append((seed, outcome))
             done += step
-            step = max(2, self.runner.jobs)   # the base seed alone, then a worker's-worth
+            # the base seed alone, then two at a time whatever the job count: the samples
+            # run decide the reasons and the order of later verifications, so must not
+            # depend on it (the designs' searches keep the workers busy meanwhile)
+            step = VERIFY_STEP
         results = []
         for item, (point, seeds), got in zip(items, wanted, samples):
             if isinstance(item, Verify):

@@ -246,6 +246,19 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
 
 
+@pytest.mark.parametrize("jobs", [3, 4, 8])
+def test_verification_runs_the_same_samples_whatever_the_job_count(jobs):
+    """The samples a verification simulates decide its reason and the order of the design's
+    later verifications: they must not depend on how many workers there are."""
+    def verify_twice(jobs):
+        oracle = MarginBySeed({2: -0.1, 4: -0.3, 5: 0.02})
+        verifier = Verifier(Runner(oracle, jobs=jobs), tuple(range(10)), margin=0.05)
+        hh = CATALOG.design("splitwise-hh")
+        verdicts = [verifier.run([Verify(Point(hh, p, 2, 10.0))])[0] for p in (2, 3)]
+        return sorted(oracle.asked), [v.outcome.reason for v in verdicts]
+    assert verify_twice(jobs) == verify_twice(1)
+
+
 @dataclass(frozen=True)
 class MarginBySeedSized(MarginBySeed):
     """The same, with a size (its number of requests) for each workload sample."""
