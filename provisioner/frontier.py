@@ -542,44 +542,62 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     return None, [_rejection(m) for m in rejected]
 
 
+QUICK_SAMPLES = 3   # a max-rate quick check: the screening seed and the 2 hardest samples
+
+
 def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
     """max-rate: the highest rate the best cell sustains on every verification sample.
 
-    From the screened optimum, step the rate down by growing factors (2%, 4%, 8%, ...) until
-    a rate verifies, then bisect between it and the lowest rate that failed, to the tolerance.
+    The screened optimum is verified first (most pass at once). When it fails, the rate is
+    bracketed again below the failure by quick checks (the hardest QUICK_SAMPLES samples: a
+    rate that fails one fails, one that passes them likely passes the rest): step down by
+    growing factors (2%, 4%, 8%, ...) until a rate passes, then bisect to the tolerance. Only
+    the bracket's lower end is verified on every sample; if it fails, it becomes the new top
+    and the bracketing goes on below it. The answer is a verified rate within the tolerance of
+    a rate that failed, as when every step is verified, for one complete verification where
+    each passing step took one.
     """
     cell, tol = (optimum.prompt_machines, optimum.token_machines), settings.rate_tolerance
     rejected: list[Metrics] = []
-    passed, failed, step = None, optimum.rate_rps, tol
 
-    def verify(rate: float):
-        (verified,) = yield [Verify(probe.point(*cell, rate))]
-        if not verified.meets_slos:
-            rejected.append(verified)
-        return verified
+    def check(rate: float, samples: int | None = None):
+        (checked,) = yield [Verify(probe.point(*cell, rate), samples)]
+        if not checked.meets_slos:
+            rejected.append(checked)
+        return checked
 
-    verified = yield from verify(optimum.rate_rps)
-    if verified.meets_slos:
-        return verified, []
+    verified = yield from check(optimum.rate_rps)
+    failed = optimum.rate_rps
+    while not verified.meets_slos:
+        rate = yield from _quick_bracket(check, failed, settings)
+        if rate is None:
+            return None, [_rejection(m) for m in rejected]
+        verified = yield from check(rate)
+        failed = rate
+    return verified, [_rejection(m) for m in rejected]
+
+
+def _quick_bracket(check, failed: float, settings: SearchSettings):
+    """The highest rate below `failed` that passes a quick check, to the rate tolerance (None
+    below the minimum rate); `check(rate, samples)` as in `_verified_rate`."""
+    tol, passed, step = settings.rate_tolerance, None, settings.rate_tolerance
     while passed is None:
         rate = round_rate(failed / (1 + step))
         if rate < settings.min_rate:
-            return None, [_rejection(m) for m in rejected]
-        verified = yield from verify(rate)
-        if verified.meets_slos:
-            passed = verified
+            return None
+        if (yield from check(rate, QUICK_SAMPLES)).meets_slos:
+            passed = rate
         else:
             failed, step = rate, 2 * step
-    while failed > passed.rate_rps * (1 + tol):
-        mid = round_rate(math.sqrt(passed.rate_rps * failed))
-        if not passed.rate_rps < mid < failed:
+    while failed > passed * (1 + tol):
+        mid = round_rate(math.sqrt(passed * failed))
+        if not passed < mid < failed:
             break
-        verified = yield from verify(mid)
-        if verified.meets_slos:
-            passed = verified
+        if (yield from check(mid, QUICK_SAMPLES)).meets_slos:
+            passed = mid
         else:
             failed = mid
-    return passed, [_rejection(m) for m in rejected]
+    return passed
 
 
 def _below(candidate: Metrics, rejected: Metrics) -> bool:

@@ -500,7 +500,9 @@ class Verifier:
     at a time (VERIFY_STEP) and a point stops at its first failing sample:
     it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
     callable the search algorithm is given. A sample inside the guard band (`margin`) also
-    stops its point: the verdict would reject it whatever the other samples say.
+    stops its point: the verdict would reject it whatever the other samples say. A
+    `Verify(point, samples=k)` is a quick check on the k hardest of them (defined below),
+    without the prediction bound of a complete verification.
 
     A design's verifications try its hardest samples first: after the screening seeds, the
     seeds by the worst SLO margin the design's latest verification of each saw on them, then
@@ -520,7 +522,7 @@ class Verifier:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
-        wanted = [(item.point, self._hardest_first(item.point))
+        wanted = [(item.point, self._hardest_first(item.point)[:item.samples])
                   if isinstance(item, Verify) else (item, self.seeds[:self.screen])
                   for item in items]
         samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
@@ -545,7 +547,8 @@ class Verifier:
                 self._margins.setdefault(point.design.name, {}).update(
                     (seed, _margin(o)) for seed, o in got)
             got.sort(key=lambda sample: self.seeds.index(sample[0]))
-            results.append(Metrics.of(point, self._verdict(got, len(seeds)), tuple(got)))
+            full = isinstance(item, Verify) and item.samples is None
+            results.append(Metrics.of(point, self._verdict(got, len(seeds), full), tuple(got)))
         return results
 
     def _hardest_first(self, point: Point) -> tuple[int, ...]:
@@ -569,7 +572,10 @@ class Verifier:
         """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""
         return outcome.meets_slos and not inside_guard_band(outcome, self.margin)
 
-    def _verdict(self, samples: list[tuple[int, Outcome]], asked: int) -> Outcome:
+    def _verdict(self, samples: list[tuple[int, Outcome]], asked: int,
+                 full: bool = True) -> Outcome:
+        """Every sample must pass; a complete verification on every seed must also pass the
+        prediction bound (`combine_samples`)."""
         complete = len(samples) == asked and all(o.meets_slos for _, o in samples)
-        verified = complete and asked > self.screen
+        verified = complete and asked > self.screen and full
         return combine_samples(samples, predict=verified, margin=self.margin)

@@ -233,8 +233,10 @@ class Point:
 @dataclass(frozen=True)
 class Verify:
     """A request to check a candidate on every verification sample, not just the screening
-    ones (an item of a batch, like a Point)."""
+    ones (an item of a batch, like a Point). With `samples`, a quick check instead: only that
+    many samples, the hardest first (a failure is a failure; a pass is not a verification)."""
     point: Point
+    samples: int | None = None
 
 
 @dataclass(frozen=True)

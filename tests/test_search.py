@@ -246,15 +246,33 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
 
 
+def test_a_quick_check_runs_only_the_hardest_samples_without_the_prediction_bound():
+    """Seeds 4 and 7 came closest to failing: a quick check of 3 samples runs the screening
+    seed and those two, and passes them though their spread would fail the mean + 2 sd bound
+    a complete verification applies."""
+    oracle = MarginBySeed({4: 0.06, 7: 0.06})
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    hh = CATALOG.design("splitwise-hh")
+    assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
+    oracle.asked.clear()
+    quick = verifier.run([Verify(Point(hh, 3, 2, 10.0), samples=3)])[0]
+    assert oracle.asked == [0, 4, 7]
+    assert quick.meets_slos and [seed for seed, _ in quick.samples] == [0, 4, 7]
+    spread = verifier._verdict(list(quick.samples), 3, full=True)
+    assert not spread.meets_slos and "mean + 2 sd" in spread.reason
+
+
 @pytest.mark.parametrize("jobs", [3, 4, 8])
 def test_verification_runs_the_same_samples_whatever_the_job_count(jobs):
     """The samples a verification simulates decide its reason and the order of the design's
-    later verifications: they must not depend on how many workers there are."""
+    later verifications (and so a max-rate quick check's verdict): they must not depend on
+    how many workers there are."""
     def verify_twice(jobs):
         oracle = MarginBySeed({2: -0.1, 4: -0.3, 5: 0.02})
         verifier = Verifier(Runner(oracle, jobs=jobs), tuple(range(10)), margin=0.05)
         hh = CATALOG.design("splitwise-hh")
-        verdicts = [verifier.run([Verify(Point(hh, p, 2, 10.0))])[0] for p in (2, 3)]
+        verdicts = [verifier.run([Verify(Point(hh, p, 2, 10.0), samples)])[0]
+                    for p, samples in ((2, None), (3, 3), (4, None))]
         return sorted(oracle.asked), [v.outcome.reason for v in verdicts]
     assert verify_twice(jobs) == verify_twice(1)
 
@@ -333,6 +351,49 @@ def test_max_rate_exhaustive_agrees_with_pattern_search():
                   exhaustive=True)
     for a, b in zip(fast, full):
         assert a.optimum.rate_rps == pytest.approx(b.optimum.rate_rps, rel=0.045)
+
+
+@dataclass(frozen=True)
+class CapacityBySeed:
+    """A baseline of N machines sustains 4.5 N req/s x the sample's factor: the screening
+    sample (seed 0, factor 1) overstates what the harder samples sustain."""
+    factors: dict
+    asked: list = field(default_factory=list)
+
+    def outcome(self, point, seed):
+        self.asked.append((point.rate_rps, seed))
+        load = point.rate_rps / (4.5 * point.prompt_machines * self.factors.get(seed, 1.0))
+        slo = tuple((key, load if key == "ttft_p99" else 0.5, 1.0) for key in SLO_KEYS)
+        return Outcome(load <= 1.0, True, "" if load <= 1.0 else f"TTFT P99 {load:.4g} > 1x",
+                       slo, 1.0 - load, 100)
+
+    def identity(self):
+        return {"oracle": "capacity by seed"}
+
+    def point_identity(self, point):
+        return {}
+
+
+@pytest.mark.parametrize("factors", [{1: 0.965, 2: 0.99, 5: 0.975}, {7: 0.9, 8: 0.93},
+                                     {3: 0.97}, {}])
+def test_max_rate_verifies_one_rate_on_every_sample(factors):
+    """The rate is bracketed below a failed verification by quick checks on the hardest
+    samples; only the answer is simulated on every sample, and it is within the tolerance of
+    what the hardest sample sustains."""
+    seeds = tuple(range(10))
+    oracle = CapacityBySeed(factors)
+    design = CATALOG.design("baseline-a100")
+    (result,) = search_designs([design], Goal("max-rate", budget=Budget("power", 100.0)),
+                               Constraints(), SearchSettings(load_sweep=(), search_limit=256),
+                               Verifier(Runner(oracle), seeds).run)
+    o = result.optimum
+    hardest = 4.5 * o.prompt_machines * min([1.0, *factors.values()])
+    assert hardest / 1.02 ** 2 <= o.rate_rps <= hardest
+    assert o.meets_slos and [seed for seed, _ in o.samples] == list(seeds)
+    on_every_sample = [rate for rate in dict.fromkeys(r for r, _ in oracle.asked)
+                       if {s for r, s in oracle.asked if r == rate} == set(seeds)]
+    assert on_every_sample == [o.rate_rps]
+    assert all("TTFT P99" in r["reason"] for r in result.rejected)
 
 
 def test_budget_candidates_are_maximal_and_within_budget():
