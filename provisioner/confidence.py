@@ -11,20 +11,28 @@ from __future__ import annotations
 import numpy as np
 
 from provisioner.study import SLO_KEYS, DesignResult
-from slo_profiles import PERCENTILES, SloProfile
+from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 RESAMPLES = 2000  # bootstrap resamples per percentile: its 95% interval to about +-1% of its width
 INTERVAL_SEEDS = 3   # samples given an interval: each needs a run's per-request latencies
 
 
-def percentile_intervals(result, profile: SloProfile, seed: int) -> dict[str, list[float]]:
-    """{slo key: [low, high]} bootstrap 95% intervals of the limited percentiles of one run."""
+def latency_values(result, profile: SloProfile) -> dict[str, np.ndarray]:
+    """A run's per-request values of each metric as the profile limits it (slowdowns or
+    seconds), NaN where a request has none."""
+    suffix = "slowdown" if profile.kind == "slowdown" else "s"
+    return {metric: getattr(result, f"{metric}_{suffix}") for metric in METRICS}
+
+
+def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
+                         seed: int) -> dict[str, list[float]]:
+    """{slo key: [low, high]} bootstrap 95% intervals of the limited percentiles of one run
+    (`values`: its `latency_values`)."""
     slowdown = profile.kind == "slowdown"
     rng = np.random.default_rng(seed)
     intervals = {}
-    for metric in ("ttft", "tbt", "e2e"):
-        values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
-        ordered = np.sort(values[~np.isnan(values)])
+    for metric in METRICS:
+        ordered = np.sort(values[metric][~np.isnan(values[metric])])
         if len(ordered) == 0:
             continue
         scale = 1.0 if slowdown else 1000.0
@@ -67,7 +75,7 @@ def interval_samples(design: DesignResult) -> list:
 def intervals_of(evaluator, sample) -> dict[str, list[float]]:
     """`percentile_intervals` of one sample's run (a runner function: runs on the workers)."""
     point, seed = sample
-    return percentile_intervals(evaluator.simulate(point, seed)[0], evaluator.study.slo, seed)
+    return percentile_intervals(evaluator.latencies(point, seed), evaluator.study.slo, seed)
 
 
 def verification(design: DesignResult, intervals: list[dict]) -> dict | None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
@@ -14,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from provisioner.confidence import INTERVAL_SEEDS, latency_values
 from provisioner.study import SLO_KEYS, Outcome, Point, Study, combine_samples
 from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
@@ -55,6 +57,34 @@ def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int
     return sample
 
 
+# The report gives bootstrap intervals for the optimum's first samples (provisioner.confidence),
+# from their runs' per-request latencies, which outcomes do not keep. The runs of the first
+# verification-only seeds are kept when simulated (the optimum's were, in its verification), so
+# the report simulates again only its base sample. Only in this process (the report's interval
+# runs come here on threads; worker processes keep nothing) and only the newest KEPT_REQUESTS
+# requests' worth.
+KEPT_SEEDS = INTERVAL_SEEDS - 1   # the seeds after the base seed whose runs are kept
+KEPT_REQUESTS = 1_000_000   # 24 MB: three latencies a request
+_KEPT: "OrderedDict[tuple, tuple]" = OrderedDict()
+_KEPT_LOCK = threading.Lock()
+
+
+def _keep(evaluator: "SimulationEvaluator", point: Point, seed: int, result) -> None:
+    if not result.feasible or multiprocessing.parent_process() is not None:
+        return
+    values = latency_values(result, evaluator.study.slo)
+    with _KEPT_LOCK:
+        _KEPT[id(evaluator), point, seed] = (evaluator, values)   # the entry keeps its id taken
+        while sum(len(v["ttft"]) for _, v in _KEPT.values()) > KEPT_REQUESTS:
+            _KEPT.popitem(last=False)
+
+
+def _kept(evaluator: "SimulationEvaluator", point: Point, seed: int) -> dict | None:
+    with _KEPT_LOCK:
+        entry = _KEPT.get((id(evaluator), point, seed))
+    return entry[1] if entry is not None and entry[0] is evaluator else None
+
+
 @dataclass(frozen=True)
 class SimulationEvaluator:
     """Binds the simulator to one study: model, workload, window, seed, SLOs, performance model."""
@@ -67,6 +97,8 @@ class SimulationEvaluator:
         cases = failure_cases(point, s.survive_failures, s.duration_s)
         if not cases:
             result, requests = self.simulate(point, seed)
+            if 0 < seed - s.seed <= KEPT_SEEDS:
+                _keep(self, point, seed, result)
             report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
             return outcome_from_slo_report(report, s.slo, len(requests))
         outcomes = []
@@ -91,6 +123,14 @@ class SimulationEvaluator:
         result = simulate(cluster, requests, s.model, s.perf.load(s.catalog), s.reference,
                           options)
         return result, requests
+
+    def latencies(self, point: Point, seed: int) -> dict[str, np.ndarray]:
+        """`latency_values` of the point's run on sample `seed` (kept from its verification,
+        or simulated again)."""
+        kept = _kept(self, point, seed)
+        if kept is not None:
+            return kept
+        return latency_values(self.simulate(point, seed)[0], self.study.slo)
 
     def sample_size(self, rate_rps: float | None, seed: int) -> int:
         """Requests in the workload sample drawn with `seed` at `rate_rps` (its arrivals only:

@@ -61,6 +61,40 @@ def test_report_says_how_close_the_optimum_is_to_failing(verified):
         assert o["headroom_rps"] >= o["rate_rps"]
 
 
+def test_the_report_simulates_again_only_the_base_sample_for_its_intervals(monkeypatch):
+    """The optimum's intervals (first 3 samples) reuse its verification runs of seeds 1 and 2
+    and simulate seed 0 again; the report is the same as with every interval run redone."""
+    import threading
+    from provisioner import api, evaluate
+    from provisioner.confidence import intervals_of
+    redone, inside = [], threading.local()
+    simulate = evaluate.SimulationEvaluator.simulate
+
+    def counted(self, point, seed, failures=()):
+        if getattr(inside, "interval", False):
+            redone.append(seed)
+        return simulate(self, point, seed, failures)
+
+    def interval(evaluator, sample):
+        inside.interval = True
+        try:
+            return intervals_of(evaluator, sample)
+        finally:
+            inside.interval = False
+
+    monkeypatch.setattr(evaluate.SimulationEvaluator, "simulate", counted)
+    monkeypatch.setattr(api, "intervals_of", interval)
+    options = dict(designs="splitwise-hh,baseline-h100", verify_seeds=4, no_cache=True, **SMALL)
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluate, "KEPT_SEEDS", 0)
+        fresh = provisioner.search(**options).to_dict()
+    assert redone == [0, 1, 2, 0, 1, 2]
+    redone.clear()
+    kept = provisioner.search(**options).to_dict()
+    assert redone == [0, 0]
+    assert kept["designs"] == fresh["designs"]
+
+
 def test_headroom_is_the_highest_rate_the_optimum_sustains(verified):
     result = verified.designs[0]
     o = result.optimum
