@@ -13,6 +13,8 @@ probed for that design.
     python bench/study_bench.py                    # both models, one job per core
     python bench/study_bench.py --models bloom-176b --jobs 2
     python bench/study_bench.py --backend loky     # local processes instead of threads
+    python bench/study_bench.py --designs baseline-a100,baseline-h100,splitwise-aa,splitwise-hh,\
+        splitwise-ha,splitwise-hhcap --verify-seeds 1  # the study as issue 13 first timed it
 """
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "examples" / "specs"
 sys.path.insert(0, str(ROOT))
 
-from hardware_catalog import Design  # noqa: E402
+from hardware_catalog import Design, InputError  # noqa: E402
 from provisioner.api import merge_options, resolve_study, run_study  # noqa: E402
-from provisioner.options import SearchOptions  # noqa: E402
+from provisioner.options import SearchOptions, from_keywords  # noqa: E402
 from provisioner.runner import default_jobs  # noqa: E402
 from provisioner.study import DesignResult  # noqa: E402
 
@@ -55,9 +57,9 @@ def cells_in_budget(pools: Design, budget) -> int:
     return cells
 
 
-def run_spec(spec: Path, jobs: int, backend: str, cache_dir: str) -> dict:
+def run_spec(spec: Path, jobs: int, backend: str, cache_dir: str, overrides: dict) -> dict:
     options = merge_options(SearchOptions, {"jobs": jobs, "backend": backend,
-                                            "cache_dir": cache_dir}, spec)
+                                            "cache_dir": cache_dir, **overrides}, spec)
     start = time.perf_counter()
     run = run_study(resolve_study(options), options.execution)
     wall = time.perf_counter() - start
@@ -73,14 +75,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--backend", default="threads", help="threads (default) or loky")
     parser.add_argument("--models", default="bloom-176b,llama2-70b")
+    parser.add_argument("--designs", help="comma-separated designs instead of each spec's")
+    parser.add_argument("--verify-seeds", type=int,
+                        help="verification samples instead of each spec's (1: screening only)")
     args = parser.parse_args()
+    given = {**({"designs": args.designs} if args.designs else {}),
+             **({"verify_seeds": args.verify_seeds} if args.verify_seeds is not None else {})}
+    try:
+        overrides = from_keywords(SearchOptions, given)   # checked as the Python API checks
+    except InputError as err:
+        parser.error(str(err))
     _warm_up()
     print(f"{'spec':34} {'wall s':>7} {'sims':>6} {'cached':>7} {'grid':>8}  best design")
     totals = {}
     with tempfile.TemporaryDirectory(prefix="provision-study-cache-") as cache_dir:
         for model in args.models.split(","):
-            rows = [run_spec(spec, args.jobs, args.backend, cache_dir)
-                    for spec in sorted(SPECS.glob(f"{model}-*.yaml"))]
+            try:
+                rows = [run_spec(spec, args.jobs, args.backend, cache_dir, overrides)
+                        for spec in sorted(SPECS.glob(f"{model}-*.yaml"))]
+            except InputError as err:
+                sys.exit(f"study_bench.py: {err}")
             for row in rows:
                 print(f"{row['spec']:34} {row['wall_s']:>7.1f} {row['simulated']:>6} "
                       f"{row['cache_hits']:>7} {row['grid']:>8}  {row['best']}")
