@@ -57,10 +57,18 @@ class KnotIndex:
         return count
 
 
+def piecewise_linear(x: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
+    """Linear interpolation; first value below the first knot; last segment continued beyond
+    (the rule of every latency curve, simcore.latency)."""
+    y = np.interp(x, knots_x, knots_y)
+    slope = (knots_y[-1] - knots_y[-2]) / (knots_x[-1] - knots_x[-2])
+    return np.where(x > knots_x[-1], knots_y[-1] + slope * (x - knots_x[-1]), y)
+
+
 class PiecewiseLinear:
     """y(x) through the knots (xp, fp), xp strictly increasing: `np.interp(x, xp, fp)`, bit for
     bit (the first value below the first knot, the last beyond the last); with `extrapolate`,
-    beyond the last knot the last segment continues instead, as `fp[-1] + slope x (x - xp[-1])`.
+    beyond the last knot the last segment continues instead, as `piecewise_linear`.
     """
 
     def __init__(self, xp: np.ndarray, fp: np.ndarray, extrapolate: bool = False):
@@ -83,11 +91,8 @@ class PiecewiseLinear:
     def __call__(self, x) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         if x.size < SMALL:
-            y = np.interp(x, self.xp, self.fp)
-            if self.extrapolate:
-                y = np.where(x > self.xp[-1],
-                             self.fp[-1] + self.slope[-1] * (x - self.xp[-1]), y)
-            return y
+            rule = piecewise_linear if self.extrapolate else np.interp
+            return rule(x, self.xp, self.fp)
         segment = self.index.count_le(x)
         # as np.interp: slope x (x - start) + start value; a value on a knot gets the knot's
         # value exactly (slope x 0 + fp[j]), and so does the last knot in either mode

@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simcore.interp import PiecewiseLinear
+from simcore.interp import PiecewiseLinear, piecewise_linear
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,10 +110,3 @@ class LatencyCurves:
                              self.context_seconds_per_token * decode_factor,
                              self.chunk_attention_s * prompt_factor,
                              self.chunk_kv_read_s * prompt_factor)
-
-
-def piecewise_linear(x: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
-    """Linear interpolation; first value below the first knot; last segment continued beyond."""
-    y = np.interp(x, knots_x, knots_y)
-    slope = (knots_y[-1] - knots_y[-2]) / (knots_x[-1] - knots_x[-2])
-    return np.where(x > knots_x[-1], knots_y[-1] + slope * (x - knots_x[-1]), y)
