@@ -322,16 +322,9 @@ class RateSearch:
             lo, factor = rate, factor * 2
 
     def refine(self, cell, lo: float, hi: float):
-        """Geometric bisection: lo feasible, hi not, until hi <= lo x (1 + tolerance)."""
-        while hi > lo * (1 + self.s.rate_tolerance):
-            mid = round_rate(math.sqrt(lo * hi))
-            if not lo < mid < hi:
-                break
-            if (yield from self.ok(cell, mid)):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        """`bisect_rate` of `cell` (screened) between a feasible lo and an infeasible hi."""
+        return (yield from bisect_rate(lambda rate: self.ok(cell, rate), lo, hi,
+                                       self.s.rate_tolerance))
 
     def beat(self, cell, best: float | None):
         """`cell`'s rate if it beats `best` (one simulation when it does not), else None."""
@@ -339,6 +332,20 @@ class RateSearch:
         if not (yield from self.ok(cell, target)):
             return None
         return (yield from self.climb(cell, target, factor=2 * self.s.rate_tolerance))
+
+
+def bisect_rate(ok, lo: float, hi: float, tolerance: float):
+    """Geometric bisection: `ok(lo)` holds, `ok(hi)` does not (`ok`: a generator of the search),
+    until hi <= lo x (1 + tolerance); returns the highest rate found to hold."""
+    while hi > lo * (1 + tolerance):
+        mid = round_rate(math.sqrt(lo * hi))
+        if not lo < mid < hi:
+            break
+        if (yield from ok(mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _max_rate_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
@@ -580,24 +587,17 @@ def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
 def _quick_bracket(check, failed: float, settings: SearchSettings):
     """The highest rate below `failed` that passes a quick check, to the rate tolerance (None
     below the minimum rate); `check(rate, samples)` as in `_verified_rate`."""
-    tol, passed, step = settings.rate_tolerance, None, settings.rate_tolerance
-    while passed is None:
+    def quick(rate: float):
+        return (yield from check(rate, QUICK_SAMPLES)).meets_slos
+
+    step = settings.rate_tolerance
+    while True:
         rate = round_rate(failed / (1 + step))
         if rate < settings.min_rate:
             return None
-        if (yield from check(rate, QUICK_SAMPLES)).meets_slos:
-            passed = rate
-        else:
-            failed, step = rate, 2 * step
-    while failed > passed * (1 + tol):
-        mid = round_rate(math.sqrt(passed * failed))
-        if not passed < mid < failed:
-            break
-        if (yield from check(mid, QUICK_SAMPLES)).meets_slos:
-            passed = mid
-        else:
-            failed = mid
-    return passed
+        if (yield from quick(rate)):
+            return (yield from bisect_rate(quick, rate, failed, settings.rate_tolerance))
+        failed, step = rate, 2 * step
 
 
 def _below(candidate: Metrics, rejected: Metrics) -> bool:
