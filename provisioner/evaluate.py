@@ -11,7 +11,7 @@ import multiprocessing
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -33,27 +33,52 @@ class Evaluator(Protocol):
     def point_identity(self, point: Point) -> dict: ...   # the same for every point of a design
 
 
+class LatestRequests:
+    """The latest values put, up to `limit` requests in all (`size(value)` each; a single
+    larger value is not kept): a thread-safe LRU that keeps its running total, since summing
+    hundreds of entries at every put cost a search more than 1% of its time."""
+
+    def __init__(self, limit: int, size: Callable[[Any], int]):
+        self.limit, self.size = limit, size
+        self._entries: OrderedDict = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()   # simulations may run on several threads
+
+    def get(self, key):
+        with self._lock:
+            if key not in self._entries:
+                return None
+            self._entries.move_to_end(key)
+            return self._entries[key]
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            if key in self._entries:
+                self._held -= self.size(self._entries.pop(key))
+            self._entries[key] = value
+            self._held += self.size(value)
+            while self._held > self.limit:
+                self._held -= self.size(self._entries.popitem(last=False)[1])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 # A search simulates the same few workload samples (a rate, the seeds) on many clusters; drawing
 # one costs about a fifth of a 2-minute simulation, so the latest samples are kept, up to
 # SAMPLE_CACHE_REQUESTS requests in all (a few MB per process; one huge window is not kept).
 SAMPLE_CACHE_REQUESTS = 2_000_000
-_SAMPLES: "OrderedDict[tuple, Workload]" = OrderedDict()
-_SAMPLES_LOCK = threading.Lock()   # simulations may run on several threads
+_SAMPLES = LatestRequests(SAMPLE_CACHE_REQUESTS, len)
 
 
 def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int,
                     base_seed: int) -> Workload:
     """`source.at(...)`, the same object while it stays among the latest samples drawn."""
     key = (source, rate_rps, duration_s, seed, base_seed)
-    with _SAMPLES_LOCK:
-        if key in _SAMPLES:
-            _SAMPLES.move_to_end(key)
-            return _SAMPLES[key]
-    sample = source.at(rate_rps, duration_s, seed, base_seed=base_seed)
-    with _SAMPLES_LOCK:
-        _SAMPLES[key] = sample
-        while sum(len(w) for w in _SAMPLES.values()) > SAMPLE_CACHE_REQUESTS:
-            _SAMPLES.popitem(last=False)
+    sample = _SAMPLES.get(key)
+    if sample is None:
+        sample = source.at(rate_rps, duration_s, seed, base_seed=base_seed)
+        _SAMPLES.put(key, sample)
     return sample
 
 
@@ -65,23 +90,18 @@ def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int
 # requests' worth.
 KEPT_SEEDS = INTERVAL_SEEDS - 1   # the seeds after the base seed whose runs are kept
 KEPT_REQUESTS = 1_000_000   # 24 MB: three latencies a request
-_KEPT: "OrderedDict[tuple, tuple]" = OrderedDict()
-_KEPT_LOCK = threading.Lock()
+_KEPT = LatestRequests(KEPT_REQUESTS, lambda entry: len(entry[1]["ttft"]))
 
 
 def _keep(evaluator: "SimulationEvaluator", point: Point, seed: int, result) -> None:
     if not result.feasible or multiprocessing.parent_process() is not None:
         return
     values = latency_values(result, evaluator.study.slo)
-    with _KEPT_LOCK:
-        _KEPT[id(evaluator), point, seed] = (evaluator, values)   # the entry keeps its id taken
-        while sum(len(v["ttft"]) for _, v in _KEPT.values()) > KEPT_REQUESTS:
-            _KEPT.popitem(last=False)
+    _KEPT.put((id(evaluator), point, seed), (evaluator, values))  # the entry keeps its id taken
 
 
 def _kept(evaluator: "SimulationEvaluator", point: Point, seed: int) -> dict | None:
-    with _KEPT_LOCK:
-        entry = _KEPT.get((id(evaluator), point, seed))
+    entry = _KEPT.get((id(evaluator), point, seed))
     return entry[1] if entry is not None and entry[0] is evaluator else None
 
 

@@ -321,6 +321,24 @@ def test_sample_size_is_the_length_of_the_sample_simulated(workload, rate, burst
     assert len(sizes) > 1   # the samples differ, so the order means something
 
 
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12)), max_size=40))
+def test_latest_requests_keeps_the_newest_entries_within_the_limit(puts):
+    """The running total gives what a plain LRU that sums its entries at every put keeps."""
+    from collections import OrderedDict
+    from provisioner.evaluate import LatestRequests
+    cache, model = LatestRequests(20, len), OrderedDict()
+    for key, size in puts:
+        cache.put(key, "x" * size)
+        model.pop(key, None)
+        model[key] = "x" * size
+        while sum(map(len, model.values())) > 20:
+            model.popitem(last=False)
+        assert len(cache) == len(model)
+        assert all(cache.get(k) == v for k, v in list(model.items()))   # get refreshes: in order
+        assert all(cache.get(k) is None for k in range(6) if k not in model)
+
+
 def true_max_rate(design, budget, constraints=Constraints()):
     pools = design
     cells = budget_candidates(pools, budget, constraints, 256)
