@@ -352,7 +352,7 @@ def auto_search():
 
 def test_auto_budget_search_reports_the_chosen_budget(auto_search):
     doc = auto_search.to_dict()
-    assert doc["inputs"]["chunk_tokens"] == "auto"
+    assert doc["inputs"]["options"]["chunk_tokens"] == "auto"
     names = [d["design"] for d in doc["designs"]]
     assert names == ["splitwise-hh", "sarathi-h100"]
     sarathi = doc["designs"][1]
@@ -401,3 +401,25 @@ def test_fixed_budget_replaces_the_chunked_designs_budget_only():
                                           "sarathi-a100@1024", "sarathi-a100@2048"]
     assert set(origin.values()) == {"splitwise-hh", "sarathi-a100"}
     assert all(d.chunk_tokens == int(d.name.split("@")[1]) for d in searched[1:])
+
+
+def test_equal_costs_are_a_tie_not_a_win():
+    """1 + 5 DGX-A100 and 6 DGX-A100 cost the same, though the float sums differ in the last
+    bit (105.6 against 105.60000000000001): the verdict is a tie, never "0% cheaper"."""
+    from provisioner.chunked import comparison
+    from provisioner.study import DesignResult, Goal, Metrics, Outcome, Point
+    catalog = load_catalog()
+    goal = Goal("min-cost", 70.0)
+    passed = Outcome(True, True, "", (), 0.1, 100)
+
+    def result(name, p, t):
+        design = catalog.design(name)
+        return DesignResult(design, goal, Metrics.of(Point(design, p, t, 70.0), passed), "", [])
+
+    split, chunked = result("splitwise-aa", 1, 5), result("sarathi-a100", 6, 0)
+    assert split.optimum.cost_per_hour != chunked.optimum.cost_per_hour   # the premise
+    view = comparison([split, chunked], "min-cost", 70.0)
+    assert view["winner"] == "tie" and view["sentence"].startswith("Tie:")
+    cheaper = comparison([result("splitwise-aa", 1, 5), result("sarathi-a100", 7, 0)],
+                         "min-cost", 70.0)
+    assert cheaper["winner"] == "disaggregated" and "0% cheaper" not in cheaper["sentence"]
