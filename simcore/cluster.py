@@ -90,12 +90,12 @@ class SimOptions:
             raise InputError("replica_target must be host or peer")
         if self.detection_s < 0 or self.mtbf_hours < 0 or self.repair_s < 0:
             raise InputError("detection_s, mtbf_hours and repair_s must be >= 0")
+        if not 0 <= self.memory_reserve_fraction < 1:
+            raise InputError("memory_reserve_fraction must be in [0, 1)")
 
     @property
     def has_failures(self) -> bool:
         return bool(self.failures) or self.mtbf_hours > 0
-        if not 0 <= self.memory_reserve_fraction < 1:
-            raise InputError("memory_reserve_fraction must be in [0, 1)")
 
 
 @dataclass(frozen=True, eq=False)
