@@ -157,11 +157,11 @@ def test_no_failure_configured_changes_nothing():
         assert after.failure_stats["recoveries"].sum() == 0
 
 
-def test_replicate_never_worse_than_restart_on_e2e_p99_with_host_replicas():
-    """One machine of each pool failing at several instants, host replicas: replication's P99
-    (and every affected request's worst E2E) is never worse. (Under MTBF schedules with several
-    failures on a loaded cluster it can be slightly worse: restored requests put their decode
-    load back sooner, see README "Failures".)"""
+def test_replicate_not_worse_than_restart_on_a_lightly_loaded_cluster():
+    """One machine of each pool failing at several instants on a lightly loaded cluster (3 + 3
+    machines at 10 req/s), host replicas: replication's P99 (and every affected request's worst
+    E2E) is not worse. On a loaded cluster it can be (restored requests put their decode load
+    back sooner): README "Failures" and bench/replication_bench.py measure how often."""
     w = synthesize("conversation", 10.0, 60.0, seed=1)
     cluster = Cluster(CATALOG.design("splitwise-hh"), 3, 3)
     for pool in ("token", "prompt"):
@@ -310,13 +310,13 @@ def test_survive_failures_search_reports_the_price_of_resilience():
     import provisioner
     plain = provisioner.search(designs="splitwise-hh", rate=20, duration=60, verify_seeds=2,
                                jobs=1)
-    assert "survive_failures" not in plain.to_dict()["inputs"]
+    assert plain.to_dict()["inputs"]["options"]["survive_failures"] is None
     assert "recovery" not in plain.to_dict()["inputs"]["sim_options"]
     assert "resilience" not in plain.to_dict()["designs"][0]
     result = provisioner.search(designs="splitwise-hh", rate=20, duration=60, verify_seeds=2,
                                 jobs=1, survive_failures=1)
     document = result.to_dict()
-    assert document["inputs"]["survive_failures"] == 1
+    assert document["inputs"]["options"]["survive_failures"] == 1
     entry = document["designs"][0]
     resilience = entry["resilience"]
     o = entry["optimum"]
