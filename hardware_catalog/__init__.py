@@ -76,6 +76,13 @@ class MachineSku:
                 "prompt_slowdown": self.prompt_slowdown, "perf_profile": self.perf_profile,
                 "calibrated": self.calibrated}
 
+    def identity(self) -> dict[str, Any]:
+        """What changes a simulation on this machine: its record without the price (prices
+        are recomputed from the current catalog on every read)."""
+        record = self.as_dict()
+        record.pop("cost_per_hour")
+        return record
+
 
 @dataclass(frozen=True)
 class ModelSpec:

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -113,11 +113,18 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 @generated_command("simulate", SimulateOptions, [SPEC, JSON])
 def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
-    from provisioner.api import merge_options, simulate_options
+    from provisioner.question import asked, cli_style
+
+    given = given_options(SimulateOptions, values)
+    with asked(SimulateOptions, given, spec, cli_style(SimulateOptions)) as options:
+        _simulate(options, as_json)
+
+
+def _simulate(options: SimulateOptions, as_json: bool) -> None:
+    from provisioner.api import simulate_options
     from provisioner.files import check_output_file, write_atomically
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
-    options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
         check_output_file(csv_path, "requests_csv")
@@ -200,7 +207,15 @@ def _coefficients_text(path: Path, document: dict) -> str:
 def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Find the optimal prompt/token pools of every design (writes report.json, evaluations.csv,
     report.html). With no options: BLOOM-176B, coding at 70 req/s, all designs, min-cost."""
-    from provisioner.api import check_writable_dir, merge_options, resolve_study, run_study
+    from provisioner.question import asked, cli_style
+
+    given = given_options(SearchOptions, values)
+    with asked(SearchOptions, given, spec, cli_style(SearchOptions)) as options:
+        _search(options, as_json)
+
+
+def _search(options: SearchOptions, as_json: bool) -> None:
+    from provisioner.api import check_writable_dir, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
     from provisioner.terminal import (SearchProgress, compile_notice, optimum_table,
@@ -208,7 +223,6 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
 
     from provisioner.runner import check_execution
 
-    options = merge_options(SearchOptions, given_options(SearchOptions, values), spec)
     out = Path(options.execution.out)
     check_writable_dir(out, "out")
     check_execution(options.execution)

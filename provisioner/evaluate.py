@@ -10,14 +10,15 @@ import math
 import multiprocessing
 import threading
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from provisioner.confidence import INTERVAL_SEEDS, latency_values
-from provisioner.study import SLO_KEYS, Outcome, Point, Study, combine_samples
-from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
+from provisioner.question import identity
+from provisioner.study import SLO_KEYS, Outcome, Point, Study
+from provisioner.verify import INTERVAL_SEEDS, combine_samples, latency_values
+from simcore import Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 
@@ -160,19 +161,15 @@ class SimulationEvaluator:
         return s.workload.requests_at(rate_rps, s.duration_s, seed)
 
     def identity(self) -> dict:
-        """Everything but the point and the sample seed that changes an outcome."""
-        s = self.study
-        return {"model": s.model.as_dict(), "workload": s.workload.identity(),
-                "duration_s": s.duration_s, "base_seed": s.seed, "slo": s.slo.as_dict(),
-                "perf_model": s.perf.identity(), "simulator": SIMULATOR_VERSION,
-                "sim_options": sim_options_echo(s), "reference": _priceless(s.reference),
-                **({"survive_failures": s.survive_failures} if s.survive_failures else {})}
+        """Everything but the point and the sample seed that changes an outcome (derived from
+        the declarations: `provisioner.question.identity`)."""
+        return identity(self.study)
 
     def point_identity(self, point: Point) -> dict:
         """The records the point simulates on. Cost is left out on purpose: it does not change
         a simulation, and prices are recomputed from the current catalog on every read."""
         return {"design": point.design.as_dict(),
-                "machines": {m.name: _priceless(m) for m in point.design.machines()}}
+                "machines": {m.name: m.identity() for m in point.design.machines()}}
 
 
 def warm_up(study: Study) -> None:
@@ -185,21 +182,7 @@ def warm_up(study: Study) -> None:
              study.sim_options)
 
 
-FAILURE_FIELDS = ("failures", "mtbf_hours", "repair_s", "failure_seed", "detection_s",
-                  "recovery", "replica_target")
 FAILURE_AT = 0.10   # --survive-failures: the k machines fail this far into the window
-
-
-def sim_options_echo(study: Study) -> dict:
-    """The simulation options as report.json echoes them (with the slowdown reference). The
-    failure options appear only when failures are simulated, so other reports do not change;
-    the failure seed is each sample's seed, not an option."""
-    echoed = asdict(study.sim_options)
-    failing = study.sim_options.has_failures or study.survive_failures
-    for key in FAILURE_FIELDS:
-        if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):
-            echoed.pop(key)
-    return {**echoed, "reference_sku": study.reference.name}
 
 
 def failure_cases(point: Point, k: int, duration_s: float) -> list[tuple[str, tuple]]:
@@ -238,12 +221,6 @@ def failure_cases(point: Point, k: int, duration_s: float) -> list[tuple[str, tu
             seen.add(schedule)
             unique.append((label, schedule))
     return unique
-
-
-def _priceless(machine) -> dict:
-    record = machine.as_dict()
-    record.pop("cost_per_hour")
-    return record
 
 
 def _all_nine(profile: SloProfile) -> SloProfile:

@@ -20,6 +20,7 @@ from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
 
+CONSTRAINTS = ("max_machines", "max_gpus", "max_prompt", "max_token")  # in the summary table
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
 METRIC_TITLES = {"ttft": "TTFT", "tbt": "TBT", "e2e": "E2E"}
 FEASIBLE_LEGEND_COLOUR = "#21918c"          # Viridis' midpoint: the design-space legend symbol
@@ -59,10 +60,11 @@ def _inputs_html(inputs: dict) -> str:
     goal = inputs["goal"]
     load = (f"{goal['rate_rps']:g} req/s" if goal["rate_rps"] is not None else
             "budget " + _budget_text(goal["budget"]) if goal["budget"] else "trace rate")
-    constraints = ", ".join(f"{k} {v}" for k, v in inputs["constraints"].items() if v) or "none"
+    options = inputs["options"]
+    constraints = ", ".join(f"{k} {options[k]}" for k in CONSTRAINTS if options[k]) or "none"
     rows = [("goal", f"{goal['name']} ({goal['paper_name']})"), ("load", load),
             ("model", inputs["model"]["name"]), ("workload", inputs["workload"]["name"]),
-            ("window", f"{inputs['duration_s']:g} s, seed {inputs['seed']}"),
+            ("window", f"{options['duration']:g} s, seed {options['seed']}"),
             ("SLO profile", inputs["slo_profile"]["name"]), ("constraints", constraints),
             ("performance model", inputs["perf_model"]["name"])]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"

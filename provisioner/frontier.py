@@ -31,7 +31,8 @@ import numpy as np
 from hardware_catalog import Design
 from provisioner.options import Constraints, SearchSettings
 from provisioner.select import select_optimum
-from provisioner.study import Budget, DesignResult, Goal, Metrics, Point, Verify
+from provisioner.study import Budget, DesignResult, Goal, Metrics, Point
+from provisioner.verify import QUICK_SAMPLES, Verify
 
 Search = Generator[list[Point], list[Metrics], Any]
 RunBatch = Callable[[list[Point]], list[Metrics]]  # "evaluate these points", in order
@@ -549,9 +550,6 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     return None, [_rejection(m) for m in rejected]
 
 
-QUICK_SAMPLES = 3   # a max-rate quick check: the screening seed and the 2 hardest samples
-
-
 def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
     """max-rate: the highest rate the best cell sustains on every verification sample.
 
@@ -564,7 +562,7 @@ def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
     a rate that failed, as when every step is verified, for one complete verification where
     each passing step took one.
     """
-    cell, tol = (optimum.prompt_machines, optimum.token_machines), settings.rate_tolerance
+    cell = (optimum.prompt_machines, optimum.token_machines)
     rejected: list[Metrics] = []
 
     def check(rate: float, samples: int | None = None):

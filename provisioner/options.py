@@ -5,7 +5,9 @@ vocabulary in `hardware_catalog.checks`) and help text. From these declarations 
 - the typer command-line options (`command_parameters`), with choices for closed sets;
 - the `--spec` YAML loader (`read_spec`), which accepts exactly the same names;
 - the Python API's keyword arguments (`provisioner.search(**options)`);
-- the inputs a report echoes (`echo`) and their inverse for `provision check`.
+- the question a report echoes, its inverse for `provision check`, and the evaluation cache's
+  identity (`provisioner.question`: `to_echo`, `from_echo`, `identity`, from the `echo` and
+  `outcome` flags here).
 
 A value is checked once, where it enters, and an error names the field the way the user wrote
 it: `--rate` on the command line, `rate:` in a spec file, `rate=` from Python.
@@ -50,17 +52,20 @@ CHUNK_BUDGETS = (256, 512, 1024, 2048)  # --chunk-tokens auto: Sarathi-Serve's r
 def option(default: Any, help: str, check: Any, *, short: str | None = None,
            flag: str | None = None, cli: bool = True, spec: bool = True, echo: bool = True,
            path: bool = False, default_text: str | None = None, required: bool = False,
-           metavar: str | None = None):
+           metavar: str | None = None, outcome: bool | None = None):
     """A dataclass field that carries its command-line and spec-file description.
 
     `flag` overrides the command-line spelling (a bool gets `--name/--no-name` unless given);
     `cli`/`spec` False keep an option out of the command line / spec files; `echo` False keeps
     it out of report.json; `path` marks a file name resolved against a spec file's folder.
+    `outcome` says whether the option changes what one simulated sample says (beyond the point
+    itself: its machines, rate and design record): such options make up the evaluation cache's
+    identity (`provisioner.question.identity`). Every option of the question declares it.
     """
     return field(default=default, metadata={
         "help": help, "check": check, "short": short, "flag": flag, "cli": cli, "spec": spec,
         "echo": echo, "path": path, "default_text": default_text, "required": required,
-        "metavar": metavar})
+        "metavar": metavar, "outcome": outcome})
 
 
 def _text_or_none(value):
@@ -72,61 +77,61 @@ def _text_or_none(value):
 class StudyOptions:
     """The question's data: model, workload, SLOs, performance model, catalog."""
     model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
-                        short="-m", metavar="NAME")
+                        short="-m", metavar="NAME", outcome=True)
     workload: str = option("coding", "Built-in workload (coding, conversation) or a CSV trace.",
-                           Text(), short="-w", path=True, metavar="NAME|CSV")
+                           Text(), short="-w", path=True, metavar="NAME|CSV", outcome=True)
     rate: Optional[float] = option(
         None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
               "a rate asks for its sizes under new arrivals.", positive(MAX_RATE), short="-r",
-        default_text=f"{DEFAULT_RATE:g} for a built-in workload")
-    duration: float = option(120.0, "Seconds of synthesized arrivals.", positive(MAX_DURATION))
-    seed: int = option(0, "Random seed of the synthesized arrivals and sizes.", count(0, MAX_SEED))
+        default_text=f"{DEFAULT_RATE:g} for a built-in workload", outcome=False)
+    duration: float = option(120.0, "Seconds of synthesized arrivals.", positive(MAX_DURATION), outcome=True)
+    seed: int = option(0, "Random seed of the synthesized arrivals and sizes.", count(0, MAX_SEED), outcome=True)
     slo: str = option("splitwise", "SLO profile name (see `provision catalog`) or YAML file.",
-                      Text(), path=True, metavar="NAME|FILE")
+                      Text(), path=True, metavar="NAME|FILE", outcome=True)
     perf_model: Optional[str] = option(
         None, "Latency tables or calibrated coefficients file (docs/perf-model-tables.md).",
-        Text(), path=True, default_text="the built-in model", metavar="FILE")
+        Text(), path=True, default_text="the built-in model", metavar="FILE", outcome=True)
     memory_reserve: Optional[float] = option(
         None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
               "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),
-        default_text="0.10; 0 with --assumptions splitwise-sim")
+        default_text="0.10; 0 with --assumptions splitwise-sim", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
-                     "(README: Assumption presets).", OneOf(PRESETS))
+                     "(README: Assumption presets).", OneOf(PRESETS), outcome=True)
     catalog: Optional[str] = option(
         None, "Catalog directory (machines.yaml, models.yaml, designs.yaml).", Text(),
-        path=True, default_text="built-in", metavar="DIR")
+        path=True, default_text="built-in", metavar="DIR", outcome=True)
     chunk_tokens: Optional[Any] = option(
         None, f"Prompt tokens per iteration of chunked-prefill designs (sarathi-*, or prefill: "
               f"chunked), {CHUNK_TOKENS_MIN}-{CHUNK_TOKENS_MAX}; auto (search only) searches "
               f"{', '.join(map(str, CHUNK_BUDGETS))} per design and reports the best.",
-        OrAuto(count(CHUNK_TOKENS_MIN, CHUNK_TOKENS_MAX)), echo=False,
-        default_text="the design's, 512 for sarathi-*", metavar="N|auto")
+        OrAuto(count(CHUNK_TOKENS_MIN, CHUNK_TOKENS_MAX)),
+        default_text="the design's, 512 for sarathi-*", metavar="N|auto", outcome=False)
 
 
 @dataclass(frozen=True)
 class QuestionOptions:
     """What to optimise, and for which designs."""
     designs: tuple = option(("all",), "all, or D1,D2 (catalog names or PROMPT_SKU/TOKEN_SKU).",
-                            Names(), short="-d", default_text="all", metavar="LIST")
+                            Names(), short="-d", default_text="all", metavar="LIST", outcome=False)
     goal: str = option("min-cost", "min-cost or min-power at --rate; max-rate under a budget.",
-                       OneOf(GOALS), short="-g")
+                       OneOf(GOALS), short="-g", outcome=False)
     power_budget_kw: Optional[float] = option(None, "max-rate under this provisioned power (kW).",
-                                              positive(MAX_BUDGET))
+                                              positive(MAX_BUDGET), outcome=False)
     cost_budget_per_hour: Optional[float] = option(None, "max-rate under this cost ($/h).",
-                                                   positive(MAX_BUDGET))
+                                                   positive(MAX_BUDGET), outcome=False)
     budget_like: Optional[str] = option(
         None, "SKU:N, power:SKU:N or cost:SKU:N: the power (default) or cost of N machines of "
-              "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N")
+              "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N", outcome=False)
     survive_failures: Optional[int] = option(
         None, "N+k sizing: the optimum must also meet every SLO when k machines fail (10% into "
               "the window, down for the rest of the run) in each placement: k prompt, k token, "
               "and half and half (baselines: k machines); reports the price of resilience for "
-              "restart and replicate.", count(1, 64), metavar="K")
+              "restart and replicate.", count(1, 64), metavar="K", outcome=True)
     custom_designs: Optional[dict] = option(
         None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool, prefill, "
               "chunk_tokens}}.", Mapping(),
-        cli=False)
+        cli=False, outcome=False)
 
 
 @dataclass(frozen=True)
@@ -134,84 +139,86 @@ class FailureOptions:
     """Machine failures (DejaVu) and how requests recover from them."""
     mtbf_hours: Optional[float] = option(
         None, "Random failures: mean hours between failures of each machine (exponential, "
-              "seeded by --seed).", positive(1e6), metavar="H")
+              "seeded by --seed).", positive(1e6), metavar="H", outcome=True)
     repair_minutes: float = option(30.0, "Minutes a failed machine stays down (with "
-                                         "--mtbf-hours).", positive(1e6), metavar="M")
+                                         "--mtbf-hours).", positive(1e6), metavar="M", outcome=True)
     recovery: str = option(
         "restart", "After a failure: restart (re-prefill prompt + generated tokens) or replicate "
                    "(resume from the KV streamed to a replica as tokens are generated).",
-        OneOf(RECOVERIES))
+        OneOf(RECOVERIES), outcome=True)
     replica_target: str = option(
         "host", "replicate: KV replicas in remote host memory, or in a peer token machine's HBM "
-                "(a ring; halves every decoding machine's KV capacity).", OneOf(REPLICA_TARGETS))
+                "(a ring; halves every decoding machine's KV capacity).", OneOf(REPLICA_TARGETS), outcome=True)
     detection_s: float = option(5.0, "Seconds before a failure is detected (heartbeat timeout) "
-                                     "and its requests recovered.", Number(0.0, 3600.0))
+                                     "and its requests recovered.", Number(0.0, 3600.0), outcome=True)
 
 
 @dataclass(frozen=True)
 class Constraints:
     """Upper limits applied by the OR-Tools selection (and used to bound the search)."""
     max_machines: Optional[int] = option(None, "At most this many machines in all.",
-                                         count(1, MAX_MACHINES))
-    max_gpus: Optional[int] = option(None, "At most this many GPUs.", count(1, 64 * MAX_MACHINES))
+                                         count(1, MAX_MACHINES), outcome=False)
+    max_gpus: Optional[int] = option(None, "At most this many GPUs.", count(1, 64 * MAX_MACHINES), outcome=False)
     max_prompt: Optional[int] = option(None, "At most this many prompt machines.",
-                                       count(1, MAX_MACHINES))
+                                       count(1, MAX_MACHINES), outcome=False)
     max_token: Optional[int] = option(None, "At most this many token machines.",
-                                      count(1, MAX_MACHINES))
+                                      count(1, MAX_MACHINES), outcome=False)
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     """How the search explores (the last four are fixed: echoed, not options)."""
     exhaustive: bool = option(False, "Evaluate every grid point and report non-monotone cells.",
-                              Flag())
+                              Flag(), outcome=False)
     search_limit: int = option(
         SEARCH_LIMIT, "Largest pool the search grows to (it doubles the pools from 1 until the "
                       "SLOs hold); a design still infeasible there is reported with the limit.",
-        count(1, MAX_MACHINES))
-    rate_tolerance: float = option(0.02, "max-rate: relative precision of the rate.", fraction())
+        count(1, MAX_MACHINES), outcome=False)
+    rate_tolerance: float = option(0.02, "max-rate: relative precision of the rate.", fraction(), outcome=False)
     verify_seeds: int = option(
         20, "Independent workload samples (seeds --seed, --seed+1, ...) the optimum must meet "
             "every SLO on; the search screens on the first and verifies its candidates on "
-            "all.", count(1, 100))
+            "all.", count(1, 100), outcome=False)
     verify_margin: float = option(
         0.05, "Guard band: on every verification sample the optimum must beat each SLO limit "
               "by this fraction (tail percentiles vary more between samples than the samples "
-              "show).", fraction(low_open=False))
+              "show).", fraction(low_open=False), outcome=False)
     sensitivity: bool = option(
         False, "Also re-derive every optimum with one assumption changed (rate +-10%, HBM "
                "reserve, KV transfer, burstier arrivals, +-15% latency on uncalibrated "
-               "hardware): a few extra searches.", Flag())
+               "hardware): a few extra searches.", Flag(), outcome=False)
     slo_confidence: float = option(
         0.5, "Check each SLO percentile's one-sided upper confidence bound at this level "
              "(an order-statistic bound over the sample's requests) instead of the percentile "
-             "itself (0.5).", Number(0.5, 0.999))
+             "itself (0.5).", Number(0.5, 0.999), outcome=True)
     start_rate: float = option(8.0, "max-rate: first rate tried.", positive(), cli=False,
-                               spec=False)
+                               spec=False, outcome=False)
     min_rate: float = option(0.05, "max-rate: lowest rate tried.", positive(), cli=False,
-                             spec=False, echo=False)
+                             spec=False, echo=False, outcome=False)
     max_rate: float = option(100_000.0, "max-rate: highest rate tried.", positive(), cli=False,
-                             spec=False, echo=False)
+                             spec=False, echo=False, outcome=False)
     load_sweep: tuple = option((0.5, 0.75, 1.25), "Extra rates (x optimum) for the figure.",
-                               None, cli=False, spec=False)
+                               None, cli=False, spec=False, outcome=False)
 
 
 @dataclass(frozen=True)
 class Execution:
     """Where and how the evaluations run; nothing here changes a result."""
     out: str = option("provision-report", "Report directory.", Text(), short="-o",
-                      metavar="DIR")
+                      metavar="DIR", echo=False)
     jobs: Optional[int] = option(None, "Parallel evaluations.", count(1, MAX_JOBS), short="-j",
-                                 default_text="one per core")
+                                 default_text="one per core", echo=False)
     backend: str = option("threads", "Where evaluations run: threads of this process (the "
                                      "compiled core releases the GIL), local processes (loky), "
-                                     "a dask or a ray cluster.", OneOf(BACKENDS))
+                                     "a dask or a ray cluster.", OneOf(BACKENDS), echo=False)
     address: Optional[str] = option(None, "Scheduler of a dask or ray cluster (dask without it: "
-                                          "a local cluster).", Text(), metavar="ADDRESS")
+                                          "a local cluster).", Text(), metavar="ADDRESS",
+                                  echo=False)
     cache_dir: Optional[str] = option(None, "Evaluation cache directory.", Text(),
-                                      default_text="~/.cache/provision", metavar="DIR")
+                                      default_text="~/.cache/provision", metavar="DIR",
+                                      echo=False)
     no_cache: bool = option(False, "Neither read nor write the evaluation cache.", Flag(),
-                            flag="--no-cache")
+                            flag="--no-cache", echo=False)
 
 
 @dataclass(frozen=True)
@@ -416,25 +423,3 @@ def given_options(tree: type, cli_values: dict[str, Any]) -> dict[str, Any]:
     known = option_fields(tree)
     return {name: check_value(known[name], value, flag_of(known[name]))
             for name, value in cli_values.items() if name in known and value is not None}
-
-
-# ---------------------------------------------------------------------------- report echo
-def echo(group: Any) -> dict[str, Any]:
-    """A group's echoed options as plain data (tuples as lists)."""
-    return {f.name: list(v) if isinstance(v := getattr(group, f.name), tuple) else v
-            for f in fields(group) if f.metadata.get("echo", True)}
-
-
-def from_echo(group_type: type, data: dict[str, Any], source: str) -> Any:
-    """The inverse of `echo`, checked like a spec file: a hand-edited report is bad input."""
-    values = {}
-    for f in fields(group_type):
-        if not f.metadata.get("echo", True):
-            continue
-        if f.name not in data:
-            raise InputError("missing option in the report's inputs", source=source,
-                             field=f.name)
-        value = data[f.name]
-        values[f.name] = tuple(value) if isinstance(f.default, tuple) and isinstance(
-            value, list) else check_value(f, value, f.name, source=source)
-    return group_type(**values)

@@ -18,7 +18,8 @@ from provisioner.chunked import comparison
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
-SCHEMA_VERSION = 2  # 2: verification, headroom, assumptions, warnings, sensitivity
+SCHEMA_VERSION = 3  # 2: verification, headroom, assumptions, warnings, sensitivity;
+#                       3: inputs.options, the question as asked (what `check` reads)
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
 
 

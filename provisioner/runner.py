@@ -22,10 +22,9 @@ from hardware_catalog import InputError
 from provisioner.evaluate import Evaluator
 from provisioner.files import write_atomically
 from provisioner.options import BACKENDS, LOCAL_BACKENDS
-from provisioner.study import (Metrics, Outcome, Point, Verify, combine_samples,
-                               inside_guard_band)
+from provisioner.study import Outcome, Point
 
-CACHE_FORMAT = "2"  # bump when the cached record layout or the key's contents change
+CACHE_FORMAT = "3"  # bump when the cached record layout or the key's contents change
 
 
 def default_cache_dir() -> Path:
@@ -70,12 +69,15 @@ class DiskCache:
         return self.directory / key[:2] / f"{key}.json"
 
     damaged: int = 0          # entries ignored (re-simulated and overwritten) in this run
+    read: bool = True         # False: entries are written, never read (a run that distrusts them)
     writable: bool = True     # False after a write failed: the run goes on uncached
     _made: set = field(default_factory=set, repr=False)   # subdirectories known to exist
 
     def get(self, key: str) -> Outcome | None:
         """The cached outcome, or None when absent or damaged (then it is re-simulated and
         overwritten; the first damaged entry of a run is named in one warning)."""
+        if not self.read:
+            return None
         path = self._path(key)
         try:
             text = path.read_text()
@@ -297,6 +299,7 @@ class Runner:
     cache: DiskCache | None = None
     stats: RunStats = field(default_factory=RunStats)
     _memo: dict = field(default_factory=dict, repr=False)
+    _cached: set = field(default_factory=set, repr=False)   # samples read from the disk cache
     _study_json: str | None = field(default=None, repr=False)      # cache keys' constant parts
     _records_json: dict = field(default_factory=dict, repr=False)  # design -> its records
     _cluster: Any = field(default=None, repr=False)
@@ -370,7 +373,25 @@ class Runner:
         cached = self.cache.get(keys[sample])
         if cached is not None:
             self.stats.cache_hits += 1
+            self._cached.add(sample)
         return cached
+
+    def from_cache(self, sample: Sample) -> bool:
+        """Did this run take the sample's outcome from the disk cache?"""
+        return sample in self._cached
+
+    def simulate_again(self, samples: Sequence[Sample]) -> list[Outcome]:
+        """The samples simulated now, whatever the memo or the cache hold; the fresh outcomes
+        replace both."""
+        fresh = self._evaluate(list(samples))
+        with self._lock:
+            for sample, outcome in zip(samples, fresh):
+                self.stats.simulated += 1
+                self._memo[sample] = outcome
+                self._cached.discard(sample)
+                if self.cache is not None:
+                    self.cache.put(self._cache_key(sample), outcome)
+        return fresh
 
     def _cache_key(self, sample: Sample) -> str:
         """`cache_key`, the study's and each design's identity encoded once per run."""
@@ -439,14 +460,6 @@ class Runner:
             self._cluster = _ray_session(self.address)
 
 
-def _margin(outcome: Outcome) -> float:
-    """A sample's worst SLO margin: -inf when it failed outright (the hardest), inf when no SLO
-    has a limit."""
-    if not outcome.meets_slos:
-        return -math.inf
-    return math.inf if outcome.worst_margin is None else outcome.worst_margin
-
-
 def _dask_client(address: str | None, jobs: int):
     try:
         from dask.distributed import Client, LocalCluster
@@ -488,94 +501,3 @@ def _ray_session(address: str | None):
         def close(self):
             ray.shutdown()
     return _Session()
-
-
-VERIFY_STEP = 2   # verification samples simulated at a time, after the screening seed
-
-
-@dataclass
-class Verifier:
-    """Feasibility on several workload samples, evaluated lazily. A `Point` is checked on the
-    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated two
-    at a time (VERIFY_STEP) and a point stops at its first failing sample:
-    it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
-    callable the search algorithm is given. A sample inside the guard band (`margin`) also
-    stops its point: the verdict would reject it whatever the other samples say. A
-    `Verify(point, samples=k)` is a quick check on the k hardest of them (defined below),
-    without the prediction bound of a complete verification.
-
-    A design's verifications try its hardest samples first: after the screening seeds, the
-    seeds by the worst SLO margin the design's latest verification of each saw on them, then
-    the unseen ones, largest sample first (the evaluator's `sample_size`; the sample with
-    the most requests is the hardest for nearly every design). A rejected candidate's neighbour
-    usually fails on the same sample, so it stops after a few simulations instead of up to
-    twenty; the verdict needs every sample, so the order never changes it, and the samples
-    are kept in seed order."""
-    runner: Runner
-    seeds: tuple[int, ...]
-    screen: int = 1
-    margin: float = 0.0   # guard band a verified candidate must keep on every sample
-    # design name -> {seed: its worst SLO margin when last verified}; each design's search
-    # is sequential, so the order it gives is the same whatever the timing
-    _margins: dict = field(default_factory=dict, repr=False)
-    _sizes: dict = field(default_factory=dict, repr=False)   # (rate, seed) -> sample size
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
-        wanted = [(item.point, self._hardest_first(item.point)[:item.samples])
-                  if isinstance(item, Verify) else (item, self.seeds[:self.screen])
-                  for item in items]
-        samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
-        step, done = 1, 0
-        while True:
-            alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
-                     and all(self._passes(o) for _, o in samples[i])]
-            if not alive:
-                break
-            asked = [(i, s) for i in alive for s in wanted[i][1][done:done + step]]
-            for (i, seed), outcome in zip(asked, self.runner.outcomes(
-                    [(wanted[i][0], seed) for i, seed in asked])):
-                samples[i].append((seed, outcome))
-            done += step
-            # the base seed alone, then two at a time whatever the job count: the samples
-            # run decide the reasons and the order of later verifications, so must not
-            # depend on it (the designs' searches keep the workers busy meanwhile)
-            step = VERIFY_STEP
-        results = []
-        for item, (point, seeds), got in zip(items, wanted, samples):
-            if isinstance(item, Verify):
-                self._margins.setdefault(point.design.name, {}).update(
-                    (seed, _margin(o)) for seed, o in got)
-            got.sort(key=lambda sample: self.seeds.index(sample[0]))
-            full = isinstance(item, Verify) and item.samples is None
-            results.append(Metrics.of(point, self._verdict(got, len(seeds), full), tuple(got)))
-        return results
-
-    def _hardest_first(self, point: Point) -> tuple[int, ...]:
-        seen = self._margins.get(point.design.name, {})
-        rest = sorted(self.seeds[self.screen:], key=lambda s: (
-            seen.get(s, math.inf), -self._sample_size(point.rate_rps, s), s))
-        return (*self.seeds[:self.screen], *rest)
-
-    def _sample_size(self, rate_rps: float | None, seed: int) -> int:
-        """The evaluator's size of a sample (0 if it has none), asked once per rate and seed
-        (design searches ask from several threads)."""
-        sized = getattr(self.runner.evaluator, "sample_size", None)
-        if sized is None:
-            return 0
-        with self._lock:
-            if (rate_rps, seed) not in self._sizes:
-                self._sizes[rate_rps, seed] = sized(rate_rps, seed)
-            return self._sizes[rate_rps, seed]
-
-    def _passes(self, outcome: Outcome) -> bool:
-        """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""
-        return outcome.meets_slos and not inside_guard_band(outcome, self.margin)
-
-    def _verdict(self, samples: list[tuple[int, Outcome]], asked: int,
-                 full: bool = True) -> Outcome:
-        """Every sample must pass; a complete verification on every seed must also pass the
-        prediction bound (`combine_samples`)."""
-        complete = len(samples) == asked and all(o.meets_slos for _, o in samples)
-        verified = complete and asked > self.screen and full
-        return combine_samples(samples, predict=verified, margin=self.margin)

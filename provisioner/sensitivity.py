@@ -14,9 +14,9 @@ from typing import Callable
 
 from provisioner.options import Execution
 from provisioner.study import Study
+from provisioner.verify import SENSITIVITY_SEEDS
 
 LATENCY_ERROR = 0.15
-SENSITIVITY_SEEDS = 3   # each variant's optimum verified on 3 samples: a few searches in all
 
 
 def variants(study: Study) -> list[tuple[str, Study]]:

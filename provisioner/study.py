@@ -7,13 +7,13 @@ simulation said), `Metrics` (outcome plus prices) and `DesignResult` (one design
 """
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec
+from hardware_catalog.errors import option_ref
 from provisioner.files import file_sha256
 from provisioner.options import Constraints, SearchSettings
 from simcore import SimOptions
@@ -23,7 +23,6 @@ from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_worklo
                               load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
-SCREEN_SEEDS = 1   # samples the search checks every point on; candidates are verified on all
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the nine, in report order
 BUDGET_UNITS = {"power": "kW", "cost": "$/h"}
 
@@ -52,11 +51,15 @@ class Goal:
 
     def __post_init__(self):
         if self.name == "max-rate" and self.budget is None:
-            raise InputError("--goal max-rate needs a budget: --power-budget-kw, "
-                             "--cost-budget-per-hour or --budget-like SKU:N", field="goal")
+            raise InputError(f"{option_ref('goal')} max-rate needs a budget: "
+                             f"{option_ref('power_budget_kw')}, "
+                             f"{option_ref('cost_budget_per_hour')} or "
+                             f"{option_ref('budget_like')} SKU:N", field="goal")
         if self.name != "max-rate" and self.budget is not None:
-            raise InputError(f"a budget applies to --goal max-rate, not {self.name}; limit "
-                             "min-cost/min-power with --max-machines/--max-gpus", field="goal")
+            raise InputError(f"a budget applies to {option_ref('goal')} max-rate, not "
+                             f"{self.name}; limit min-cost/min-power with "
+                             f"{option_ref('max_machines')}/{option_ref('max_gpus')}",
+                             field="goal")
 
     @property
     def paper_name(self) -> str:
@@ -185,36 +188,32 @@ def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
     return PerfSource(str(resolved), file_sha256(resolved), name=path)
 
 
+OUTCOME = {"outcome": True}   # a Study field that changes a simulated outcome (cache identity)
+
+
 @dataclass(frozen=True)
 class Study:
-    """Everything a search simulates and optimises, as records."""
+    """Everything a search simulates and optimises, as records. The fields marked `OUTCOME`
+    change what a simulated sample says and make up the evaluation cache's identity
+    (`provisioner.question.identity`); the others (designs, goal, constraints) are carried
+    by the points or only steer the search. `options` is the question as asked, for the echo."""
     catalog: Catalog
-    model: ModelSpec
-    workload: WorkloadSource
-    duration_s: float
-    seed: int
-    slo: SloProfile
-    perf: PerfSource
-    reference: MachineSku          # slowdowns are against this machine, uncontended
+    model: ModelSpec = field(metadata=OUTCOME)
+    workload: WorkloadSource = field(metadata=OUTCOME)
+    duration_s: float = field(metadata=OUTCOME)
+    seed: int = field(metadata=OUTCOME)   # the base sample (a replayed trace is itself there)
+    slo: SloProfile = field(metadata=OUTCOME)
+    perf: PerfSource = field(metadata=OUTCOME)
+    reference: MachineSku = field(metadata=OUTCOME)   # slowdowns are against this machine
     designs: tuple[Design, ...]
     goal: Goal
     constraints: Constraints
-    settings: SearchSettings
-    sim_options: SimOptions = SimOptions()
+    settings: SearchSettings = field(metadata=OUTCOME)   # its outcome options: slo_confidence
+    sim_options: SimOptions = field(default=SimOptions(), metadata=OUTCOME)
     chunk_tokens: int | str | None = None   # --chunk-tokens as given ("auto": searched)
     assumptions: str = "provision"   # the preset the catalog and options were resolved under
-    survive_failures: int = 0        # N+k: every point must also pass with k machines failed
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        """The verification samples: --seed, --seed + 1, ... (`provision simulate --seed S`
-        reproduces each)."""
-        return tuple(self.seed + k for k in range(self.settings.verify_seeds))
-
-    @property
-    def screen_seeds(self) -> tuple[int, ...]:
-        """The samples every searched point is checked on (the rest verify candidates only)."""
-        return self.seeds[:SCREEN_SEEDS]
+    survive_failures: int = field(default=0, metadata=OUTCOME)  # N+k: pass with k machines down
+    options: Any = None   # the SearchOptions the study was resolved from
 
 
 # ------------------------------------------------------------------------------- the answers
@@ -228,15 +227,6 @@ class Point:
     prompt_machines: int
     token_machines: int
     rate_rps: float | None
-
-
-@dataclass(frozen=True)
-class Verify:
-    """A request to check a candidate on every verification sample, not just the screening
-    ones (an item of a batch, like a Point). With `samples`, a quick check instead: only that
-    many samples, the hardest first (a failure is a failure; a pass is not a verification)."""
-    point: Point
-    samples: int | None = None
 
 
 @dataclass(frozen=True)
@@ -305,65 +295,3 @@ class DesignResult:
     def feasible(self) -> bool:
         """An optimum exists: some configuration meets the SLOs within the constraints."""
         return self.optimum is not None
-
-
-PASS_RATE_Z = 2.0   # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
-
-
-def combine_samples(samples: list[tuple[int, Outcome]], predict: bool = False,
-                    margin: float = 0.0) -> Outcome:
-    """One verdict over several samples: the SLOs hold only if they hold on every sample; each
-    SLO value is its worst over the samples, so margins are the smallest seen.
-
-    With `predict`, each SLO must also keep mean + 2 sd of its per-sample values under the
-    limit (the normal fitted to the samples puts a fresh sample under it with ~97.7%
-    probability) and every sample must beat every limit by `margin` (a guard band: the tails
-    are heavier than normal, a rare sample fails by 10% or more; bench/RESULTS.md measures
-    the fresh-sample pass rates these rules give).
-    """
-    first = samples[0][1]
-    if len(samples) == 1 and not (margin and first.meets_slos):
-        return first
-    outcomes = [o for _, o in samples]
-    failing = next(((seed, o) for seed, o in samples if not o.meets_slos), None)
-    reason = "" if failing is None else f"seed {failing[0]}: {failing[1].reason}"
-    if failing is None:
-        reason = _guard_band_failure(samples, margin)
-    if not reason and predict:
-        reason = _prediction_failure(outcomes)
-    slo = []
-    for i, (key, _, limit) in enumerate(first.slo):
-        values = [o.slo[i][1] for o in outcomes]
-        slo.append((key, None if None in values else max(values), limit))
-    margins = [o.worst_margin for o in outcomes]
-    return Outcome(not reason, all(o.completed for o in outcomes), reason, tuple(slo),
-                   None if None in margins else min(margins), first.requests)
-
-
-def inside_guard_band(outcome: Outcome, margin: float) -> bool:
-    """Does a sample miss some limit by less than `margin` (or miss it)?"""
-    return outcome.worst_margin is not None and outcome.worst_margin < margin
-
-
-def _guard_band_failure(samples: list[tuple[int, Outcome]], margin: float) -> str:
-    """'' when every sample beats every limit by `margin`, else the first sample that does not."""
-    for seed, outcome in samples:
-        if inside_guard_band(outcome, margin):
-            return (f"seed {seed}: worst SLO margin {outcome.worst_margin:+.1%} is inside the "
-                    f"{margin:.0%} guard band")
-    return ""
-
-
-def _prediction_failure(outcomes: list[Outcome]) -> str:
-    """'' when every SLO's prediction bound holds, else the SLOs whose bound exceeds the limit."""
-    failing = []
-    for i, (key, _, limit) in enumerate(outcomes[0].slo):
-        values = [o.slo[i][1] for o in outcomes]
-        if limit is None or math.isinf(limit) or None in values:
-            continue
-        bound = statistics.fmean(values) + PASS_RATE_Z * statistics.stdev(values)
-        if bound > limit:
-            metric, pct = key.split("_")
-            failing.append(f"{metric.upper()} {pct.upper()} mean + {PASS_RATE_Z:g} sd "
-                           f"{bound:.4g} > {limit:g} over {len(values)} samples")
-    return "; ".join(failing)

@@ -39,7 +39,7 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
 
 
 def resilience_title(document: dict) -> str:
-    k = document["inputs"].get("survive_failures")
+    k = document["inputs"]["options"]["survive_failures"]
     target = document["inputs"]["sim_options"].get("replica_target", "host")
     return (f"Price of resilience (N+{k}: any {k} machine(s) failing; replicas in "
             f"{target} memory)")

@@ -91,7 +91,7 @@ class SearchProgress:
 
 def optimum_table(document: dict) -> Table:
     goal = document["inputs"]["goal"]
-    seeds = document["inputs"]["search"].get("verify_seeds", 1)
+    seeds = document["inputs"]["options"]["verify_seeds"]
     table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
                         "* best", caption="P prompt / T token machines (baselines: P machines); "
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
@@ -100,7 +100,7 @@ def optimum_table(document: dict) -> Table:
     table.add_column("design", no_wrap=True)
     for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "binding SLO / margin", "headroom"):
         table.add_column(column, justify="right")
-    k = document["inputs"].get("survive_failures")
+    k = document["inputs"]["options"]["survive_failures"]
     if k:  # --survive-failures: the price of resilience (cost against no failures)
         what = "rate" if goal["name"] == "max-rate" else "cost"
         table.add_column(f"N+{k} {what}", justify="right")

@@ -18,13 +18,13 @@ import oracles  # noqa: E402
 from oracles import OracleEvaluator  # noqa: E402
 
 from hardware_catalog import InputError, load_catalog  # noqa: E402
-from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,  # noqa: E402
+from provisioner.options import (Constraints, SearchOptions, SearchSettings,  # noqa: E402
                                  from_keywords)
-from provisioner.runner import Runner, Verifier  # noqa: E402
+from provisioner.runner import Runner  # noqa: E402
+from provisioner.verify import Verifier, Verify  # noqa: E402
 from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
 from provisioner.select import select_optimum  # noqa: E402
-from provisioner.study import (SLO_KEYS, Budget, Goal, Metrics, Outcome, Point,  # noqa: E402
-                               Verify)
+from provisioner.study import SLO_KEYS, Budget, Goal, Metrics, Outcome, Point  # noqa: E402
 
 CATALOG = load_catalog()
 DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
@@ -538,9 +538,11 @@ def test_non_monotone_cells_reach_the_terminal_and_the_html():
     from provisioner.figures import html_report
     from provisioner.reports import non_monotone_lines, report_document
     results, _ = run(oracles.hole, Goal("min-cost", 10.0), designs=DESIGNS[1:2], exhaustive=True)
-    inputs = {"model": {"name": "m"}, "workload": {"name": "w"}, "duration_s": 1.0, "seed": 0,
+    options = {"duration": 1.0, "seed": 0, "max_machines": None, "max_gpus": None,
+               "max_prompt": None, "max_token": None}
+    inputs = {"model": {"name": "m"}, "workload": {"name": "w"}, "options": options,
               "goal": {"name": "min-cost", "paper_name": "p", "rate_rps": 10.0, "budget": None},
-              "constraints": echo(Constraints()), "perf_model": {"name": "default"},
+              "perf_model": {"name": "default"},
               "slo_profile": {"name": "oracle", "kind": "slowdown"}}
     document = report_document(inputs, results, {})
     assert document["summary"]["non_monotone_cells"] == 1

@@ -12,7 +12,8 @@ import pytest
 import provisioner
 from hardware_catalog import load_catalog
 from provisioner.presets import preset_catalog, preset_sim_options
-from provisioner.study import Outcome, combine_samples
+from provisioner.study import Outcome
+from provisioner.verify import combine_samples
 from simcore.cluster import kv_capacity_tokens
 
 SMALL = dict(model="llama2-70b", rate=6.0, duration=20.0, jobs=1)
@@ -31,7 +32,7 @@ def verified():
 def test_the_optimum_meets_every_slo_on_every_verification_seed(verified):
     """What the report promises, checked the way a user would: `provision simulate --seed S`."""
     report = verified.to_dict()
-    assert report["inputs"]["search"]["verify_seeds"] == 4
+    assert report["inputs"]["options"]["verify_seeds"] == 4
     for entry in report["designs"]:
         o = entry["optimum"]
         assert o["verification"]["seeds"] == [0, 1, 2, 3]
@@ -65,8 +66,8 @@ def test_the_report_simulates_again_only_the_base_sample_for_its_intervals(monke
     """The optimum's intervals (first 3 samples) reuse its verification runs of seeds 1 and 2
     and simulate seed 0 again; the report is the same as with every interval run redone."""
     import threading
-    from provisioner import api, evaluate
-    from provisioner.confidence import intervals_of
+    from provisioner import evaluate, verify
+    from provisioner.verify import intervals_of
     redone, inside = [], threading.local()
     simulate = evaluate.SimulationEvaluator.simulate
 
@@ -83,7 +84,7 @@ def test_the_report_simulates_again_only_the_base_sample_for_its_intervals(monke
             inside.interval = False
 
     monkeypatch.setattr(evaluate.SimulationEvaluator, "simulate", counted)
-    monkeypatch.setattr(api, "intervals_of", interval)
+    monkeypatch.setattr(verify, "intervals_of", interval)
     options = dict(designs="splitwise-hh,baseline-h100", verify_seeds=4, no_cache=True, **SMALL)
     with monkeypatch.context() as patch:
         patch.setattr(evaluate, "KEPT_SEEDS", 0)
@@ -215,7 +216,7 @@ def test_a_prompt_holds_its_kv_on_its_prompt_machine_until_transferred(engine):
 def test_bootstrap_percentiles_have_the_distribution_of_resampling(n, pct):
     """The percentiles of resampled requests, drawn from their exact distribution, are
     distributed as those of requests actually resampled (total variation under 0.03)."""
-    from provisioner.confidence import bootstrap_percentiles
+    from provisioner.verify import bootstrap_percentiles
     rng = np.random.default_rng(7)
     ordered = np.sort(rng.lognormal(0.0, 1.0, n))
     brute = np.percentile(ordered[rng.integers(0, n, size=(20000, n))], pct, axis=1)

@@ -1,0 +1,464 @@
+"""The question a search answers: built from options once, serialized once.
+
+- `asked(...)` merges the declared defaults, a spec file and the caller's options into one
+  checked `SearchOptions` tree, and spells the options errors name as the caller wrote them.
+- `resolve_study(options)` looks every name up once and returns the `Study` record; everything
+  downstream takes records.
+- `to_echo(study)` is report.json's `inputs`: `options` is the question as asked (every option
+  the declarations echo), the other keys are what the names resolved to (records, content
+  hashes), for people and for `check`'s notes.
+- `from_echo(inputs, ...)` is its inverse: the echoed options go through the same checks and
+  the same `resolve_study` as the command line's, so a report is re-derived exactly as a search
+  with those options would run.
+- `identity(study)` keys the evaluation cache: the `Study` fields declared `outcome` (for the
+  search settings, the options declared `outcome=True`), each as its record's identity, plus a
+  fingerprint of the simulator's code. Nothing is listed by hand.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from dataclasses import asdict, fields, is_dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
+from hardware_catalog.errors import naming, option_ref
+from provisioner import __version__
+from provisioner.chunked import with_chunk_tokens
+from provisioner.options import (DEFAULT_RATE, FailureOptions, SearchOptions, StudyOptions,
+                                 build, check_value, flag_of, leaves, option_fields, read_spec)
+from provisioner.presets import preset_catalog, preset_sim_options
+from provisioner.study import (Budget, Goal, Study, WorkloadSource, perf_source,
+                               workload_source)
+from simcore import SIMULATOR_VERSION, SimOptions
+from simcore.cluster import kv_capacity_tokens
+from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
+from slo_profiles import load_slo_profile
+
+SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
+
+
+# --------------------------------------------------------------------- options, as asked
+def spelling(tree: type, style: Callable[[str], str], spec_keys=()) -> Callable[[str], str]:
+    """How errors spell an option: as its spec key when it came from the spec file (and was
+    not given directly), else in the entry point's `style`."""
+    known = option_fields(tree)
+
+    def spell(name: str) -> str:
+        if name in spec_keys:
+            return name
+        return style(name) if name in known else flag_of_name(name)
+    return spell
+
+
+def flag_of_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def cli_style(tree: type) -> Callable[[str], str]:
+    known = option_fields(tree)
+    return lambda name: flag_of(known[name])
+
+
+def python_style(name: str) -> str:
+    return f"{name}="
+
+
+@contextmanager
+def asked(tree: type, given: dict[str, Any], spec_path: str | Path | None,
+          style: Callable[[str], str]) -> Iterator[Any]:
+    """Declared defaults < spec file < given options (already checked), as a typed tree; inside
+    the block, errors name each option the way the caller wrote it."""
+    spec = read_spec(spec_path, tree) if spec_path is not None else {}
+    spec_keys = {name for name in spec if name not in given}
+    with naming(spelling(tree, style, spec_keys)):
+        yield build(tree, {**spec, **given})
+
+
+def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
+    """`asked` without the naming block: the merged, typed options."""
+    spec = read_spec(spec_path, tree) if spec_path is not None else {}
+    return build(tree, {**spec, **given})
+
+
+# --------------------------------------------------------------------- options -> records
+def resolve_catalog(directory: str | None) -> Catalog:
+    if directory is not None and not Path(directory).is_dir():
+        raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",
+                         source=directory, field="catalog")
+    return load_catalog(directory)
+
+
+def resolve_design(item: str | Design | dict, catalog: Catalog) -> Design:
+    """A design record as it is, a catalog design by name, PROMPT_SKU/TOKEN_SKU (ad hoc), or a
+    design's echo ({name, prompt_sku, token_sku, mixed_pool, prefill, chunk_tokens})."""
+    if isinstance(item, Design):
+        return item
+    if isinstance(item, dict):
+        entry = {k: v for k, v in item.items() if k != "name" and v is not None}
+        return parse_design(str(item.get("name")), entry, "designs", catalog.machines)
+    if "/" in item:
+        prompt_sku, _, token_sku = item.partition("/")
+        return Design(item, catalog.machine(prompt_sku), catalog.machine(token_sku))
+    return catalog.design(item)
+
+
+def resolve_designs(items: Sequence[str | Design | dict], catalog: Catalog) -> tuple[Design, ...]:
+    """'all' (catalog designs, then the spec's own) or names and records."""
+    if list(items) == ["all"]:
+        return tuple(catalog.designs.values())
+    chosen: list[Design] = []
+    for item in items:
+        if item == "all":
+            raise InputError(f"{option_ref('designs')} 'all' cannot be combined with design "
+                             "names", field="designs")
+        design = resolve_design(item, catalog)
+        if design in chosen:
+            raise InputError(f"design '{design.name}' is listed twice", field="designs")
+        chosen.append(design)
+    return tuple(chosen)
+
+
+def with_custom_designs(catalog: Catalog, entries: dict | None) -> Catalog:
+    designs = {str(name): parse_design(str(name), entry, "spec custom_designs", catalog.machines)
+               for name, entry in (entries or {}).items()}
+    return catalog.with_designs(designs)
+
+
+def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog) -> Goal:
+    name, rate = options.question.goal, options.study.rate
+    if name == "max-rate" and rate is not None:
+        raise InputError(f"{option_ref('goal')} max-rate searches the rate: drop "
+                         f"{option_ref('rate')}", field="rate")
+    if name != "max-rate" and rate is None and workload.kind == "builtin":
+        rate = DEFAULT_RATE
+    return Goal(name, rate, resolve_budget(options, catalog))
+
+
+BUDGET_OPTIONS = ("power_budget_kw", "cost_budget_per_hour", "budget_like")
+
+
+def resolve_budget(options: SearchOptions, catalog: Catalog) -> Budget | None:
+    q = options.question
+    given = [k for k in BUDGET_OPTIONS if getattr(q, k) is not None]
+    if len(given) > 1:
+        raise InputError("give one budget: " + " or ".join(option_ref(k) for k in given),
+                         field=given[1])
+    if not given:
+        return None
+    if given[0] == "power_budget_kw":
+        return Budget("power", q.power_budget_kw)
+    if given[0] == "cost_budget_per_hour":
+        return Budget("cost", q.cost_budget_per_hour)
+    return budget_like(q.budget_like, catalog)
+
+
+def budget_like(text: str, catalog: Catalog) -> Budget:
+    """`[power:|cost:]SKU:N`: the provisioned power (default) or hourly cost of N machines."""
+    parts = text.split(":")
+    kind = "power"
+    if len(parts) == 3 and parts[0] in ("power", "cost"):
+        kind, parts = parts[0], parts[1:]
+    if len(parts) != 2 or not parts[1].isdigit() or not 1 <= int(parts[1]) <= 100_000:
+        raise InputError(f"{option_ref('budget_like')} must be [power:|cost:]SKU:N with "
+                         f"1 <= N <= 100000, got {text!r}", field="budget_like")
+    machine, count = catalog.machine(parts[0]), int(parts[1])
+    per_machine = machine.power_kw if kind == "power" else machine.cost_per_hour
+    return Budget(kind, float(f"{count * per_machine:.10g}"), like=f"{machine.name}:{count}")
+
+
+def resolve_study(options: SearchOptions) -> Study:
+    """The search's question as records: every name looked up once, here."""
+    s = options.study
+    catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
+                                  options.question.custom_designs)
+    workload = workload_source(s.workload)
+    perf = perf_source(s.perf_model)
+    perf.load(catalog)  # a broken file fails here, before any simulation
+    goal = resolve_goal(options, workload, catalog)
+    check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
+    check_resilience(options.resilience, options.question.survive_failures is not None,
+                     "survive_failures")
+    settings = options.settings
+    if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
+        settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
+    return Study(catalog=catalog, model=catalog.model(s.model), workload=workload,
+                 duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
+                 reference=catalog.machine(SLO_REFERENCE_SKU),
+                 designs=with_chunk_tokens(resolve_designs(options.question.designs, catalog),
+                                           s.chunk_tokens),
+                 goal=goal, constraints=options.constraints, settings=settings,
+                 chunk_tokens=s.chunk_tokens,
+                 sim_options=sim_options(options.study, options.resilience),
+                 assumptions=s.assumptions,
+                 survive_failures=options.question.survive_failures or 0,
+                 options=options)
+
+
+def check_workload_size(workload: WorkloadSource, rate: float | None, duration: float,
+                        seed: int) -> None:
+    """Before any simulation: a trace is read (and checked) once, and a synthesized window is
+    within MAX_REQUESTS requests."""
+    if rate is not None:
+        check_request_count(rate, duration)
+    if workload.kind == "trace":
+        workload.at(None, duration, seed)
+
+
+def check_resilience(resilience: FailureOptions, configured: bool, how: str) -> None:
+    """Recovery options without failures to recover from are a mistake, not a no-op. `how`:
+    the option that configures failures besides mtbf_hours."""
+    if resilience.mtbf_hours is not None or configured:
+        if resilience.repair_minutes != FailureOptions.repair_minutes \
+                and resilience.mtbf_hours is None:
+            raise InputError(f"{option_ref('repair_minutes')} applies to random failures: give "
+                             f"{option_ref('mtbf_hours')} too", field="repair_minutes")
+        return
+    for name in ("recovery", "replica_target", "detection_s", "repair_minutes"):
+        if getattr(resilience, name) != getattr(FailureOptions, name):
+            raise InputError(f"{option_ref(name)} applies when machines fail: give "
+                             f"{option_ref(how)} or {option_ref('mtbf_hours')}", field=name)
+
+
+def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
+                failures: tuple = ()) -> SimOptions:
+    """The preset's simulation options; with failure options, those too (explicit schedule
+    rows `failures`, random failures, recovery), seeded by --seed."""
+    options = preset_sim_options(study.assumptions, study.memory_reserve)
+    if resilience is None:
+        return options
+    return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,
+                   repair_s=resilience.repair_minutes * 60.0, failure_seed=study.seed,
+                   detection_s=resilience.detection_s, recovery=resilience.recovery,
+                   replica_target=resilience.replica_target)
+
+
+# ------------------------------------------------------------------------------ the echo
+def echoed_options() -> dict[str, Any]:
+    """name -> field of every option a report echoes (the question; not its execution)."""
+    return {path[-1]: f for path, f in leaves(SearchOptions) if f.metadata["echo"]}
+
+
+def to_echo(study: Study) -> dict:
+    """report.json's `inputs`: the options as asked, and what they resolved to."""
+    options = study.options if study.options is not None else SearchOptions()
+    groups = {f.name: getattr(options, f.name) for f in fields(options)}
+    echoed = {}
+    for path, f in leaves(SearchOptions):
+        if f.metadata["echo"]:
+            echoed[f.name] = _plain(getattr(groups[path[0]], f.name))
+    skus = {m.name: m for d in study.designs for m in d.machines()}
+    return {
+        "options": echoed,
+        "model": study.model.as_dict(), "workload": study.workload.identity(),
+        "slo_profile": study.slo.as_dict(), "perf_model": study.perf.identity(),
+        "goal": study.goal.as_dict(), "designs": [d.as_dict() for d in study.designs],
+        "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},
+        "sim_options": sim_options_echo(study),
+        "kv_capacity_tokens": kv_capacities(study),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """An option's value as JSON: tuples as lists, design records as their echo."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Design):
+        return value.as_dict()
+    return value
+
+
+FAILURE_FIELDS = ("failures", "mtbf_hours", "repair_s", "failure_seed", "detection_s",
+                  "recovery", "replica_target")
+
+
+def sim_options_echo(study: Study) -> dict:
+    """The simulation options as report.json echoes them (with the slowdown reference). The
+    failure options appear only when failures are simulated, so other reports do not change;
+    the failure seed is each sample's seed, not an option."""
+    echoed = asdict(study.sim_options)
+    failing = study.sim_options.has_failures or study.survive_failures
+    for key in FAILURE_FIELDS:
+        if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):
+            echoed.pop(key)
+    return {**echoed, "reference_sku": study.reference.name}
+
+
+def kv_capacities(study: Study) -> dict[str, int]:
+    """KV tokens one machine of each SKU holds beside the weights (what admission checks)."""
+    skus = {m.name: m for d in study.designs for m in d.machines()}
+    return {name: kv_capacity_tokens(m, study.model, study.sim_options.memory_reserve_fraction)
+            for name, m in skus.items()}
+
+
+# ---------------------------------------------------------------------------- its inverse
+FILE_READERS = {   # option -> what the file is (read by `_read_named_file`)
+    "catalog": "catalog directory", "workload": "workload trace", "slo": "SLO profile",
+    "perf_model": "performance model",
+}
+
+
+def from_echo(inputs: Any, source: str, base_dir: Path | None = None,
+              catalog_dir: str | None = None) -> Study:
+    """The study a report's `inputs` describe, re-resolved now (current catalog, simulator and
+    performance model). The options are checked as the command line checks them and errors
+    name them `inputs.options.NAME`; file names are resolved against the report's folder (then
+    the working directory), and a file that cannot be used is named, never quoted."""
+    options = options_from_echo(inputs, source, base_dir)
+    if catalog_dir is not None:
+        options = replace(options, study=replace(options.study, catalog=catalog_dir))
+    with naming(lambda name: f"inputs.options.{name}"):
+        _check_named_files(options, source)
+        try:
+            return resolve_study(options)
+        except InputError as err:   # a name the catalog no longer has, say: no file content
+            raise InputError(str(err), source=source) from None
+
+
+def options_from_echo(inputs: Any, source: str, base_dir: Path | None = None) -> SearchOptions:
+    """The echoed options, checked (an edited report is bad input, naming the key)."""
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("options"), dict):
+        raise InputError("missing; the report was edited or damaged: re-run the search",
+                         source=source, field="inputs.options")
+    echo, known = inputs["options"], echoed_options()
+    for key in echo:
+        if key not in known:
+            raise InputError("unknown option; the report was edited, or written by another "
+                             "version of provision: re-run the search", source=source,
+                             field=f"inputs.options.{key}")
+    values = {}
+    for name, f in known.items():
+        if name not in echo:
+            raise InputError("missing; the report was edited or damaged: re-run the search",
+                             source=source, field=f"inputs.options.{name}")
+        value = echo[name]
+        if isinstance(f.default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        value = check_value(f, value, f"inputs.options.{name}", source=source)
+        if f.metadata["path"] and value is not None:
+            value = _beside_report(value, base_dir)
+        values[name] = value
+    _check_not_null(values, source)
+    return build(SearchOptions, values)
+
+
+def _check_not_null(values: dict, source: str) -> None:
+    """Options whose declaration has a value by default cannot be echoed as null."""
+    for name, f in echoed_options().items():
+        if values[name] is None and f.default is not None:
+            raise InputError(f"must not be null (default {f.default!r}); the report was edited: "
+                             "re-run the search", source=source, field=f"inputs.options.{name}")
+
+
+def _beside_report(value: str, base_dir: Path | None) -> str:
+    """A file name the report echoes: beside the report if it is there, else as written
+    (relative to the working directory); a built-in name stays as it is."""
+    if base_dir is None or Path(value).is_absolute():
+        return value
+    beside = base_dir / value
+    return str(beside) if beside.exists() else value
+
+
+def _check_named_files(options: SearchOptions, source: str) -> None:
+    """Each file the report names is readable as what it should be; if not, the error names
+    the option and the file, and says nothing of its content."""
+    for name, what in FILE_READERS.items():
+        value = getattr(options.study, name)
+        if value is None or not _is_file_name(name, value):
+            continue
+        try:
+            _read_named_file(name, value, options.study)
+        except InputError:
+            raise InputError(f"the {what} this report names ({value}) cannot be read as one; "
+                             f"run `provision search` with it to see why", source=source,
+                             field=f"inputs.options.{name}") from None
+
+
+def _read_named_file(name: str, value: str, study: StudyOptions) -> None:
+    if name == "catalog":
+        resolve_catalog(value)
+    elif name == "workload":
+        load_trace(value)
+    elif name == "slo":
+        load_slo_profile(value)
+    else:
+        catalog = preset_catalog(study.assumptions, resolve_catalog(study.catalog))
+        perf_source(value).load(catalog)
+
+
+def _is_file_name(name: str, value: str) -> bool:
+    from simcore.workload import builtin_workload_names
+    from slo_profiles import builtin_slo_profiles
+    if name == "workload":
+        return value not in builtin_workload_names()
+    if name == "slo":
+        return value not in builtin_slo_profiles()
+    return True
+
+
+def changed_inputs(old: dict, new: dict) -> list[str]:
+    """What the names of a report resolve to now and did not then (catalog entries, records,
+    file contents, budgets): one line each, `catalog dgx-h100 cost_per_hour: 38.0 -> 30.0`."""
+    lines: list[str] = []
+    for key in new:
+        if key != "options" and key in old:
+            _diff(old[key], new[key], [key], lines)
+    return lines
+
+
+def _diff(old: Any, new: Any, path: list[str], lines: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            _diff(old.get(key), new.get(key), [*path, str(key)], lines)
+        return
+    if old != new:
+        where = " ".join(p for p in path if p != "machines")
+        lines.append(f"{where}: {old} -> {new}")
+
+
+# --------------------------------------------------------------------------- the identity
+def identity(study: Study) -> dict:
+    """Everything but the point and the sample's seed that changes a simulated outcome: the
+    study fields declared `outcome`, each as its record's identity, and the engine's code."""
+    key = {"engine": engine_fingerprint()}
+    for f in fields(study):
+        if f.metadata.get("outcome"):
+            key[f.name] = _identity_of(getattr(study, f.name))
+    return key
+
+
+def _identity_of(value: Any) -> Any:
+    if hasattr(value, "identity"):
+        return value.identity()
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, SimOptions):
+        record = asdict(value)
+        record.pop("failure_seed")   # each sample's own seed (part of the key already)
+        return record
+    if is_dataclass(value):          # an options group: the fields declared outcome=True
+        return {f.name: getattr(value, f.name) for f in fields(value)
+                if f.metadata.get("outcome")}
+    return value
+
+
+@lru_cache(maxsize=1)
+def engine_fingerprint() -> str:
+    """The version of everything that turns a point into an outcome: the package versions and
+    a hash of the simulator's sources and data and of the binding (`provisioner.evaluate`), so
+    no cache entry written by other code is ever read."""
+    import provisioner.evaluate
+    import simcore
+    digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
+    package = Path(simcore.__file__).parent
+    files = sorted([*package.glob("*.py"), *package.glob("data/*.json")])
+    for path in [*files, Path(provisioner.evaluate.__file__)]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

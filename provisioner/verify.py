@@ -1,0 +1,318 @@
+"""Verification: is a candidate feasible for the workload, not just for one sample of it?
+
+Every searched point is screened on the base sample (`SCREEN_SEEDS`); a candidate for the
+optimum is verified on all `--verify-seeds` samples (seeds `--seed`, `--seed`+1, ...): it must
+meet every SLO on each with the `--verify-margin` guard band, and each SLO's mean + 2 sd over
+the samples must stay under its limit (`combine_samples`). `Verifier` runs those checks lazily,
+hardest samples first, a few at a time; the frontier only asks (`Verify(point)`) and steps.
+After the search, each optimum gets per-sample SLO values and bootstrap intervals
+(`attach_verification`), and an optimum whose samples came from the disk cache is simulated
+again before it is reported (`recheck_cached_optimum`): the cache can slow a search, never
+change its answer.
+
+Every seed count of the search is here, once.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from provisioner.study import SLO_KEYS, DesignResult, Metrics, Outcome, Point
+from slo_profiles import METRICS, PERCENTILES, SloProfile
+
+SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates are verified on all
+VERIFY_STEP = 2      # verification samples simulated at a time, after the screening seed
+QUICK_SAMPLES = 3    # a max-rate quick check: the screening seed and the 2 hardest samples
+INTERVAL_SEEDS = 3   # samples given an interval: each needs a run's per-request latencies
+SENSITIVITY_SEEDS = 3  # each --sensitivity variant's optimum verified on 3 samples
+PASS_RATE_Z = 2.0    # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
+
+
+def verification_seeds(seed: int, count: int) -> tuple[int, ...]:
+    """The verification samples: `seed`, `seed` + 1, ... (`provision simulate --seed S`
+    reproduces each); the first SCREEN_SEEDS also screen every searched point."""
+    return tuple(seed + k for k in range(count))
+
+
+# ------------------------------------------------------------------ the verdict
+@dataclass(frozen=True)
+class Verify:
+    """A request to check a candidate on every verification sample, not just the screening
+    ones (an item of a batch, like a Point). With `samples`, a quick check instead: only that
+    many samples, the hardest first (a failure is a failure; a pass is not a verification)."""
+    point: Point
+    samples: int | None = None
+
+
+def combine_samples(samples: list[tuple[int, Outcome]], predict: bool = False,
+                    margin: float = 0.0) -> Outcome:
+    """One verdict over several samples: the SLOs hold only if they hold on every sample; each
+    SLO value is its worst over the samples, so margins are the smallest seen.
+
+    With `predict`, each SLO must also keep mean + 2 sd of its per-sample values under the
+    limit (the normal fitted to the samples puts a fresh sample under it with ~97.7%
+    probability) and every sample must beat every limit by `margin` (a guard band: the tails
+    are heavier than normal, a rare sample fails by 10% or more; bench/RESULTS.md measures
+    the fresh-sample pass rates these rules give).
+    """
+    first = samples[0][1]
+    if len(samples) == 1 and not (margin and first.meets_slos):
+        return first
+    outcomes = [o for _, o in samples]
+    failing = next(((seed, o) for seed, o in samples if not o.meets_slos), None)
+    reason = "" if failing is None else f"seed {failing[0]}: {failing[1].reason}"
+    if failing is None:
+        reason = _guard_band_failure(samples, margin)
+    if not reason and predict:
+        reason = _prediction_failure(outcomes)
+    slo = []
+    for i, (key, _, limit) in enumerate(first.slo):
+        values = [o.slo[i][1] for o in outcomes]
+        slo.append((key, None if None in values else max(values), limit))
+    margins = [o.worst_margin for o in outcomes]
+    return Outcome(not reason, all(o.completed for o in outcomes), reason, tuple(slo),
+                   None if None in margins else min(margins), first.requests)
+
+
+def inside_guard_band(outcome: Outcome, margin: float) -> bool:
+    """Does a sample miss some limit by less than `margin` (or miss it)?"""
+    return outcome.worst_margin is not None and outcome.worst_margin < margin
+
+
+def _guard_band_failure(samples: list[tuple[int, Outcome]], margin: float) -> str:
+    """'' when every sample beats every limit by `margin`, else the first sample that does not."""
+    for seed, outcome in samples:
+        if inside_guard_band(outcome, margin):
+            return (f"seed {seed}: worst SLO margin {outcome.worst_margin:+.1%} is inside the "
+                    f"{margin:.0%} guard band")
+    return ""
+
+
+def _prediction_failure(outcomes: list[Outcome]) -> str:
+    """'' when every SLO's prediction bound holds, else the SLOs whose bound exceeds the limit."""
+    failing = []
+    for i, (key, _, limit) in enumerate(outcomes[0].slo):
+        values = [o.slo[i][1] for o in outcomes]
+        if limit is None or math.isinf(limit) or None in values:
+            continue
+        bound = statistics.fmean(values) + PASS_RATE_Z * statistics.stdev(values)
+        if bound > limit:
+            metric, pct = key.split("_")
+            failing.append(f"{metric.upper()} {pct.upper()} mean + {PASS_RATE_Z:g} sd "
+                           f"{bound:.4g} > {limit:g} over {len(values)} samples")
+    return "; ".join(failing)
+
+
+# ---------------------------------------------------------------- the verifier
+def _margin(outcome: Outcome) -> float:
+    """A sample's worst SLO margin: -inf when it failed outright (the hardest), inf when no SLO
+    has a limit."""
+    if not outcome.meets_slos:
+        return -math.inf
+    return math.inf if outcome.worst_margin is None else outcome.worst_margin
+
+
+@dataclass
+class Verifier:
+    """Feasibility on several workload samples, evaluated lazily. A `Point` is checked on the
+    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated two
+    at a time (VERIFY_STEP) and a point stops at its first failing sample:
+    it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
+    callable the search algorithm is given. A sample inside the guard band (`margin`) also
+    stops its point: the verdict would reject it whatever the other samples say. A
+    `Verify(point, samples=k)` is a quick check on the k hardest of them (defined below),
+    without the prediction bound of a complete verification.
+
+    A design's verifications try its hardest samples first: after the screening seeds, the
+    seeds by the worst SLO margin the design's latest verification of each saw on them, then
+    the unseen ones, largest sample first (the evaluator's `sample_size`; the sample with
+    the most requests is the hardest for nearly every design). A rejected candidate's neighbour
+    usually fails on the same sample, so it stops after a few simulations instead of up to
+    twenty; the verdict needs every sample, so the order never changes it, and the samples
+    are kept in seed order."""
+    runner: Any   # provisioner.runner.Runner: outcomes(samples), evaluator
+    seeds: tuple[int, ...]
+    screen: int = SCREEN_SEEDS
+    margin: float = 0.0   # guard band a verified candidate must keep on every sample
+    # design name -> {seed: its worst SLO margin when last verified}; each design's search
+    # is sequential, so the order it gives is the same whatever the timing
+    _margins: dict = field(default_factory=dict, repr=False)
+    _sizes: dict = field(default_factory=dict, repr=False)   # (rate, seed) -> sample size
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
+        wanted = [(item.point, self._hardest_first(item.point)[:item.samples])
+                  if isinstance(item, Verify) else (item, self.seeds[:self.screen])
+                  for item in items]
+        samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
+        step, done = 1, 0
+        while True:
+            alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
+                     and all(self._passes(o) for _, o in samples[i])]
+            if not alive:
+                break
+            asked = [(i, s) for i in alive for s in wanted[i][1][done:done + step]]
+            for (i, seed), outcome in zip(asked, self.runner.outcomes(
+                    [(wanted[i][0], seed) for i, seed in asked])):
+                samples[i].append((seed, outcome))
+            done += step
+            # the base seed alone, then two at a time whatever the job count: the samples
+            # run decide the reasons and the order of later verifications, so must not
+            # depend on it (the designs' searches keep the workers busy meanwhile)
+            step = VERIFY_STEP
+        results = []
+        for item, (point, seeds), got in zip(items, wanted, samples):
+            if isinstance(item, Verify):
+                self._margins.setdefault(point.design.name, {}).update(
+                    (seed, _margin(o)) for seed, o in got)
+            got.sort(key=lambda sample: self.seeds.index(sample[0]))
+            full = isinstance(item, Verify) and item.samples is None
+            results.append(Metrics.of(point, self._verdict(got, len(seeds), full), tuple(got)))
+        return results
+
+    def _hardest_first(self, point: Point) -> tuple[int, ...]:
+        seen = self._margins.get(point.design.name, {})
+        rest = sorted(self.seeds[self.screen:], key=lambda s: (
+            seen.get(s, math.inf), -self._sample_size(point.rate_rps, s), s))
+        return (*self.seeds[:self.screen], *rest)
+
+    def _sample_size(self, rate_rps: float | None, seed: int) -> int:
+        """The evaluator's size of a sample (0 if it has none), asked once per rate and seed
+        (design searches ask from several threads)."""
+        sized = getattr(self.runner.evaluator, "sample_size", None)
+        if sized is None:
+            return 0
+        with self._lock:
+            if (rate_rps, seed) not in self._sizes:
+                self._sizes[rate_rps, seed] = sized(rate_rps, seed)
+            return self._sizes[rate_rps, seed]
+
+    def _passes(self, outcome: Outcome) -> bool:
+        """Meets every SLO, outside the guard band (as `combine_samples` judges a sample)."""
+        return outcome.meets_slos and not inside_guard_band(outcome, self.margin)
+
+    def _verdict(self, samples: list[tuple[int, Outcome]], asked: int,
+                 full: bool = True) -> Outcome:
+        """Every sample must pass; a complete verification on every seed must also pass the
+        prediction bound (`combine_samples`)."""
+        complete = len(samples) == asked and all(o.meets_slos for _, o in samples)
+        verified = complete and asked > self.screen and full
+        return combine_samples(samples, predict=verified, margin=self.margin)
+
+
+# ----------------------------------------------------------- how sure an optimum is
+RESAMPLES = 2000  # bootstrap resamples per percentile: its 95% interval to about +-1% of its width
+
+
+def latency_values(result, profile: SloProfile) -> dict[str, np.ndarray]:
+    """A run's per-request values of each metric as the profile limits it (slowdowns or
+    seconds), NaN where a request has none."""
+    suffix = "slowdown" if profile.kind == "slowdown" else "s"
+    return {metric: getattr(result, f"{metric}_{suffix}") for metric in METRICS}
+
+
+def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
+                         seed: int) -> dict[str, list[float]]:
+    """{slo key: [low, high]} bootstrap 95% intervals of the limited percentiles of one run
+    (`values`: its `latency_values`)."""
+    slowdown = profile.kind == "slowdown"
+    rng = np.random.default_rng(seed)
+    intervals = {}
+    for metric in METRICS:
+        ordered = np.sort(values[metric][~np.isnan(values[metric])])
+        if len(ordered) == 0:
+            continue
+        scale = 1.0 if slowdown else 1000.0
+        for name in ("p50", "p90", "p99"):
+            boot = bootstrap_percentiles(ordered, PERCENTILES[name], RESAMPLES, rng) * scale
+            intervals[f"{metric}_{name}"] = [float(np.percentile(boot, 2.5)),
+                                             float(np.percentile(boot, 97.5))]
+    return intervals
+
+
+def bootstrap_percentiles(ordered: np.ndarray, pct: float, resamples: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """The `pct` percentile (numpy's linear rule) of `resamples` bootstrap resamples of the
+    sorted `ordered`, drawn without building them: a resample of n requests picks indices
+    floor(n U) for n uniforms U, so its k-th smallest value is ordered[floor(n U_(k))], and the
+    k-th smallest of n uniforms is Beta(k, n + 1 - k); the next one lies above it as the smallest
+    of the other n - k uniforms, U_(k) + (1 - U_(k)) Beta(1, n - k). O(resamples), not
+    O(resamples x n): the same distribution as resampling the requests."""
+    n = len(ordered)
+    position = (n - 1) * pct / 100.0
+    below = int(np.floor(position))
+    weight = position - below
+    first = rng.beta(below + 1, n - below, resamples)
+    low = ordered[np.minimum((first * n).astype(np.int64), n - 1)]
+    if below + 1 >= n:
+        return low
+    second = first + (1.0 - first) * rng.beta(1, n - below - 1, resamples)
+    high = ordered[np.minimum((second * n).astype(np.int64), n - 1)]
+    return low + weight * (high - low)
+
+
+def interval_samples(design: DesignResult) -> list:
+    """The (point, seed) samples whose runs give the optimum's intervals (the first seeds)."""
+    optimum = design.optimum
+    if optimum is None or not optimum.samples:
+        return []
+    return [(optimum.point, seed) for seed, _ in optimum.samples[:INTERVAL_SEEDS]]
+
+
+def intervals_of(evaluator, sample) -> dict[str, list[float]]:
+    """`percentile_intervals` of one sample's run (a runner function: runs on the workers)."""
+    point, seed = sample
+    return percentile_intervals(evaluator.latencies(point, seed), evaluator.study.slo, seed)
+
+
+def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
+    """Per SLO: the value on every verification sample, its bootstrap interval (`intervals`:
+    `intervals_of` each of `interval_samples(design)`), the worst value, the limit and the
+    margin; plus the binding SLO (smallest margin)."""
+    optimum = design.optimum
+    if optimum is None or not optimum.samples:
+        return None
+    seeds = [seed for seed, _ in optimum.samples]
+    intervals = list(intervals) + [{}] * (len(seeds) - len(intervals))
+    slo = {}
+    for i, key in enumerate(SLO_KEYS):
+        limit = optimum.outcome.slo[i][2]
+        values = [o.slo[i][1] for _, o in optimum.samples]
+        worst = None if None in values else max(values)
+        slo[key] = {"values": values, "ci95": [iv.get(key) for iv in intervals], "worst": worst,
+                    "limit": limit, "margin": None if limit is None or worst is None
+                    else 1.0 - worst / limit}
+    limited = [(v["margin"], key) for key, v in slo.items() if v["margin"] is not None]
+    binding = min(limited)[1] if limited else None
+    return {"seeds": seeds, "binding_slo": binding, "slo": slo}
+
+
+def attach_verification(results: Sequence[DesignResult], runner: Any) -> None:
+    """Each optimum's per-sample SLO values, bootstrap intervals and binding SLO
+    (`DesignResult.verification`), the intervals' runs simulated by `runner`."""
+    wanted = [interval_samples(result) for result in results]
+    intervals = iter(runner.map(intervals_of, [s for samples in wanted for s in samples]))
+    for result, samples in zip(results, wanted):
+        result.verification = verification(result, [next(intervals) for _ in samples])
+
+
+def recheck_cached_optimum(results: Sequence[DesignResult], runner: Any) -> list[str]:
+    """Simulate again every optimum's verification samples whose outcome came from the disk
+    cache (cheap: the optimum's samples only), and rewrite their entries. Returns one line per
+    sample whose fresh outcome differs from the cached one: then an entry written by other
+    code or by hand steered the search, and its answer cannot be trusted."""
+    samples = [(r.optimum.point, seed) for r in results if r.optimum is not None
+               for seed, _ in r.optimum.samples if runner.from_cache((r.optimum.point, seed))]
+    if not samples:
+        return []
+    cached = runner.outcomes(samples)   # from this run's memo
+    fresh = runner.simulate_again(samples)
+    return [f"{point.design.name} {point.prompt_machines}P+{point.token_machines}T seed "
+            f"{seed}: the cache said {'pass' if old.meets_slos else 'fail'}, the simulator "
+            f"says {'pass' if new.meets_slos else 'fail'}"
+            for (point, seed), old, new in zip(samples, cached, fresh) if old != new]
