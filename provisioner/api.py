@@ -256,7 +256,9 @@ def assumptions(study: Study) -> list[dict]:
         {"name": "kv_transfer", "value": "serialized after the prompt" if serialized else
          f"serialized below {o.layerwise_min_prompt_tokens} prompt tokens, layer-wise (only "
          "the last layer and the link's fixed time visible) from there"},
-        {"name": "tbt", "value": "(E2E - TTFT) / output tokens" if o.tbt_per_output_token else
+        {"name": "tbt", "value": "(E2E - TTFT) / output tokens, against a time per token of the "
+                                 "request alone (not divided by its output tokens)"
+         if o.tbt_per_output_token else
          "a request's mean gap between output tokens: (E2E - TTFT) / (output tokens - 1)"},
         {"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
                                               "decode curve at the batch) + context term"},

@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from provisioner.confidence import INTERVAL_SEEDS, latency_values
+from provisioner.presets import PRESET_REVISIONS
 from provisioner.study import SLO_KEYS, Outcome, Point, Study, combine_samples
 from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
@@ -166,6 +167,8 @@ class SimulationEvaluator:
                 "duration_s": s.duration_s, "base_seed": s.seed, "slo": s.slo.as_dict(),
                 "perf_model": s.perf.identity(), "simulator": SIMULATOR_VERSION,
                 "sim_options": sim_options_echo(s), "reference": _priceless(s.reference),
+                **({"preset": f"{s.assumptions}/{PRESET_REVISIONS[s.assumptions]}"}
+                   if s.assumptions != "provision" else {}),
                 **({"survive_failures": s.survive_failures} if s.survive_failures else {})}
 
     def point_identity(self, point: Point) -> dict:

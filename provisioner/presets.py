@@ -11,10 +11,14 @@ reproduced with our engine and each choice's effect seen).
 - #4 KV bytes per token ignoring grouped-query attention (a bug: Llama2-70B's KV is 8x too
   large; emulated because it is one field);
 - #5 KV transfer always serialized after the prompt, at 200 GiB/s per machine;
-- #6 TBT = (E2E - TTFT) / output tokens.
-Not emulated (they need a different engine, or are bugs that are not cheap): #7-#11 its
+- #6 TBT = (E2E - TTFT) / output tokens;
+- #11 its SLO references: TTFT the prompt curve at the prompt size; TBT a time per token of
+  the request alone (its token curve at x = prompt size), not divided by the output tokens as
+  the measured TBT is; E2E = TTFT reference + (output - 1) x TBT reference
+  (`LatencyCurves.reference_token_time`, `simcore.metrics.uncontended_latencies`).
+Not emulated (they need a different engine, or are bugs that are not cheap): #7-#10 its
 latency model (1-D curves over "batch tokens", decode time looked up at x = number of decodes,
-mixed iterations at 1.1x the prompt curve, its SLO reference), #12 its batch limits (decodes
+mixed iterations at 1.1x the prompt curve), #12 its batch limits (decodes
 counting one token each, at most 512 requests), #13 KV(prompt + 1) instead of KV(prompt) held on
 the prompt machine, #14-#16 its mixed-pool return and routing keys. `--perf-model` can load a
 latency table derived from its profiles (docs/perf-model-tables.md).
@@ -28,6 +32,10 @@ from provisioner.options import PRESETS
 from simcore import SimOptions
 DEFAULT_RESERVE = {"provision": 0.10, "splitwise-sim": 0.0}
 assert set(DEFAULT_RESERVE) == set(PRESETS)
+# Bumped when a preset's semantics change, so cached evaluations under it are not reused (the
+# simulator version would also move every `provision` report). 2: SplitwiseSim's SLO references.
+PRESET_REVISIONS = {"provision": 1, "splitwise-sim": 2}
+assert set(PRESET_REVISIONS) == set(PRESETS)
 
 _SPLITWISE_SIM_HBM_GIB = 80.0
 _SPLITWISE_SIM_MACHINES = ("dgx-a100", "dgx-h100", "dgx-h100-cap")

@@ -71,6 +71,14 @@ class LatencyCurves:
                                  self.decode_seconds)
                 + self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64))
 
+    def reference_token_time(self, prompt_tokens, output_tokens):
+        """SplitwiseSim's TBT reference on these curves: the time per output token of a request
+        alone (batch of one), never divided by its output count. Here its mean uncontended gap:
+        decode k (k = 1..gaps) attends over prompt + k tokens, so the mean is at
+        prompt + (gaps + 1) / 2; a 1-token output (no gap) takes its would-be first gap."""
+        gaps = np.maximum(np.asarray(output_tokens, dtype=np.float64) - 1.0, 1.0)
+        return self.token_time(1, np.asarray(prompt_tokens, dtype=np.float64) + (gaps + 1) / 2)
+
     def mixed_time(self, prompt_tokens, batch, context_tokens):
         """A mixed iteration: prompts and decodes in one forward pass.
 
