@@ -29,7 +29,7 @@ from provisioner.options import (DEFAULT_RATE, Execution, FailureOptions, Search
 from provisioner.files import check_output_dir
 from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
                                  sensitivity_dict, summary_dict, write_reports)
-from provisioner.presets import preset_catalog, preset_sim_options
+from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
 from provisioner.sensitivity import sensitivity
 from provisioner.runner import (DiskCache, Runner, RunStats, Verifier, default_cache_dir,
                                 default_jobs)
@@ -140,7 +140,7 @@ def resolve_study(options: SearchOptions) -> Study:
     catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
                                   options.question.custom_designs)
     workload = workload_source(s.workload)
-    perf = perf_source(s.perf_model)
+    perf = preset_perf(s.assumptions, perf_source(s.perf_model))
     perf.load(catalog)  # a broken file fails here, before any simulation
     goal = resolve_goal(options, workload, catalog)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
@@ -260,8 +260,15 @@ def assumptions(study: Study) -> list[dict]:
                                  "request alone (not divided by its output tokens)"
          if o.tbt_per_output_token else
          "a request's mean gap between output tokens: (E2E - TTFT) / (output tokens - 1)"},
-        {"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
-                                              "decode curve at the batch) + context term"},
+        *([{"name": "latency_model", "value": "SplitwiseSim's: 1-D curves over prompt x batch "
+                                              "tokens from its 2023 profiles (DGX-A100/H100); "
+                                              "decode iterations at x = number of decodes (flat "
+                                              "in the batch, no context term); other machines: "
+                                              "the default model"},
+           {"name": "mixed_batch_cost", "value": "1.1 x prompt curve at prompt + decode tokens"}]
+          if study.perf.latency_model == "splitwise-sim" else
+          [{"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
+                                                 "decode curve at the batch) + context term"}]),
         {"name": "prompt_batching", "value": f"FCFS batches of up to {o.prompt_token_limit} "
                                              "prompt tokens (a longer prompt runs alone)"},
         {"name": "routing", "value": "prompt machine: fewest pending prompt tokens; token "
@@ -425,7 +432,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                                                      s.chunk_tokens),
                                   c.prompt, c.token, c.machines)
     model, profile = catalog.model(s.model), load_slo_profile(s.slo)
-    perf = perf_source(s.perf_model).load(catalog)
+    perf = preset_perf(s.assumptions, perf_source(s.perf_model)).load(catalog)
     source = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
     requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself

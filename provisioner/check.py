@@ -20,7 +20,7 @@ from provisioner.api import (SLO_REFERENCE_SKU, SearchResult, budget_like, resol
 from provisioner.files import file_sha256
 from provisioner.options import (Constraints, Execution, SearchOptions, SearchSettings,
                                  check_value, from_echo, option_fields)
-from provisioner.presets import preset_catalog
+from provisioner.presets import preset_catalog, preset_perf
 from provisioner.reports import SCHEMA, SCHEMA_VERSION
 from simcore import SimOptions
 from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, perf_source,
@@ -177,6 +177,7 @@ def study_from_report(document: dict, report_path: Path, *,
         shape.get(perf_echo, "name", str, "inputs.perf_model")
         shape.get(perf_echo, "sha256", str, "inputs.perf_model", optional=True)
         perf, note = _perf(perf_echo, report_path.parent)
+        perf = preset_perf(preset, perf)
         notes += note
         goal_echo = shape.get(inputs, "goal", dict, "inputs")
         goal_name = _option(SearchOptions, "goal", shape.get(goal_echo, "name", str,

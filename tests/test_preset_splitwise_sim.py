@@ -2,11 +2,15 @@
 and 11, shared/design/splitwise-sim-semantics.md)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import provisioner
 from hardware_catalog import load_catalog
+from provisioner.presets import preset_catalog, preset_perf
+from provisioner.study import PerfSource
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
 
 CATALOG = load_catalog()
@@ -65,3 +69,58 @@ def test_presets_give_different_tbt_slowdowns_on_the_issue_example():
     for pct in ("p50", "p90", "p99"):
         assert theirs[f"tbt_{pct}"] < ours[f"tbt_{pct}"]
     assert theirs != ours
+
+
+# ------------------------------------------------------------ SplitwiseSim's latency model
+PROFILE = Path(__file__).resolve().parents[1].parent / "shared" / "profiles" / \
+    "splitwise_sim_perf_model.csv"
+
+
+def _preset_curves(model: str, machine: str) -> LatencyCurves:
+    catalog = preset_catalog("splitwise-sim", load_catalog())
+    perf = preset_perf("splitwise-sim", PerfSource()).load(catalog)
+    return perf.curves(catalog.model(model), catalog.machine(machine))
+
+
+def test_preset_decode_is_flat_in_the_batch_as_splitwise_sim_looks_it_up():
+    """Semantics row 9: BLOOM-176B on H100, 35.3 ms at batch 1 and 36.2 ms at 512 (its profile
+    measured 63.8 ms at batch 64); no context term; mixed = 1.1 x prompt curve at prompt +
+    decode tokens (row 10); TBT reference = token curve at x = prompt size (row 11)."""
+    h100 = _preset_curves("bloom-176b", "dgx-h100")
+    assert h100.decode_axis == "batch_tokens" and h100.context_seconds_per_token == 0
+    assert float(h100.token_time(1, 0)) == pytest.approx(0.0353, abs=5e-5)
+    assert float(h100.token_time(512, 10**6)) == pytest.approx(0.0362, abs=5e-5)
+    assert float(h100.mixed_time(1000, 24, 5000)) == pytest.approx(
+        1.1 * float(h100.prompt_time(1024)))
+    np.testing.assert_allclose(h100.reference_token_time(np.array([700, 3000]), np.array([5, 9])),
+                               h100.token_time(np.array([700.0, 3000.0]), 0))
+    capped = _preset_curves("bloom-176b", "dgx-h100-cap")
+    assert float(capped.prompt_time(2048)) == pytest.approx(1.3 * float(h100.prompt_time(2048)))
+    assert float(capped.token_time(64, 0)) == float(h100.token_time(64, 0))
+    # a machine its profiles do not cover keeps the default model
+    h200 = _preset_curves("bloom-176b", "h200")
+    assert h200.decode_axis == "batch" and h200.mixed_prompt_factor == 1.0
+
+
+@pytest.mark.skipif(not PROFILE.exists(), reason="needs ../shared/profiles")
+def test_preset_curves_are_splitwise_sims_interpolation_of_its_profiles():
+    """Its DatabasePerformanceModel: per x = prompt_size x batch_size the median latency,
+    interpolated and extrapolated linearly (interp1d(fill_value="extrapolate"))."""
+    import pandas as pd
+    db = pd.read_csv(PROFILE)
+    for model, hardware, machine in (("bloom-176b", "a100-80gb", "dgx-a100"),
+                                     ("llama2-70b", "h100-80gb", "dgx-h100")):
+        rows = db[(db.model == model) & (db.hardware == hardware) & (db.tensor_parallel == 8)]
+        x = rows.prompt_size * rows.batch_size
+        curves = _preset_curves(model, machine)
+        for column, ours in (("prompt_time", curves.prompt_time),
+                             ("token_time", lambda q: curves.token_time(q, 0))):
+            median = (rows[column] / 1000).groupby(x).median()
+            for q in (1, 17, 128, 300, 1500, 8192, 20000, 40000):
+                expected = np.interp(q, median.index, median.values)
+                if q < median.index[0] or q > median.index[-1]:
+                    i, j = (0, 1) if q < median.index[0] else (-2, -1)
+                    slope = ((median.values[j] - median.values[i])
+                             / (median.index[j] - median.index[i]))
+                    expected = median.values[i] + slope * (q - median.index[i])
+                assert float(ours(q)) == pytest.approx(expected, rel=1e-12)
