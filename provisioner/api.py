@@ -27,7 +27,7 @@ from provisioner.files import check_output_dir
 from provisioner.frontier import search_designs
 from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions,
                                  from_keywords)
-from provisioner.presets import preset_catalog
+from provisioner.presets import preset_catalog, preset_perf
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_resilience,
                                   merge_options, python_style, resolve_catalog, resolve_design,
                                   resolve_study, sim_options, to_echo)
@@ -81,10 +81,19 @@ def assumptions(study: Study) -> list[dict]:
         {"name": "kv_transfer", "value": "serialized after the prompt" if serialized else
          f"serialized below {o.layerwise_min_prompt_tokens} prompt tokens, layer-wise (only "
          "the last layer and the link's fixed time visible) from there"},
-        {"name": "tbt", "value": "(E2E - TTFT) / output tokens" if o.tbt_per_output_token else
+        {"name": "tbt", "value": "(E2E - TTFT) / output tokens, against a time per token of the "
+                                 "request alone (not divided by its output tokens)"
+         if o.tbt_per_output_token else
          "a request's mean gap between output tokens: (E2E - TTFT) / (output tokens - 1)"},
-        {"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
-                                              "decode curve at the batch) + context term"},
+        *([{"name": "latency_model", "value": "SplitwiseSim's: 1-D curves over prompt x batch "
+                                              "tokens from its 2023 profiles (DGX-A100/H100); "
+                                              "decode iterations at x = number of decodes (flat "
+                                              "in the batch, no context term); other machines: "
+                                              "the default model"},
+           {"name": "mixed_batch_cost", "value": "1.1 x prompt curve at prompt + decode tokens"}]
+          if study.perf.latency_model == "splitwise-sim" else
+          [{"name": "mixed_batch_cost", "value": "max(prompt curve at prompt + decode tokens, "
+                                                 "decode curve at the batch) + context term"}]),
         {"name": "prompt_batching", "value": f"FCFS batches of up to {o.prompt_token_limit} "
                                              "prompt tokens (a longer prompt runs alone)"},
         {"name": "routing", "value": "prompt machine: fewest pending prompt tokens; token "
@@ -268,7 +277,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                                                      s.chunk_tokens),
                                   c.prompt, c.token, c.machines)
     model, profile = catalog.model(s.model), load_slo_profile(s.slo)
-    perf = perf_source(s.perf_model).load(catalog)
+    perf = preset_perf(s.assumptions, perf_source(s.perf_model)).load(catalog)
     source = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
     requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself

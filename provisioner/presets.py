@@ -11,13 +11,22 @@ reproduced with our engine and each choice's effect seen).
 - #4 KV bytes per token ignoring grouped-query attention (a bug: Llama2-70B's KV is 8x too
   large; emulated because it is one field);
 - #5 KV transfer always serialized after the prompt, at 200 GiB/s per machine;
-- #6 TBT = (E2E - TTFT) / output tokens.
-Not emulated (they need a different engine, or are bugs that are not cheap): #7-#11 its
-latency model (1-D curves over "batch tokens", decode time looked up at x = number of decodes,
-mixed iterations at 1.1x the prompt curve, its SLO reference), #12 its batch limits (decodes
-counting one token each, at most 512 requests), #13 KV(prompt + 1) instead of KV(prompt) held on
-the prompt machine, #14-#16 its mixed-pool return and routing keys. `--perf-model` can load a
-latency table derived from its profiles (docs/perf-model-tables.md).
+- #6 TBT = (E2E - TTFT) / output tokens;
+- #7-#10 its latency model (`simcore.splitwise_sim`), unless --perf-model is given: 1-D
+  curves over "batch tokens" (prompt x batch) from its 2023 profiles, median per x, linear
+  inside and beyond; prompt-only iterations on the prompt curve; decode-only iterations on the
+  token curve looked up at x = number of decodes (a bug: flat in the batch size; emulated
+  because it is a curve our engines already take), no context term; mixed iterations at 1.1x
+  the prompt curve at prompt + decode tokens. Pairs its profiles do not cover (machines other
+  than DGX-A100/H100/H100-cap, models other than BLOOM-176B and Llama2-70B) keep our model;
+- #11 its SLO references: TTFT the prompt curve at the prompt size; TBT a time per token of
+  the request alone (its token curve at x = prompt size), not divided by the output tokens as
+  the measured TBT is; E2E = TTFT reference + (output - 1) x TBT reference
+  (`LatencyCurves.reference_token_time`, `simcore.metrics.uncontended_latencies`).
+Not emulated (they need a different engine, or are bugs that are not cheap): #12 its batch
+limits (decodes counting one token each, at most 512 requests), #13 KV(prompt + 1) instead of
+KV(prompt) held on the prompt machine, #14-#16 its mixed-pool return and routing keys, and its
+prompts over 2048 tokens waiting behind a run of decode-only iterations.
 """
 from __future__ import annotations
 
@@ -25,6 +34,7 @@ from dataclasses import replace
 
 from hardware_catalog import Catalog, ModelSpec
 from provisioner.options import PRESETS
+from provisioner.study import PerfSource
 from simcore import SimOptions
 DEFAULT_RESERVE = {"provision": 0.10, "splitwise-sim": 0.0}
 assert set(DEFAULT_RESERVE) == set(PRESETS)
@@ -56,6 +66,14 @@ def preset_catalog(name: str, catalog: Catalog) -> Catalog:
 def _splitwise_sim_model(model: ModelSpec) -> ModelSpec:
     return replace(model, kv_heads=model.heads,
                    weights_bytes=_SPLITWISE_SIM_WEIGHTS.get(model.name, model.weights_bytes))
+
+
+def preset_perf(name: str, source: PerfSource) -> PerfSource:
+    """The latency model of the preset: SplitwiseSim's curves (#7-#11) under `splitwise-sim`
+    unless a --perf-model file is given (the user's measurements win)."""
+    if name == "provision" or source.path is not None:
+        return source
+    return replace(source, latency_model="splitwise-sim")
 
 
 def preset_sim_options(name: str, reserve: float | None) -> SimOptions:

@@ -30,7 +30,7 @@ from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
 from provisioner.options import (DEFAULT_RATE, FailureOptions, SearchOptions, StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
-from provisioner.presets import preset_catalog, preset_sim_options
+from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
 from provisioner.study import (Budget, Goal, Study, WorkloadSource, perf_source,
                                workload_source)
 from simcore import SIMULATOR_VERSION, SimOptions
@@ -176,7 +176,7 @@ def resolve_study(options: SearchOptions) -> Study:
     catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
                                   options.question.custom_designs)
     workload = workload_source(s.workload)
-    perf = perf_source(s.perf_model)
+    perf = preset_perf(s.assumptions, perf_source(s.perf_model))
     perf.load(catalog)  # a broken file fails here, before any simulation
     goal = resolve_goal(options, workload, catalog)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
@@ -448,14 +448,15 @@ def _identity_of(value: Any) -> Any:
 @lru_cache(maxsize=1)
 def engine_fingerprint() -> str:
     """The version of everything that turns a point into an outcome: the package versions and
-    a hash of the simulator's sources and data and of the binding (`provisioner.evaluate`), so
-    no cache entry written by other code is ever read."""
+    a hash of the simulator's sources and data, of the binding (`provisioner.evaluate`) and of
+    the assumption presets, so no cache entry written by other code is ever read."""
     import provisioner.evaluate
+    import provisioner.presets
     import simcore
     digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
     package = Path(simcore.__file__).parent
     files = sorted([*package.glob("*.py"), *package.glob("data/*.json")])
-    for path in [*files, Path(provisioner.evaluate.__file__)]:
+    for path in [*files, Path(provisioner.evaluate.__file__), Path(provisioner.presets.__file__)]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 

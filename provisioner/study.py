@@ -16,9 +16,9 @@ from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec
 from hardware_catalog.errors import option_ref
 from provisioner.files import file_sha256
 from provisioner.options import Constraints, SearchSettings
-from simcore import SimOptions
-from simcore.perfmodel import (default_performance_model, load_performance_model,
-                               perf_model_version)
+from simcore import SimOptions, splitwise_sim
+from simcore.perfmodel import (PerformanceModel, default_performance_model,
+                               load_performance_model, perf_model_version)
 from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
                               load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
@@ -139,9 +139,15 @@ class PerfSource:
     sha256: str | None = None
     name: str = "default"       # as the user wrote it
     latency_factor: float = 1.0   # every latency scaled (sensitivity to a model error)
+    # "splitwise-sim": the default model answers with SplitwiseSim's latency curves where its
+    # profiles cover the pair (simcore.splitwise_sim; the preset, without --perf-model)
+    latency_model: str = "provision"
 
     def identity(self) -> dict:
         identity = {"name": self.name, "sha256": self.sha256, "version": perf_model_version()}
+        if self.latency_model != "provision":
+            identity["latency_model"] = (f"{self.latency_model} curves "
+                                         f"{splitwise_sim.curves_sha256()[:12]}")
         if self.latency_factor != 1.0:
             identity["latency_factor"] = self.latency_factor
         return identity
@@ -153,6 +159,8 @@ class PerfSource:
 
     def _load(self, catalog: Catalog):
         if self.path is None:
+            if self.latency_model == "splitwise-sim":
+                return _splitwise_sim_model()
             return default_performance_model()
         # keyed by the names a table is checked against (a Catalog holds dicts: not hashable)
         key = (self.path, self.sha256, tuple(catalog.machines), tuple(catalog.models))
@@ -162,6 +170,15 @@ class PerfSource:
 
 
 _LOADED_MODELS: dict = {}  # one load per file and catalog per process (workers included)
+
+
+@lru_cache(maxsize=1)
+def _splitwise_sim_model():
+    """Its own copy of the default model underneath: the models' curve caches are keyed by
+    names, and the preset's model records (weights, KV bytes) differ from the catalog's."""
+    default = default_performance_model()
+    return splitwise_sim.SplitwiseSimPerformance(
+        PerformanceModel(default.groups, transfer=default.transfer, source=default.source))
 
 
 @dataclass(frozen=True)

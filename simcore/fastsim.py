@@ -194,7 +194,7 @@ MACHINE = np.dtype([
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
     "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s",
-    "chunk_attention", "chunk_kv_read",
+    "chunk_attention", "chunk_kv_read", "mixed_factor",  # mixed_factor: x the prompt curve
     "prompt_index", "decode_index",  # per SKU, where each of KNOT_BUCKETS buckets starts
     "prompt_scale", "decode_scale"])  # per SKU, KNOT_BUCKETS / the knots' range
 
@@ -308,8 +308,9 @@ def _iteration_time(curves, kind, tokens, batch, context):
     decode = _decode_time(curves, kind, batch)
     if tokens == 0:
         return decode + c.context_s[kind] * float(context)
-    prompt = _piecewise_linear(float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind],
-                               c.prompt_n[kind], c.prompt_index[kind], c.prompt_scale[kind])
+    prompt = c.mixed_factor[kind] * _piecewise_linear(
+        float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind], c.prompt_n[kind],
+        c.prompt_index[kind], c.prompt_scale[kind])
     return max(prompt, decode) + c.context_s[kind] * float(context)
 
 
@@ -1093,11 +1094,10 @@ def _set_chunk_base(curves, machine, piece):
     kind, decodes = machine.kind, machine.running_count
     machine.chunk_base = machine.chunk_piece_s
     if decodes > 0:
-        machine.chunk_base = max(_piecewise_linear(float(piece + decodes), curves.prompt_x[kind],
-                                                   curves.prompt_y[kind], curves.prompt_n[kind],
-                                                   curves.prompt_index[kind],
-                                                   curves.prompt_scale[kind]),
-                                 _decode_time(curves, kind, decodes))
+        machine.chunk_base = max(curves.mixed_factor[kind] * _piecewise_linear(
+            float(piece + decodes), curves.prompt_x[kind], curves.prompt_y[kind],
+            curves.prompt_n[kind], curves.prompt_index[kind], curves.prompt_scale[kind]),
+            _decode_time(curves, kind, decodes))
 
 
 @_inlined
@@ -1452,14 +1452,15 @@ def _stack_curves(curves) -> Curves:
     px, py = np.zeros((k, pmax)), np.zeros((k, pmax))
     dx, dy = np.zeros((k, dmax)), np.zeros((k, dmax))
     pn, dn = np.zeros(k, np.int64), np.zeros(k, np.int64)
-    ctx, attention, kv_read = np.zeros(k), np.zeros(k), np.zeros(k)
+    ctx, attention, kv_read, mixed = np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k)
     for i, c in enumerate(curves):
         pn[i], dn[i] = len(c.prompt_tokens), len(c.decode_batch)
         px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
         dx[i, :dn[i]], dy[i, :dn[i]] = c.decode_batch, c.decode_seconds
         ctx[i] = c.context_seconds_per_token
         attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
-    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, _bucket_starts(px, pn),
+        mixed[i] = c.mixed_prompt_factor
+    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, mixed, _bucket_starts(px, pn),
                   _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn))
 
 

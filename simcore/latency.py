@@ -25,7 +25,7 @@ collectives) and small chunks run at the lower efficiency of small passes. A fir
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -43,6 +43,13 @@ class LatencyCurves:
     context_seconds_per_token: float # added per context token held by the decode batch
     chunk_attention_s: float = 0.0   # A: per (chunk token x cached token) of a prompt chunk
     chunk_kv_read_s: float = 0.0     # R: per cached token a prompt chunk reads
+    # SplitwiseSim's latency model (the `splitwise-sim` preset, simcore.splitwise_sim): its
+    # token curve was measured against "batch tokens" (prompt x batch) but is looked up at the
+    # number of decodes; decode_axis "batch_tokens" says the decode knots are such a curve (the
+    # engines look it up at the batch size all the same; only the SLO reference reads it at x =
+    # prompt size). Its mixed iterations cost mixed_prompt_factor x the prompt curve.
+    decode_axis: str = "batch"       # batch | batch_tokens
+    mixed_prompt_factor: float = 1.0
 
     def __post_init__(self):
         for x, y, what in ((self.prompt_tokens, self.prompt_seconds, "prompt"),
@@ -55,6 +62,10 @@ class LatencyCurves:
             raise ValueError("context_seconds_per_token must be >= 0")
         if self.chunk_attention_s < 0 or self.chunk_kv_read_s < 0:
             raise ValueError("chunk terms must be >= 0")
+        if self.decode_axis not in ("batch", "batch_tokens"):
+            raise ValueError("decode_axis must be batch or batch_tokens")
+        if not self.mixed_prompt_factor > 0:
+            raise ValueError("mixed_prompt_factor must be > 0")
 
     def prompt_time(self, tokens):
         return self._prompt_curve(np.asarray(tokens, dtype=np.float64))
@@ -71,17 +82,31 @@ class LatencyCurves:
                                  self.decode_seconds)
                 + self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64))
 
+    def reference_token_time(self, prompt_tokens, output_tokens):
+        """SplitwiseSim's TBT reference on these curves: the time per output token of a request
+        alone (batch of one), never divided by its output count. On its own curves
+        (decode_axis "batch_tokens") literally its token curve at x = prompt size. On batch-axis
+        curves, the request's mean uncontended gap: decode k (k = 1..gaps) attends over
+        prompt + k tokens, so the mean is at prompt + (gaps + 1) / 2; a 1-token output (no gap)
+        takes its would-be first gap."""
+        if self.decode_axis == "batch_tokens":
+            return self.token_time(prompt_tokens, 0.0)
+        gaps = np.maximum(np.asarray(output_tokens, dtype=np.float64) - 1.0, 1.0)
+        return self.token_time(1, np.asarray(prompt_tokens, dtype=np.float64) + (gaps + 1) / 2)
+
     def mixed_time(self, prompt_tokens, batch, context_tokens):
         """A mixed iteration: prompts and decodes in one forward pass.
 
         Each decode adds one token to the pass, so the pass costs at least a prompt pass over
-        prompt_tokens + batch tokens and at least a plain decode of the batch; attention over the
-        decodes' context comes on top. Reduces to prompt_time / token_time when one side is empty.
+        prompt_tokens + batch tokens (times mixed_prompt_factor: 1.1 in SplitwiseSim, 1 in ours)
+        and at least a plain decode of the batch; attention over the decodes' context comes on
+        top. Reduces to prompt_time / token_time when one side is empty.
         """
         pt = np.asarray(prompt_tokens, dtype=np.float64)
         b = np.asarray(batch, dtype=np.float64)
         ctx = self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64)
-        prompt = piecewise_linear(pt + b, self.prompt_tokens, self.prompt_seconds)
+        prompt = self.mixed_prompt_factor * piecewise_linear(pt + b, self.prompt_tokens,
+                                                             self.prompt_seconds)
         decode = piecewise_linear(b, self.decode_batch, self.decode_seconds)
         both = np.maximum(prompt, decode) + ctx
         return np.where(b <= 0, piecewise_linear(pt, self.prompt_tokens, self.prompt_seconds),
@@ -98,15 +123,14 @@ class LatencyCurves:
         return max(attention, float(w[0] - w[1] - w[2]))
 
     def with_chunk_terms(self, attention_s: float, kv_read_s: float) -> "LatencyCurves":
-        return LatencyCurves(self.prompt_tokens, self.prompt_seconds, self.decode_batch,
-                             self.decode_seconds, self.context_seconds_per_token,
-                             float(attention_s), float(kv_read_s))
+        return replace(self, chunk_attention_s=float(attention_s),
+                       chunk_kv_read_s=float(kv_read_s))
 
     def scaled(self, prompt_factor: float = 1.0, decode_factor: float = 1.0) -> "LatencyCurves":
         """The same curves slowed down (e.g. a power cap slows prompt iterations only; chunk
         attention is prompt work)."""
-        return LatencyCurves(self.prompt_tokens, self.prompt_seconds * prompt_factor,
-                             self.decode_batch, self.decode_seconds * decode_factor,
-                             self.context_seconds_per_token * decode_factor,
-                             self.chunk_attention_s * prompt_factor,
-                             self.chunk_kv_read_s * prompt_factor)
+        return replace(self, prompt_seconds=self.prompt_seconds * prompt_factor,
+                       decode_seconds=self.decode_seconds * decode_factor,
+                       context_seconds_per_token=self.context_seconds_per_token * decode_factor,
+                       chunk_attention_s=self.chunk_attention_s * prompt_factor,
+                       chunk_kv_read_s=self.chunk_kv_read_s * prompt_factor)

@@ -25,13 +25,23 @@ def request_latencies(arrival, output, first_token, finish, per_token: bool = Fa
 
 
 def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool = False):
-    """The same requests alone on one machine: no queue, batch of one, no KV transfer."""
+    """The same requests alone on one machine: no queue, batch of one, no KV transfer.
+
+    The TBT reference is a time per token of the request alone, whichever way the measured TBT
+    is averaged. Ours: its mean uncontended gap. SplitwiseSim's (`per_token`; its
+    notebooks/plots.ipynb, `add_baseline_perf`): the token curve at x = the prompt size, a
+    per-token time that is not divided by the output count as its measured TBT is; its E2E
+    reference is then the TTFT reference + (output - 1) x the TBT reference.
+    """
     ttft = curves.prompt_time(prompt)
     gaps = (output - 1).astype(np.float64)
     # decode k (k = 1..gaps) attends over prompt + k tokens: an arithmetic series in closed form
     decode = (gaps * curves.token_time(1, 0)
               + curves.context_seconds_per_token * (gaps * prompt + gaps * (gaps + 1) / 2))
-    return ttft, _per_gap(decode, output, per_token), ttft + decode
+    if not per_token:
+        return ttft, _per_gap(decode, output), ttft + decode
+    tbt = curves.reference_token_time(prompt, output)
+    return ttft, tbt, ttft + tbt * gaps
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from hardware_catalog import Design, InputError, load_catalog
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
 from simcore.cluster import ROLE_PROMPT, build_machine_arrays, kv_transfer_seconds
+from simcore.perfmodel import default_performance_model
+from simcore.splitwise_sim import SplitwiseSimPerformance
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("bloom-176b")
@@ -130,6 +132,27 @@ def large_fleets(draw):
 def test_engines_agree_on_large_fleets_with_a_few_requests(cluster, workload, perf, opts):
     """Ties among hundreds of idle machines go to the lowest index in both engines."""
     assert_engines_agree(*both_engines(cluster, workload, perf, opts))
+
+
+SPLITWISE_SIM_PERF = SplitwiseSimPerformance(default_performance_model())
+splitwise_sim_options = st.builds(
+    SimOptions, prompt_token_limit=st.sampled_from([1, 512, 2048]),
+    mixed_pool_queue_threshold=st.sampled_from([0, 2048, 8192]),
+    memory_reserve_fraction=TIGHT_RESERVE, layerwise_min_prompt_tokens=st.just(1 << 62),
+    tbt_per_output_token=st.just(True))
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cluster=clusters(), workload=workloads(), opts=splitwise_sim_options,
+       model=st.sampled_from([MODEL, CATALOG.model("llama2-70b")]))
+def test_engines_agree_under_the_splitwise_sim_preset(cluster, workload, opts, model):
+    """SplitwiseSim's flat decode curve (token curve over prompt x batch tokens looked up at the
+    number of decodes), its 1.1 x prompt-curve mixed iterations and its SLO references (the
+    `splitwise-sim` preset's latency model), on every design (chunked ones included)."""
+    fast, ref = both_engines(cluster, workload, SPLITWISE_SIM_PERF, opts, model)
+    assert_engines_agree(fast, ref, series=("first_token_s", "finish_s", "kv_transfer_s",
+                                            "ttft_slowdown", "tbt_slowdown", "e2e_slowdown"))
 
 
 @SETTINGS
