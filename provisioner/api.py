@@ -13,7 +13,6 @@ when `cache_dir` is given.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path

@@ -168,11 +168,11 @@ def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
         va, vb, unit, better, what = oa.cost_per_hour, ob.cost_per_hour, "$/h", "cheaper", "costs"
     higher_wins = goal_name == "max-rate"
     if va == vb:
-        winner, w, l = "tie", a, b
+        winner, w, lo = "tie", a, b
     elif (va > vb) == higher_wins:
-        winner, w, l = "disaggregated", a, b
+        winner, w, lo = "disaggregated", a, b
     else:
-        winner, w, l = "chunked", b, a
+        winner, w, lo = "chunked", b, a
     wv = va if w is a else vb
     lv = vb if w is a else va
     rate = f" at {rate_rps:g} req/s" if rate_rps is not None and goal_name != "max-rate" else ""
@@ -194,7 +194,7 @@ def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
         margin = f"{(1 - wv / lv):.0%} {better}"
     side = "Disaggregated" if winner == "disaggregated" else "Chunked colocated"
     return winner, (f"{side} wins: {_label(w)} {what} {_value(wv, unit)}, {margin} than "
-                    f"{_label(l)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
+                    f"{_label(lo)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
 
 
 def _value(value: float, unit: str) -> str:

@@ -262,7 +262,9 @@ def budget_candidates(design: Design, budget: Budget, constraints: Constraints,
                       limit: int) -> list[tuple[int, int]]:
     """The maximal allowed configurations: for each prompt pool, the largest token pool."""
     p_cap, t_cap = _pool_caps(design, constraints, limit)
-    unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
+    def unit(m):
+        return budget.of(m.cost_per_hour, m.power_kw)
+
     slack = 1e-9 * max(1.0, budget.value)  # 40 x 5.6 kW is 224 kW, not 223.99999
     if design.is_baseline:
         n = min(p_cap, math.floor((budget.value + slack) / unit(design.prompt)))
@@ -564,7 +566,7 @@ def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
     a rate that failed, as when every step is verified, for one complete verification where
     each passing step took one.
     """
-    cell, tol = (optimum.prompt_machines, optimum.token_machines), settings.rate_tolerance
+    cell = (optimum.prompt_machines, optimum.token_machines)
     rejected: list[Metrics] = []
 
     def check(rate: float, samples: int | None = None):

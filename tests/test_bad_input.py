@@ -12,14 +12,13 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cli_harness import REPO, assert_bad_input, invoke, run_subprocess
 from hardware_catalog import InputError
-from hardware_catalog.checks import Flag, Number, OneOf
+from hardware_catalog.checks import Number, OneOf
 from provisioner.options import SearchOptions, SimulateOptions, flag_of, option_fields
 
 HW_DIR = REPO / "hardware_catalog"
@@ -120,7 +119,7 @@ def test_search_text_options(tmp_path, flag, value, name):
 ])
 def test_spec_file_values(tmp_path, key, value):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f"designs: splitwise-hh\nduration: 1\nno_cache: true\n"
+    spec.write_text("designs: splitwise-hh\nduration: 1\nno_cache: true\n"
                     if key not in ("designs", "duration", "no_cache") else "")
     spec.write_text(spec.read_text() + f"{key}: {value}\n")
     line = bad(tmp_path, ["search", "--spec", spec, "--out", tmp_path / "out"])

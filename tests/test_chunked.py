@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hardware_catalog import Design, InputError, load_catalog
 from hardware_catalog.checks import Invalid, OrAuto, count
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
-from simcore.cluster import ROLE_BOTH, build_machine_arrays
+from simcore.cluster import build_machine_arrays
 from simcore.perfmodel import default_performance_model
 from simcore.refsim import simulate_reference
 from simcore.workload import synthesize

@@ -96,7 +96,7 @@ def test_unwritable_cache_runs_uncached_with_a_warning(tmp_path):
                   "--duration", "5", "--jobs", "1", "--cache-dir", str(blocker / "cache"),
                   "--out", str(out), "--json"])
     assert run.code in (0, 1), run.stderr
-    warnings = [l for l in run.stderr.splitlines() if l.startswith("provision: warning:")]
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("provision: warning:")]
     assert len(warnings) == 1 and "cache" in warnings[0]
     assert (out / "report.json").exists()
 

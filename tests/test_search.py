@@ -68,8 +68,12 @@ def _allowed(pools, p, t, c: Constraints) -> bool:
             and (baseline or c.max_token is None or t <= c.max_token))
 
 
-COST = (lambda pools, p, t: round(pools.cost_per_hour(p, t), 6))
-POWER = (lambda pools, p, t: round(pools.power_kw(p, t), 6))
+def COST(pools, p, t):
+    return round(pools.cost_per_hour(p, t), 6)
+
+
+def POWER(pools, p, t):
+    return round(pools.power_kw(p, t), 6)
 
 
 @pytest.mark.parametrize("rule", [oracles.l_shape, oracles.diagonal, oracles.hyperbola])
