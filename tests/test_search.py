@@ -5,25 +5,22 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 import math
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import oracles  # noqa: E402
-from oracles import OracleEvaluator  # noqa: E402
+import oracles  # tests/oracles.py: a plain helper module (pytest puts tests/ on sys.path)
+from oracles import OracleEvaluator
 
-from hardware_catalog import InputError, load_catalog  # noqa: E402
-from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,  # noqa: E402
+from hardware_catalog import InputError, load_catalog
+from provisioner.options import (Constraints, SearchOptions, SearchSettings, echo,
                                  from_keywords)
-from provisioner.runner import Runner, Verifier  # noqa: E402
-from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
-from provisioner.select import select_optimum  # noqa: E402
-from provisioner.study import (SLO_KEYS, Budget, Goal, Metrics, Outcome, Point,  # noqa: E402
+from provisioner.runner import Runner, Verifier
+from provisioner.frontier import budget_candidates, drive, search_designs
+from provisioner.select import select_optimum
+from provisioner.study import (SLO_KEYS, Budget, Goal, Metrics, Outcome, Point,
                                Verify)
 
 CATALOG = load_catalog()
