@@ -47,7 +47,9 @@ def grid_count(result: DesignResult, pools: Design) -> int:
 
 
 def cells_in_budget(pools: Design, budget) -> int:
-    unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
+    def unit(m):
+        return budget.of(m.cost_per_hour, m.power_kw)
+
     if pools.token is None:
         return math.floor(budget.value / unit(pools.prompt) + 1e-9)
     cells, p = 0, 1

@@ -156,6 +156,23 @@ class Names:
 
 
 @dataclass(frozen=True)
+class NumberList:
+    """A list of numbers, each one `item` accepts (e.g. the load sweep's factors)."""
+    item: Number
+
+    def __call__(self, value: Any) -> tuple:
+        if not isinstance(value, (list, tuple)):
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}")
+        try:
+            return tuple(self.item(v) for v in value)
+        except Invalid:
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}") from None
+
+    def describe(self) -> str:
+        return f"a list of numbers, each {self.item.describe().removeprefix('a number ')}"
+
+
+@dataclass(frozen=True)
 class OrAuto:
     """The word "auto", or a value `inner` accepts (a command line's digits count as a number)."""
     inner: Number

@@ -169,11 +169,11 @@ def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
         va, vb, unit, better, what = oa.cost_per_hour, ob.cost_per_hour, "$/h", "cheaper", "costs"
     higher_wins = goal_name == "max-rate"
     if same_value(va, vb):
-        winner, w, l = "tie", a, b
+        winner, w, lo = "tie", a, b
     elif (va > vb) == higher_wins:
-        winner, w, l = "disaggregated", a, b
+        winner, w, lo = "disaggregated", a, b
     else:
-        winner, w, l = "chunked", b, a
+        winner, w, lo = "chunked", b, a
     wv = va if w is a else vb
     lv = vb if w is a else va
     rate = f" at {rate_rps:g} req/s" if rate_rps is not None and goal_name != "max-rate" else ""
@@ -195,7 +195,7 @@ def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
         margin = f"{_percent(1 - wv / lv)} {better}"
     side = "Disaggregated" if winner == "disaggregated" else "Chunked colocated"
     return winner, (f"{side} wins: {_label(w)} {what} {_value(wv, unit)}, {margin} than "
-                    f"{_label(l)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
+                    f"{_label(lo)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
 
 
 def same_value(a: float, b: float) -> bool:

@@ -340,7 +340,7 @@ def latency_load_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
     layout = subplot_grid(len(curves), 3, titles, vertical_spacing=min(0.08, 0.5 / len(curves)),
                           horizontal_spacing=0.06)
     data = []
-    for row, (result, points) in enumerate(curves):
+    for row, (_result, points) in enumerate(curves):
         for col, metric in enumerate(METRIC_TITLES):
             cell, legend = row * 3 + col + 1, row == 0 and col == 0
             for pct, dash in PERCENTILE_STYLE.items():

@@ -263,7 +263,9 @@ def budget_candidates(design: Design, budget: Budget, constraints: Constraints,
                       limit: int) -> list[tuple[int, int]]:
     """The maximal allowed configurations: for each prompt pool, the largest token pool."""
     p_cap, t_cap = _pool_caps(design, constraints, limit)
-    unit = (lambda m: budget.of(m.cost_per_hour, m.power_kw))
+    def unit(m):
+        return budget.of(m.cost_per_hour, m.power_kw)
+
     slack = 1e-9 * max(1.0, budget.value)  # 40 x 5.6 kW is 224 kW, not 223.99999
     if design.is_baseline:
         n = min(p_cap, math.floor((budget.value + slack) / unit(design.prompt)))

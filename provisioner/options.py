@@ -24,8 +24,8 @@ from typing import Any, Iterator, Optional
 
 from hardware_catalog import InputError, read_yaml
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
-                                     Names, Number, OneOf, OrAuto, Text, count, fraction,
-                                     positive)
+                                     Names, Number, NumberList, OneOf, OrAuto, Text, count,
+                                     fraction, positive)
 
 GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
@@ -198,7 +198,7 @@ class SearchSettings:
     max_rate: float = option(100_000.0, "max-rate: highest rate tried.", positive(), cli=False,
                              spec=False, echo=False, outcome=False)
     load_sweep: tuple = option((0.5, 0.75, 1.25), "Extra rates (x optimum) for the figure.",
-                               None, cli=False, spec=False, outcome=False)
+                               NumberList(positive(100.0)), cli=False, spec=False, outcome=False)
 
 
 @dataclass(frozen=True)

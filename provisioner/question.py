@@ -338,6 +338,10 @@ def options_from_echo(inputs: Any, source: str, base_dir: Path | None = None) ->
         if isinstance(f.default, tuple) and isinstance(value, list):
             value = tuple(value)
         value = check_value(f, value, f"inputs.options.{name}", source=source)
+        if name == "designs" and not all(isinstance(v, (str, dict)) for v in value):
+            raise InputError("must list design names or design records; the report was "
+                             "edited: re-run the search", source=source,
+                             field=f"inputs.options.{name}")
         if f.metadata["path"] and value is not None:
             value = _beside_report(value, base_dir)
         values[name] = value

@@ -77,13 +77,14 @@ def parse_table_document(document: Any, source: str,
         if unknown:
             raise InputError(f"{where}: unknown field", source=source, field=unknown[0])
         key = _names(entry.get("machine"), entry.get("model"), catalog,
-                     lambda f, m: _raise(f"{where}: {m}", source, field=f))
+                     lambda f, m, where=where: _raise(f"{where}: {m}", source, field=f))
         prefill = _yaml_curve(entry, "prefill", _yaml_fail(where, "prefill", source))
         decode = _yaml_curve(entry, "decode", _yaml_fail(where, "decode", source))
         context = _context(entry.get("context_ms_per_token", 0.0),
-                           lambda m: _raise(f"{where}: {m}", source, field="context_ms_per_token"))
+                           lambda m, where=where: _raise(f"{where}: {m}", source,
+                                                         field="context_ms_per_token"))
         _store(curves, key, _curves(prefill, decode, context),
-               lambda m: _raise(f"{where}: {m}", source, field="machine"))
+               lambda m, where=where: _raise(f"{where}: {m}", source, field="machine"))
     return curves
 
 

@@ -504,7 +504,7 @@ class _ReferenceSimulation:
             return
         curves = self.m.curves[mc.kind]
         extra = 0.0
-        for req, piece, before in chunks:
+        for _req, piece, before in chunks:
             piece_extra = curves.chunk_extra(piece, before)
             extra += piece_extra
             mc.chunked_prefill_s += float(curves.prompt_time(piece)) + piece_extra

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 from hardware_catalog import read_text
 from simcore.interp import KnotIndex, PiecewiseLinear
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a trace is read
+    import pandas as pd
 
 BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
 ARRIVAL_KINDS = ("poisson", "gamma")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,17 +19,7 @@ HW_DIR = Path(__file__).resolve().parents[1] / "hardware_catalog"
 SMALL = dict(model="llama2-70b", rate=4.0, duration=20.0, jobs=1)
 
 
-def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
-
-
-def provision(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=600)
-
-
-def test_search_from_outside_the_checkout_writes_nothing_unless_asked(tmp_path):
+def test_search_from_outside_the_checkout_writes_nothing_unless_asked(tmp_path, run_python):
     run = run_python("""
         import json, os, provisioner
         result = provisioner.search(designs="splitwise-ha", model="llama2-70b", rate=4,
@@ -50,11 +37,11 @@ def test_search_from_outside_the_checkout_writes_nothing_unless_asked(tmp_path):
     assert prompt >= 1 and token >= 1
 
 
-def test_to_dict_is_the_report_json_of_the_cli(tmp_path):
+def test_to_dict_is_the_report_json_of_the_cli(tmp_path, run_cli):
     result = provisioner.search(designs="splitwise-ha,baseline-a100", **SMALL)
-    run = provision("search", "--designs", "splitwise-ha,baseline-a100", "--model", "llama2-70b",
-                    "--rate", "4", "--duration", "20", "--jobs", "1", "--no-cache",
-                    "--out", str(tmp_path / "out"), "--json")
+    run = run_cli("search", "--designs", "splitwise-ha,baseline-a100", "--model", "llama2-70b",
+                  "--rate", "4", "--duration", "20", "--jobs", "1", "--no-cache",
+                  "--out", str(tmp_path / "out"), "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == result.to_dict()
     assert json.loads((tmp_path / "out" / "report.json").read_text()) == result.to_dict()
@@ -97,26 +84,26 @@ def _catalog_with_new_sku(tmp_path: Path) -> Path:
     return catalog
 
 
-def test_catalog_dir_and_perf_table_for_a_sku_only_in_that_catalog(tmp_path):
+def test_catalog_dir_and_perf_table_for_a_sku_only_in_that_catalog(tmp_path, run_cli):
     """Regression: the table loader used the packaged catalog and rejected `my-box`."""
     catalog = _catalog_with_new_sku(tmp_path)
     table = tmp_path / "table.yaml"
     table.write_text(yaml.safe_dump({"tables": [{
         "machine": "my-box", "prefill": {"tokens": [128, 2048, 8192], "ms": [40, 180, 900]},
         "decode": {"batch": [1, 32, 64], "ms": [25, 30, 38]}}]}))
-    run = provision("search", "--catalog", str(catalog), "--perf-model", str(table),
-                    "--designs", "my-box/my-box", "--model", "llama2-70b", "--rate", "4",
-                    "--duration", "20", "--jobs", "1", "--no-cache", "--out",
-                    str(tmp_path / "out"))
+    run = run_cli("search", "--catalog", str(catalog), "--perf-model", str(table),
+                  "--designs", "my-box/my-box", "--model", "llama2-70b", "--rate", "4",
+                  "--duration", "20", "--jobs", "1", "--no-cache", "--out",
+                  str(tmp_path / "out"))
     assert run.returncode in (0, 1), run.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["inputs"]["designs"][0]["prompt_sku"] == "my-box"
-    run = provision("simulate", "--catalog", str(catalog), "--perf-model", str(table),
-                    "--design", "my-box/my-box", "--prompt", "2", "--token", "2",
-                    "--model", "llama2-70b", "--rate", "2", "--duration", "10")
+    run = run_cli("simulate", "--catalog", str(catalog), "--perf-model", str(table),
+                  "--design", "my-box/my-box", "--prompt", "2", "--token", "2",
+                  "--model", "llama2-70b", "--rate", "2", "--duration", "10")
     assert run.returncode in (0, 1), run.stderr
-    run = provision("simulate", "--perf-model", str(table), "--design", "splitwise-hh",
-                    "--prompt", "2", "--token", "2", "--rate", "2", "--duration", "10")
+    run = run_cli("simulate", "--perf-model", str(table), "--design", "splitwise-hh",
+                  "--prompt", "2", "--token", "2", "--rate", "2", "--duration", "10")
     assert run.returncode == 2 and "unknown machine SKU 'my-box'" in run.stderr
 
 
@@ -155,27 +142,25 @@ def test_every_option_is_declared_once_and_reaches_cli_and_spec(tmp_path):
     assert {"design", "prompt", "token", "machines", "catalog", "rate"} <= sim
 
 
-def test_version_help_and_usage_errors_are_one_line():
-    run = provision("--version")
+def test_version_help_and_usage_errors_are_one_line(run_cli):
+    run = run_cli("--version")
     assert run.returncode == 0 and run.stdout.strip() == f"provision {provisioner.__version__}"
-    run = provision("search", "--help")
+    run = run_cli("search", "--help")
     assert run.returncode == 0
     assert "<bool>" not in run.stdout and "{" not in run.stdout.split("Options:")[0]
     assert "--goal [min-cost|min-power|max-rate]" in run.stdout or \
         "<min-cost|min-power|max-rate>" in run.stdout
     for args in (["search", "--goal", "cheapest"], ["search", "--rate", "abc"],
                  ["search", "--bogus"], ["simulate"], ["check"]):
-        run = provision(*args)
+        run = run_cli(*args)
         assert run.returncode == 2, (args, run.stderr)
         assert run.stderr.startswith("provision: error: ") and run.stderr.count("\n") == 1, \
             run.stderr
         assert "Traceback" not in run.stderr
 
 
-def test_catalog_names_are_not_cut_at_80_columns():
-    import os
-    run = subprocess.run([sys.executable, "-m", "provisioner.cli", "catalog"],
-                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+def test_catalog_names_are_not_cut_at_80_columns(run_cli):
+    run = run_cli("catalog", env={"COLUMNS": "80"})
     assert run.returncode == 0
     assert max(len(line) for line in run.stdout.splitlines()) <= 80
     for name in ("dgx-h100-cap", "mixtral-8x7b", "interactive-chat", "splitwise-hhcap"):
@@ -183,7 +168,7 @@ def test_catalog_names_are_not_cut_at_80_columns():
     assert "…" not in run.stdout
 
 
-def test_readme_python_api_examples_run_as_written(tmp_path):
+def test_readme_python_api_examples_run_as_written(tmp_path, run_python):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## Python API", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]

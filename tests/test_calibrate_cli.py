@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +14,12 @@ from simcore.perfmodel import PerformanceModel, default_performance_model, load_
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PROFILE = SHARED / "profiles" / "splitwise_sim_perf_model.csv"
-PROVISION = Path(sys.executable).parent / "provision"
 CATALOG = load_catalog()
 
 TARGET_PCT = {"prompt": 3.0, "token": 2.0}
 # The repeats of this group scatter by up to 45% (e.g. 50.9-74.1 ms at one grid point); even a
 # per-grid-point median lookup scores 2.7% in-sample, so the 3% target sits at its noise floor.
 NOISE_FLOOR_PCT = {("llama2-70b", "h100-80gb", "prompt"): 3.5}
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PROVISION), *args], capture_output=True, text=True, timeout=300)
 
 
 def synthetic_profile(scale: float = 2.0) -> pd.DataFrame:
@@ -72,10 +65,10 @@ def test_preemption_artefacts_are_exactly_the_tp2_batch64_rows():
     assert set(dropped.tensor_parallel) == {2} and set(dropped.batch_size) == {64}
 
 
-def test_out_file_round_trips_through_load_performance_model(tmp_path, synthetic_csv):
+def test_out_file_round_trips_through_load_performance_model(tmp_path, synthetic_csv, run_cli):
     for name in ("coefficients.json", "coefficients.yaml"):
         out = tmp_path / name
-        done = run("calibrate", str(synthetic_csv), "--out", str(out))
+        done = run_cli("calibrate", str(synthetic_csv), "--out", str(out))
         assert done.returncode == 0, done.stderr
         fitted = calibrate(read_profile_csv(synthetic_csv)).groups
         model, machine = CATALOG.model("llama2-70b"), CATALOG.machine("dgx-a100")
@@ -89,8 +82,8 @@ def test_out_file_round_trips_through_load_performance_model(tmp_path, synthetic
         assert loaded.token_time(8, 0) == pytest.approx(2 * default.token_time(8, 0), rel=0.02)
 
 
-def test_json_output_is_one_document_with_held_out_errors(synthetic_csv):
-    done = run("calibrate", str(synthetic_csv), "--json", "--seed", "3")
+def test_json_output_is_one_document_with_held_out_errors(synthetic_csv, run_cli):
+    done = run_cli("calibrate", str(synthetic_csv), "--json", "--seed", "3")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["seed"] == 3 and document["rows"] == 26
@@ -100,8 +93,8 @@ def test_json_output_is_one_document_with_held_out_errors(synthetic_csv):
     assert document["coefficients"]["groups"][0]["reference"]["layers"] == 80
 
 
-def test_table_output_lists_each_group_and_phase(synthetic_csv):
-    done = run("calibrate", str(synthetic_csv))
+def test_table_output_lists_each_group_and_phase(synthetic_csv, run_cli):
+    done = run_cli("calibrate", str(synthetic_csv))
     assert done.returncode == 0, done.stderr
     assert "llama2-70b" in done.stdout and "prompt" in done.stdout and "token" in done.stdout
 
@@ -122,17 +115,17 @@ BAD_PROFILES = {
 
 
 @pytest.mark.parametrize("name", sorted(BAD_PROFILES))
-def test_calibrate_rejects_malformed_csv_with_exit_code_2(tmp_path, name):
+def test_calibrate_rejects_malformed_csv_with_exit_code_2(tmp_path, name, run_cli):
     text, fragment = BAD_PROFILES[name]
     path = tmp_path / f"{name}.csv"
     path.write_text(text)
-    done = run("calibrate", str(path))
+    done = run_cli("calibrate", str(path))
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and fragment in lines[0], done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_calibrate_missing_file_and_empty_filter_exit_2(tmp_path, synthetic_csv):
-    assert run("calibrate", str(tmp_path / "nope.csv")).returncode == 2
-    assert run("calibrate", str(synthetic_csv), "--tp", "4").returncode == 2
+def test_calibrate_missing_file_and_empty_filter_exit_2(tmp_path, synthetic_csv, run_cli):
+    assert run_cli("calibrate", str(tmp_path / "nope.csv")).returncode == 2
+    assert run_cli("calibrate", str(synthetic_csv), "--tp", "4").returncode == 2

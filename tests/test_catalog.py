@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -125,9 +123,8 @@ def test_subset_slo_profile_from_file(tmp_path):
     assert profile.limits == {("ttft", "p99"): 800.0}
 
 
-def test_catalog_command_lists_everything_as_json():
-    run = subprocess.run([sys.executable, "-m", "provisioner.cli", "catalog", "--json"],
-                         capture_output=True, text=True, timeout=120)
+def test_catalog_command_lists_everything_as_json(run_cli):
+    run = run_cli("catalog", "--json", timeout=120)
     assert run.returncode == 0, run.stderr
     import json
     doc = json.loads(run.stdout)
@@ -136,12 +133,11 @@ def test_catalog_command_lists_everything_as_json():
     assert len(doc["designs"]) == 8 and len(doc["slo_profiles"]) >= 3
 
 
-def test_broken_slo_file_through_the_cli_exits_2(tmp_path):
+def test_broken_slo_file_through_the_cli_exits_2(tmp_path, run_cli):
     path = tmp_path / "broken.yaml"
     path.write_text("kind: slowdown\nlimits: {ttft: [")
-    run = subprocess.run([sys.executable, "-m", "provisioner.cli", "simulate", "--design",
-                          "splitwise-hh", "--prompt", "2", "--token", "2", "--slo", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                  "--slo", path, timeout=120)
     assert run.returncode == 2
     assert "broken.yaml" in run.stderr and "broken YAML" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +14,11 @@ from hypothesis import strategies as st
 from hardware_catalog import Design, InputError, load_catalog
 from hardware_catalog.checks import Invalid, OrAuto, count
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
-from simcore.cluster import ROLE_BOTH, build_machine_arrays
+from simcore.cluster import build_machine_arrays
 from simcore.perfmodel import default_performance_model
 from simcore.refsim import simulate_reference
 from simcore.workload import synthesize
-from test_failures import failure_options, fit, schedules
-from test_simulator import assert_engines_agree, both_engines
+from strategies import assert_engines_agree, both_engines, failure_options, fit, schedules
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("bloom-176b")
@@ -328,16 +325,13 @@ def test_simulate_api_reports_chunks_and_overhead():
                              duration=10)
 
 
-def test_simulate_cli_prints_chunk_figures():
-    run = subprocess.run([sys.executable, "-m", "provisioner.cli", "simulate", "--design",
-                          "sarathi-h100", "--machines", "3", "--chunk-tokens", "512", "--model",
-                          "llama2-70b", "--rate", "6", "--duration", "20"],
-                         capture_output=True, text=True, timeout=300)
+def test_simulate_cli_prints_chunk_figures(run_cli):
+    run = run_cli("simulate", "--design", "sarathi-h100", "--machines", "3", "--chunk-tokens",
+                  "512", "--model", "llama2-70b", "--rate", "6", "--duration", "20", timeout=300)
     assert run.returncode in (0, 1), run.stderr
     assert "chunks per prompt" in run.stdout and "chunking overhead" in run.stdout
-    bad = subprocess.run([sys.executable, "-m", "provisioner.cli", "simulate", "--design",
-                          "sarathi-h100", "--machines", "3", "--chunk-tokens", "lots"],
-                         capture_output=True, text=True, timeout=300)
+    bad = run_cli("simulate", "--design", "sarathi-h100", "--machines", "3", "--chunk-tokens",
+                  "lots", timeout=300)
     assert bad.returncode == 2 and "--chunk-tokens" in bad.stderr
 
 

@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 
 from hardware_catalog import InputError
 from simcore import Cluster, SimOptions, Workload, simulate
@@ -16,38 +15,11 @@ from simcore.failures import failure_array, read_failure_csv
 from simcore.perfmodel import default_performance_model
 from simcore.refsim import _ReferenceSimulation
 from simcore.workload import synthesize
-from test_simulator import (CATALOG, MODEL, REFERENCE, SETTINGS, TIGHT_RESERVE,
-                            assert_engines_agree, both_engines, clusters, perf_models,
-                            workloads)
+from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, assert_engines_agree, both_engines,
+                        clusters, failure_options, fit, perf_models, schedules, workloads)
 
 PERF = default_performance_model()
 LLAMA = CATALOG.model("llama2-70b")
-
-
-@st.composite
-def schedules(draw):
-    # arrivals fall in [0, 2] s: failures then hit queued, computing, in-flight and decoding work
-    rows = draw(st.lists(st.tuples(st.floats(0.0, 1.5), st.sampled_from(["prompt", "token",
-                                                                         "any"]),
-                                   st.integers(0, 3), st.sampled_from([0.05, 0.3, 1.0, 3.0,
-                                                                       float("inf")])),
-                         min_size=1, max_size=6))
-    return tuple((round(t, 2), pool, i, d) for t, pool, i, d in rows)
-
-
-def fit(schedule, cluster):
-    """Keep the rows that name a machine of the cluster."""
-    p, t, base = cluster.prompt_machines, cluster.token_machines, cluster.design.is_baseline
-    size = {"prompt": p if not base else p + t, "token": t if not base else p + t, "any": p + t}
-    return tuple(row for row in schedule if row[2] < size[row[1]])
-
-
-failure_options = st.builds(
-    SimOptions, prompt_token_limit=st.sampled_from([512, 2048]),
-    mixed_pool_queue_threshold=st.sampled_from([0, 2048, 8192]),
-    memory_reserve_fraction=TIGHT_RESERVE, detection_s=st.sampled_from([0.0, 0.1, 0.5]),
-    recovery=st.sampled_from(["restart", "replicate"]),
-    replica_target=st.sampled_from(["host", "peer"]))
 
 
 @SETTINGS
@@ -242,21 +214,20 @@ def test_mtbf_schedule_is_seeded_and_per_machine():
 
 # ------------------------------------------------------------------ command line and search
 
-def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_path):
-    from cli_harness import invoke
+def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_path, cli):
     schedule = tmp_path / "failures.csv"
     schedule.write_text("time_s,pool,machine,down_s\n5,token,0,inf\n8,prompt,1,3\n")
     common = ["simulate", "--design", "splitwise-hh", "--prompt", "6", "--token", "3",
               "--rate", "10", "--duration", "20", "--json"]
-    plain = json.loads(invoke(common).stdout)
+    plain = json.loads(cli(common).stdout)
     assert "failures" not in plain
     for recovery in ("restart", "replicate"):
-        run = invoke(common + ["--failures", schedule, "--recovery", recovery])
+        run = cli(common + ["--failures", schedule, "--recovery", recovery])
         assert run.code in (0, 1), run.stderr
         failures = json.loads(run.stdout)["failures"]
         assert failures["schedule"] == [[5.0, 6, None], [8.0, 1, 3.0]]
         assert failures["requests_affected"] > 0 and failures["goodput_rps"] > 0
-    text = invoke(common[:-1] + ["--mtbf-hours", "0.01", "--repair-minutes", "0.5"])
+    text = cli(common[:-1] + ["--mtbf-hours", "0.01", "--repair-minutes", "0.5"])
     assert "requests affected" in text.stdout and "goodput" in text.stdout
 
 
@@ -267,21 +238,19 @@ def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_p
     (["--failures", "SCHEDULE", "--recovery", "sometimes"], "recovery"),
     (["--mtbf-hours", "-1"], "--mtbf-hours"),
 ])
-def test_failure_options_bad_input_exits_2(tmp_path, args, message):
-    from cli_harness import invoke
+def test_failure_options_bad_input_exits_2(tmp_path, cli, args, message):
     schedule = tmp_path / "failures.csv"
     schedule.write_text("time_s,pool,machine,down_s\n5,token,7,inf\n")
     args = [str(schedule) if a == "SCHEDULE" else a for a in args]
-    run = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+    run = cli(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
                   "--rate", "5", "--duration", "5", *args])
     assert run.code == 2 and message in run.stderr, run.stderr
 
 
-def test_schedule_naming_a_missing_machine_exits_2(tmp_path):
-    from cli_harness import invoke
+def test_schedule_naming_a_missing_machine_exits_2(tmp_path, cli):
     schedule = tmp_path / "failures.csv"
     schedule.write_text("time_s,pool,machine,down_s\n5,token,7,inf\n")
-    run = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+    run = cli(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
                   "--rate", "5", "--duration", "5", "--failures", schedule])
     assert run.code == 2 and "machine 7 of pool 'token' does not exist" in run.stderr
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_harness import REPO, invoke
 from provisioner.runner import DiskCache, outcome_from_json
 from provisioner.study import Outcome
 
@@ -85,18 +84,18 @@ def test_a_runner_keys_a_sample_by_the_whole_record_hashed():
             assert runner._cache_key((point, seed)) == hashlib.sha256(blob.encode()).hexdigest()
 
 
-def test_unwritable_cache_runs_uncached_with_a_warning(tmp_path):
+def test_unwritable_cache_runs_uncached_with_a_warning(tmp_path, cli):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     out = tmp_path / "out"
-    outcome = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+    outcome = cli(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
                       "--duration", "1", "--rate", "5"])
     assert outcome.code in (0, 1)
-    run = invoke(["search", "--designs", "splitwise-hh", "--model", "llama2-70b", "--rate", "2",
+    run = cli(["search", "--designs", "splitwise-hh", "--model", "llama2-70b", "--rate", "2",
                   "--duration", "5", "--jobs", "1", "--cache-dir", str(blocker / "cache"),
                   "--out", str(out), "--json"])
     assert run.code in (0, 1), run.stderr
-    warnings = [l for l in run.stderr.splitlines() if l.startswith("provision: warning:")]
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("provision: warning:")]
     assert len(warnings) == 1 and "cache" in warnings[0]
     assert (out / "report.json").exists()
 
@@ -118,13 +117,34 @@ def _group_alive(pgid: int) -> list[str]:
     return found.stdout.split()
 
 
-@pytest.mark.parametrize("backend", ["threads", "loky", pytest.param(
-    "dask", marks=pytest.mark.xfail(strict=False, reason="a dask nanny may still print a "
-                                    "traceback when SIGINT reaches it before its worker "
-                                    "ignores the signal"))])
+def _tracebacks(err: str) -> list[str]:
+    """Each traceback printed on stderr: its header line up to the exception line."""
+    blocks, current = [], None
+    for line in err.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if line and not line[0].isspace():  # the exception line ends the block
+                blocks.append("\n".join(current))
+                current = None
+    if current is not None:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def _nanny_race(block: str) -> bool:
+    """The one traceback a dask run may print: SIGINT reaching a distributed nanny or worker
+    process before it ignores the signal, interrupting dask's own code."""
+    return "/distributed/" in block and "KeyboardInterrupt" in block
+
+
+@pytest.mark.parametrize("backend", ["threads", "loky", "dask"])
 def test_ctrl_c_stops_cleanly(tmp_path, backend):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) once evaluations run:
-    one line, exit 130, and no worker left behind."""
+    one line, exit 130, and no worker left behind. With dask a nanny may print a traceback of
+    its own when SIGINT reaches it before its worker ignores the signal: only that one is
+    allowed, everything else is asserted as for the other backends."""
     # an hour's window (250k requests a simulation): still searching when Ctrl-C comes
     proc = _start(["search", "--designs", "splitwise-hh,splitwise-aa", "--duration", "3600",
                    "--jobs", "2", "--no-cache", "--backend", backend, "--out",
@@ -148,7 +168,10 @@ def test_ctrl_c_stops_cleanly(tmp_path, backend):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err
+    tracebacks = [b for b in _tracebacks(err) if not (backend == "dask" and _nanny_race(b))]
+    assert not tracebacks, err[-3000:]
+    if backend != "dask":
+        assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "provision: interrupted"
     for _ in range(20):
         if not _group_alive(proc.pid):
@@ -158,7 +181,7 @@ def test_ctrl_c_stops_cleanly(tmp_path, backend):
     assert not (tmp_path / "out" / "report.json").exists()
 
 
-def test_ctrl_c_after_selecting_an_optimum_is_still_a_keyboard_interrupt(tmp_path):
+def test_ctrl_c_after_selecting_an_optimum_is_still_a_keyboard_interrupt(tmp_path, repo):
     """CP-SAT must leave Python's SIGINT handler in place: with its default it installed the
     C default, so a Ctrl-C after the first optimum killed the process outright (no cleanup,
     workers orphaned)."""
@@ -182,12 +205,12 @@ def test_ctrl_c_after_selecting_an_optimum_is_still_a_keyboard_interrupt(tmp_pat
         "    time.sleep(5)\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(7)\n")
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True,
                          text=True, timeout=120, preexec_fn=_default_sigint)
     assert run.returncode == 7, (run.returncode, run.stderr[-2000:])
 
 
-def test_kill_9_while_writing_reports_leaves_old_or_new(tmp_path):
+def test_kill_9_while_writing_reports_leaves_old_or_new(tmp_path, repo):
     """A writer killed with -9 at random moments: report.json is always a whole document."""
     out = tmp_path / "out"
     script = ("import sys, json\nfrom pathlib import Path\n"
@@ -197,10 +220,15 @@ def test_kill_9_while_writing_reports_leaves_old_or_new(tmp_path):
               "    write_files_atomically(Path(sys.argv[1]), {'report.json': doc, "
               "'evaluations.csv': 'a\\n' * 50000})\n")
     for delay in (0.3, 0.5, 0.7):
-        proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=REPO)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=repo)
         time.sleep(delay)
         proc.kill()
         proc.wait()
         if (out / "report.json").exists():
             json.loads((out / "report.json").read_text())
-        assert not [p for p in out.glob(".*.tmp")] or True  # temp files are hidden, not read
+        # a writer killed mid-write may leave its staged files, hidden (.NAME.PID.N.tmp): never
+        # under a name a reader opens, and never anything else
+        for path in out.iterdir() if out.exists() else ():
+            assert path.name in ("report.json", "evaluations.csv") or (
+                path.name.startswith((".report.json.", ".evaluations.csv."))
+                and path.name.endswith(".tmp")), path.name

@@ -2,8 +2,6 @@
 load with the `--perf-model` loader, agree with each other, and drive `provision simulate`."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -53,12 +51,9 @@ def test_yaml_and_csv_examples_agree():
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.suffix[1:])
-def test_simulate_runs_with_example_table(path):
-    run = subprocess.run(
-        [sys.executable, "-m", "provisioner.cli", "simulate", "--design", "splitwise-hh",
-         "--prompt", "25", "--token", "7", "--rate", "70", "--perf-model",
-         str(path.relative_to(ROOT))],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
+def test_simulate_runs_with_example_table(path, run_cli):
+    run = run_cli("simulate", "--design", "splitwise-hh", "--prompt", "25", "--token", "7",
+                  "--rate", "70", "--perf-model", path.relative_to(ROOT), cwd=ROOT)
     # 0: all SLOs met, 1: some missed; 2 would be bad input (the file rejected)
     assert run.returncode in (0, 1), run.stderr[-3000:]
     assert "SLO" in run.stdout

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -210,13 +207,12 @@ def test_malformed_table_files_raise_one_line_errors(tmp_path, name):
         assert f"field '{field}'" in message
 
 
-def test_malformed_table_file_exits_2_through_the_cli(tmp_path):
+def test_malformed_table_file_exits_2_through_the_cli(tmp_path, run_cli):
     text, _, fragment = BAD_TABLES["decreasing-knots.yaml"]
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    run = subprocess.run([Path(sys.executable).parent / "provision", "simulate", "--design",
-                          "splitwise-aa", "--prompt", "1", "--token", "1", "--perf-model",
-                          str(path)], capture_output=True, text=True, timeout=300)
+    run = run_cli("simulate", "--design", "splitwise-aa", "--prompt", "1", "--token", "1",
+                  "--perf-model", path, timeout=300)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in run.stderr

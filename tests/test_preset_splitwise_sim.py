@@ -113,8 +113,9 @@ def test_preset_curves_are_splitwise_sims_interpolation_of_its_profiles():
         rows = db[(db.model == model) & (db.hardware == hardware) & (db.tensor_parallel == 8)]
         x = rows.prompt_size * rows.batch_size
         curves = _preset_curves(model, machine)
-        for column, ours in (("prompt_time", curves.prompt_time),
-                             ("token_time", lambda q: curves.token_time(q, 0))):
+        def token_time(q, curves=curves):
+            return curves.token_time(q, 0)
+        for column, ours in (("prompt_time", curves.prompt_time), ("token_time", token_time)):
             median = (rows[column] / 1000).groupby(x).median()
             for q in (1, 17, 128, 300, 1500, 8192, 20000, 40000):
                 expected = np.interp(q, median.index, median.values)

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -67,12 +66,10 @@ def console_problems(stderr: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory):
+def report_html(tmp_path_factory, run_cli):
     out = tmp_path_factory.mktemp("report") / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "provisioner.cli", "search", "--designs", "splitwise-hh,baseline-h100",
-         "--rate", "20", "--duration", "30", "--jobs", "1", "--out", str(out), "--no-cache"],
-        capture_output=True, text=True, timeout=600)
+    run = run_cli("search", "--designs", "splitwise-hh,baseline-h100", "--rate", "20",
+                  "--duration", "30", "--jobs", "1", "--out", out, "--no-cache")
     assert run.returncode == 0, run.stderr[-3000:]
     return (out / "report.html").read_text()
 

@@ -5,26 +5,23 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 import math
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import oracles  # noqa: E402
-from oracles import OracleEvaluator  # noqa: E402
+import oracles  # tests/oracles.py: a plain helper module (pytest puts tests/ on sys.path)
+from oracles import OracleEvaluator
 
-from hardware_catalog import InputError, load_catalog  # noqa: E402
-from provisioner.options import (Constraints, SearchOptions, SearchSettings,  # noqa: E402
+from hardware_catalog import InputError, load_catalog
+from provisioner.options import (Constraints, SearchOptions, SearchSettings,
                                  from_keywords)
-from provisioner.runner import Runner  # noqa: E402
-from provisioner.verify import Verifier, Verify  # noqa: E402
-from provisioner.frontier import budget_candidates, drive, search_designs  # noqa: E402
-from provisioner.select import select_optimum  # noqa: E402
-from provisioner.study import SLO_KEYS, Budget, Goal, Metrics, Outcome, Point  # noqa: E402
+from provisioner.runner import Runner
+from provisioner.verify import Verifier, Verify
+from provisioner.frontier import budget_candidates, drive, search_designs
+from provisioner.select import select_optimum
+from provisioner.study import SLO_KEYS, Budget, Goal, Metrics, Outcome, Point
 
 CATALOG = load_catalog()
 DESIGNS = [CATALOG.design(n) for n in ("baseline-a100", "splitwise-aa", "splitwise-ha",
@@ -68,8 +65,12 @@ def _allowed(pools, p, t, c: Constraints) -> bool:
             and (baseline or c.max_token is None or t <= c.max_token))
 
 
-COST = (lambda pools, p, t: round(pools.cost_per_hour(p, t), 6))
-POWER = (lambda pools, p, t: round(pools.power_kw(p, t), 6))
+def COST(pools, p, t):
+    return round(pools.cost_per_hour(p, t), 6)
+
+
+def POWER(pools, p, t):
+    return round(pools.power_kw(p, t), 6)
 
 
 @pytest.mark.parametrize("rule", [oracles.l_shape, oracles.diagonal, oracles.hyperbola])

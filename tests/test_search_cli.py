@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,15 +30,6 @@ SMALL_ARGS = ["--model", "llama2-70b", "--rate", "4", "--duration", "20",
               "--designs", "splitwise-ha,baseline-a100", "--jobs", "1"]
 
 
-def provision(*args, cwd=None, home=None):
-    env = None
-    if home is not None:
-        import os
-        env = {**os.environ, "XDG_CACHE_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=600, env=env)
-
-
 def small_plan(tmp_path, **overrides):
     """The typed options of a small search (Python keywords, checked as the API checks them)."""
     options = {**SMALL, "out": str(tmp_path / "out"), **overrides}
@@ -53,10 +43,10 @@ def rendered(options):
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory):
+def report_dir(tmp_path_factory, run_cli):
     base = tmp_path_factory.mktemp("search")
-    run = provision("search", *SMALL_ARGS, "--out", str(base / "out"), "--json",
-                    home=base / "cache")
+    run = run_cli("search", *SMALL_ARGS, "--out", str(base / "out"), "--json",
+                  env={"XDG_CACHE_HOME": str(base / "cache")})
     assert run.returncode == 0, run.stderr
     return base / "out", run
 
@@ -183,9 +173,9 @@ def test_max_rate_under_a_power_budget(tmp_path):
         assert failing and min(failing) <= o["rate_rps"] * 1.02 ** 2
 
 
-def test_no_feasible_configuration_exits_1(tmp_path):
-    run = provision("search", "--rate", "70", "--duration", "20", "--search-limit", "1",
-                    "--designs", "splitwise-aa", "--no-cache", "--out", str(tmp_path / "o"))
+def test_no_feasible_configuration_exits_1(tmp_path, run_cli):
+    run = run_cli("search", "--rate", "70", "--duration", "20", "--search-limit", "1",
+                  "--designs", "splitwise-aa", "--no-cache", "--out", str(tmp_path / "o"))
     assert run.returncode == 1, run.stderr
     assert "no feasible configuration" in run.stderr
     assert "infeasible even with 1 prompt" in run.stderr
@@ -240,8 +230,8 @@ def test_ray_backend_without_ray_says_how_to_install(tmp_path):
         rendered(small_plan(tmp_path, backend="ray", jobs=2))
 
 
-def test_bad_option_on_the_command_line_exits_2():
-    run = provision("search", "--rate", "-1")
+def test_bad_option_on_the_command_line_exits_2(run_cli):
+    run = run_cli("search", "--rate", "-1")
     assert run.returncode == 2
     assert run.stderr.strip().count("\n") == 0 and "--rate must be a number > 0" in run.stderr
 
@@ -278,14 +268,14 @@ def test_spec_file_with_custom_design_and_command_line_override(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- check
-def test_check_unchanged_report_exits_0(report_dir, tmp_path):
+def test_check_unchanged_report_exits_0(report_dir, tmp_path, run_cli):
     out, _ = report_dir
-    run = provision("check", str(out / "report.json"), "--no-cache", "--jobs", "1")
+    run = run_cli("check", str(out / "report.json"), "--no-cache", "--jobs", "1")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "optimum unchanged for 2 designs" in run.stdout
 
 
-def test_check_catches_a_changed_catalog_cost(report_dir, tmp_path):
+def test_check_catches_a_changed_catalog_cost(report_dir, tmp_path, run_cli):
     out, _ = report_dir
     catalog = tmp_path / "catalog"
     shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
@@ -298,13 +288,13 @@ def test_check_catches_a_changed_catalog_cost(report_dir, tmp_path):
     assert "catalog dgx-h100 cost_per_hour: 38.0 -> 30.0" in result.notes
     fields = {(design, field) for design, field, _, _ in result.changes}
     assert ("splitwise-ha", "cost_per_hour") in fields
-    run = provision("check", str(out / "report.json"), "--catalog", str(catalog), "--no-cache",
-                    "--jobs", "1")
+    run = run_cli("check", str(out / "report.json"), "--catalog", str(catalog), "--no-cache",
+                  "--jobs", "1")
     assert run.returncode == 1
     assert re.search(r"moved: splitwise-ha cost_per_hour: [\d.]+ -> [\d.]+", run.stdout)
 
 
-def test_check_bad_reports_exit_2(report_dir, tmp_path):
+def test_check_bad_reports_exit_2(report_dir, tmp_path, run_cli):
     out, _ = report_dir
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
@@ -313,7 +303,7 @@ def test_check_bad_reports_exit_2(report_dir, tmp_path):
     future.write_text(json.dumps({**document, "schema_version": 99}))
     for path, message in ((tmp_path / "missing.json", "cannot read file"),
                           (broken, "broken JSON"), (future, "schema version 99")):
-        run = provision("check", str(path))
+        run = run_cli("check", str(path))
         assert run.returncode == 2 and message in run.stderr, run.stderr
 
 
@@ -354,7 +344,7 @@ def test_report_html_renders_in_headless_chromium(report_dir, tmp_path):
     assert "Uncaught" not in run.stderr
 
 
-def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path):
+def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path, run_python):
     """Selecting an optimum goes through OR-Tools' linear-solver wrapper: importing its
     cp_model module would import pandas, about 0.25 s of every search. Only --requests-csv
     (simulate) and traces need pandas."""
@@ -366,6 +356,5 @@ def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path):
              "print(sorted(m for m in ('pandas', 'ortools.sat.python.cp_model',\n"
              "                         'ortools.linear_solver.pywraplp') if m in sys.modules),\n"
              "      file=sys.stderr)\n")
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=300)
+    run = run_python(probe, timeout=300)
     assert run.stderr.strip().splitlines()[-1] == "['ortools.linear_solver.pywraplp']", run.stderr

@@ -3,8 +3,6 @@ explicit memory assumptions, uncalibrated hardware flagged, sensitivity and pres
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,17 +17,12 @@ from simcore.cluster import kv_capacity_tokens
 SMALL = dict(model="llama2-70b", rate=6.0, duration=20.0, jobs=1)
 
 
-def provision(*args):
-    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True,
-                          text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def verified():
     return provisioner.search(designs="splitwise-hh,baseline-h100", verify_seeds=4, **SMALL)
 
 
-def test_the_optimum_meets_every_slo_on_every_verification_seed(verified):
+def test_the_optimum_meets_every_slo_on_every_verification_seed(verified, run_cli):
     """What the report promises, checked the way a user would: `provision simulate --seed S`."""
     report = verified.to_dict()
     assert report["inputs"]["options"]["verify_seeds"] == 4
@@ -39,9 +32,9 @@ def test_the_optimum_meets_every_slo_on_every_verification_seed(verified):
         size = (["--machines", str(o["machines"])] if "machines" in o else
                 ["--prompt", str(o["prompt_machines"]), "--token", str(o["token_machines"])])
         for seed in o["verification"]["seeds"]:
-            run = provision("simulate", "--design", entry["design"], *size, "--model",
-                            "llama2-70b", "--rate", "6", "--duration", "20", "--seed", str(seed),
-                            "--json")
+            run = run_cli("simulate", "--design", entry["design"], *size, "--model",
+                          "llama2-70b", "--rate", "6", "--duration", "20", "--seed", str(seed),
+                          "--json")
             assert run.returncode == 0, (entry["design"], seed, run.stdout[-500:], run.stderr)
             assert json.loads(run.stdout)["passed"]
 
@@ -123,25 +116,25 @@ def test_a_candidate_must_pass_every_sample_and_the_prediction_bound():
     assert not verdict.meets_slos and "mean + 2 sd" in verdict.reason
 
 
-def test_memory_reserve_option_moves_kv_capacity():
+def test_memory_reserve_option_moves_kv_capacity(run_cli):
     catalog = load_catalog()
     h100, model = catalog.machine("dgx-h100"), catalog.model("llama2-70b")
     free = 8 * 81559 * 2**20
     assert kv_capacity_tokens(h100, model, 0.0) == int((free - model.weight_bytes)
                                                        // model.kv_bytes_per_token)
     assert kv_capacity_tokens(h100, model, 0.1) < kv_capacity_tokens(h100, model, 0.0)
-    run = provision("simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
-                    "--model", "llama2-70b", "--rate", "2", "--duration", "10",
-                    "--memory-reserve", "0", "--json")
+    run = run_cli("simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                  "--model", "llama2-70b", "--rate", "2", "--duration", "10",
+                  "--memory-reserve", "0", "--json")
     assert run.returncode in (0, 1), run.stderr
     pools = json.loads(run.stdout)["pools"]
     assert pools["token"]["kv_capacity_tokens"] == kv_capacity_tokens(h100, model, 0.0)
 
 
-def test_uncalibrated_hardware_is_said_out_loud(tmp_path):
-    run = provision("search", "--designs", "h200/dgx-a100", "--model", "llama2-70b", "--rate",
-                    "4", "--duration", "20", "--jobs", "1", "--verify-seeds", "1",
-                    "--no-cache", "--out", str(tmp_path / "out"))
+def test_uncalibrated_hardware_is_said_out_loud(tmp_path, run_cli):
+    run = run_cli("search", "--designs", "h200/dgx-a100", "--model", "llama2-70b", "--rate",
+                  "4", "--duration", "20", "--jobs", "1", "--verify-seeds", "1",
+                  "--no-cache", "--out", str(tmp_path / "out"))
     assert run.returncode == 0, run.stderr
     assert "h200: latencies scaled from datasheets" in run.stdout
     assert "provision calibrate" in run.stdout
