@@ -239,11 +239,27 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):   # a list or mapping key is not even hashable
+                shown = "null" if key is None else repr(key)[:40]
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {shown} is a {_yaml_kind(key)}, not a string: every key "
+                    "must be a string (quote it)", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_kind(value: Any) -> str:
+    for kinds, name in (((list, tuple), "list"), (dict, "mapping"), (bool, "boolean"),
+                        ((int, float), "number"), (type(None), "null")):
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__   # a date, bytes
+
+
+NULL_HINT = "is null; give a value, or remove the key to use its default"
 
 
 def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
@@ -372,12 +388,14 @@ class _Fields:
             if default is ...:
                 raise self._err(key, "missing required field")
             return default
+        if self.entry[key] is None:   # null is not a value: a field is given or left out
+            raise self._err(key, NULL_HINT)
         return self.entry[key]
 
     def _checked(self, key: str, check, default: Any):
+        if key not in self.entry and default is not ...:
+            return default   # left out: the default, as it is
         value = self.raw(key, default)
-        if value is None and default is None:
-            return None
         try:
             return check(value)
         except Invalid as err:
@@ -411,6 +429,11 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
     sources = f.raw("sources", {})
     if not isinstance(sources, dict):
         raise f._err("sources", "must be a mapping of field to source")
+    for key, value in sources.items():
+        try:
+            Text()(value)
+        except Invalid as err:
+            raise f._err(f"sources.{key}", str(err)) from None
     return MachineSku(
         name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True, at_most=MAX_GPUS),
         hbm_gib=f.number("hbm_gib", at_most=1e5),
@@ -443,7 +466,7 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         bytes_per_value=f.number("bytes_per_value", 2, integer=True, at_most=8),
         tensor_parallel=f.number("tensor_parallel", 8, integer=True, at_most=MAX_GPUS),
         active_params_b=f.number("active_params_b", None, at_most=1e5),
-        perf_profile=f.text("perf_profile", None), source=str(f.raw("source", "")))
+        perf_profile=f.text("perf_profile", None), source=f.text("source", ""))
     if model.hidden % model.heads:
         raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
     if model.heads % model.kv_heads:

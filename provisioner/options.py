@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hardware_catalog import InputError, read_yaml
+from hardware_catalog import NULL_HINT, InputError, read_yaml
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
                                      Names, Number, OneOf, OrAuto, Text, count, fraction,
                                      positive)
@@ -336,15 +336,36 @@ def read_spec(path: str | Path, tree: type = SearchOptions) -> dict[str, Any]:
                          source=str(path))
     known = {name: f for name, f in option_fields(tree).items() if f.metadata["spec"]}
     options = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("-", "_")
+    for raw_key, value in data.items():   # keys are strings (read_yaml)
+        key = raw_key.replace("-", "_")
         if key not in known:
             raise InputError(f"unknown option; expected one of {', '.join(sorted(known))}",
-                             source=str(path), field=str(raw_key))
-        options[key] = check_value(known[key], value, str(raw_key), source=str(path))
+                             source=str(path), field=raw_key)
+        if value is None:   # `goal: ~` means nothing; every option has a non-null default
+            raise InputError(NULL_HINT, source=str(path), field=raw_key)
+        options[key] = check_value(known[key], value, raw_key, source=str(path))
+        if key == "custom_designs":
+            _check_custom_designs(options[key], str(path), raw_key)
         if known[key].metadata["path"] and options[key] is not None:
             options[key] = _relative_to(options[key], Path(path).resolve().parent)
     return options
+
+
+def _check_custom_designs(entries: dict, source: str, key: str) -> None:
+    """The shape of a spec's own designs, with errors naming the spec file (their fields are
+    checked against the catalog where the designs are built)."""
+    for name, entry in entries.items():
+        where = f"{key}.{name}"
+        try:
+            Text()(name)
+        except Invalid as err:
+            raise InputError(f"design name {err}", source=source, field=key) from None
+        if not isinstance(entry, dict):
+            raise InputError(f"must be a mapping of fields (prompt_sku, token_sku, ...), got "
+                             f"{entry!r}"[:120], source=source, field=where)
+        for name_of_field, value in entry.items():
+            if value is None:
+                raise InputError(NULL_HINT, source=source, field=f"{where}.{name_of_field}")
 
 
 def _relative_to(value: str, base_dir: Path) -> str:

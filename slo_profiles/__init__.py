@@ -71,9 +71,13 @@ def parse_slo_profile(name: str, data, source: str) -> SloProfile:
                 limits[(metric, pct)] = positive(MAX_LIMIT)(limit)
             except Invalid as err:
                 raise InputError(f"limit {err}", source=source, field=key) from None
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise InputError(f"must be a string, got {'null' if description is None else description!r}"[:120],
+                         source=source, field="description")
     ordered = {k: limits[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in limits}
     return SloProfile(name=name, kind=kind, limits=ordered,
-                      description=str(data.get("description", "")))
+                      description=description)
 
 
 @lru_cache(maxsize=None)

@@ -53,3 +53,203 @@ def test_cache_reads_only_regular_files(tmp_path):
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ignoring a damaged evaluation cache entry" in proc.stderr
+
+
+# ------------------------------------------------------------- null values, non-string keys
+import json  # noqa: E402
+import shutil  # noqa: E402
+
+import yaml  # noqa: E402
+
+from provisioner.options import SearchOptions, SimulateOptions, option_fields  # noqa: E402
+
+HW_DIR = REPO / "hardware_catalog"
+SIM = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+       "--duration", "1", "--rate", "5"]
+SEARCH_SPEC_OPTIONS = [n for n, f in option_fields(SearchOptions).items() if f.metadata["spec"]]
+SIMULATE_SPEC_OPTIONS = [n for n, f in option_fields(SimulateOptions).items()
+                         if f.metadata["spec"] and n not in SEARCH_SPEC_OPTIONS]
+
+
+def _search(spec: Path, tmp_path: Path) -> list:
+    return ["search", "--spec", spec, "--out", tmp_path / "out", "--no-cache"]
+
+
+@pytest.mark.parametrize("key", SEARCH_SPEC_OPTIONS)
+def test_search_spec_null_value(tmp_path, key):
+    """`goal: ~` and the like: refused naming the key (null is not a value: remove the key to
+    use the default), never a TypeError at some later use, nor after the whole search."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"designs: splitwise-hh\nduration: 1\n{key}: ~\n"
+                    if key not in ("designs", "duration") else f"{key}: ~\n")
+    line = bad(tmp_path, _search(spec, tmp_path), "spec.yaml", key)
+    assert "null" in line
+
+
+@pytest.mark.parametrize("key", SIMULATE_SPEC_OPTIONS)
+def test_simulate_spec_null_value(tmp_path, key):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"{key}: ~\n")
+    bad(tmp_path, [*SIM, "--spec", spec], "spec.yaml", key)
+
+
+@pytest.mark.parametrize("items", ["[~]", "[1]", "[splitwise-hh, ~]", "[[splitwise-hh]]",
+                                   "[{splitwise-hh: 1}]", "[true]", "[2.5]"])
+def test_spec_design_list_items(tmp_path, items):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"duration: 1\ndesigns: {items}\n")
+    bad(tmp_path, _search(spec, tmp_path), "spec.yaml", "designs")
+
+
+BAD_KEYS = {"list": "[a, b]", "mapping": "{a: 1}", "int": "1", "bool": "true", "null": "~",
+            "float": "1.5", "date": "2023-01-01", "explicit": "? [a, b]\n"}
+SENTINEL = "edge_sentinel_key"
+
+
+def _with_key(document, path: tuple, yaml_key: str) -> str:
+    """The YAML text of `document` with one more key `yaml_key` (value 1) in the mapping at
+    `path` (written through a sentinel string key, then replaced in the text)."""
+    document = json.loads(json.dumps(document))
+    target = document
+    for step in path:
+        target = target[step]
+    target[SENTINEL] = 1
+    text = yaml.safe_dump(document, sort_keys=False, width=1000)
+    assert text.count(SENTINEL) == 1
+    if yaml_key.startswith("?"):
+        indent = text[:text.index(SENTINEL)].rsplit("\n", 1)[-1]
+        return text.replace(f"{SENTINEL}: 1", f"? [a, b]\n{indent}: 1")
+    return text.replace(SENTINEL, yaml_key)
+
+
+def _catalog_copy(tmp_path: Path) -> Path:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(HW_DIR, catalog, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return catalog
+
+
+SLO = {"kind": "absolute_ms", "description": "mine", "limits": {"ttft": {"p99": 2000},
+                                                                "tbt": {"p50": 100}}}
+TABLE = {"tables": [{"machine": "dgx-h100", "model": "bloom-176b",
+                     "prefill": {"tokens": [128, 2048], "ms": [50, 300]},
+                     "decode": {"batch": [1, 64], "ms": [40, 80]},
+                     "context_ms_per_token": 0.0001}]}
+
+
+def _coefficients() -> dict:
+    document = json.loads((REPO / "simcore" / "data" / "perf_coefficients.json").read_text())
+    document["groups"] = document["groups"][:1]
+    return document
+
+
+def _catalog_doc(which: str) -> dict:
+    return yaml.safe_load((HW_DIR / f"{which}.yaml").read_text())
+
+
+def _first(document: dict) -> str:
+    return next(iter(document))
+
+
+SPEC = {"designs": "splitwise-hh", "duration": 1,
+        "custom_designs": {"mine": {"prompt_sku": "dgx-h100", "token_sku": "dgx-a100"}}}
+# (file kind, document, mapping paths a key is added to)
+KEY_PLACES = [
+    ("spec", SPEC, [(), ("custom_designs",), ("custom_designs", "mine")]),
+    ("slo", SLO, [(), ("limits",), ("limits", "ttft")]),
+    ("table", TABLE, [(), ("tables", 0), ("tables", 0, "prefill")]),
+    ("coefficients", _coefficients(), [(), ("groups", 0), ("groups", 0, "prompt")]),
+    *[(which, _catalog_doc(which), [(), (_first(_catalog_doc(which)),)])
+      for which in ("machines", "models", "designs")],
+]
+
+
+def _run_document(tmp_path: Path, kind: str, text: str) -> tuple[list, str]:
+    """Write the document of `kind` and return (the command that reads it, its file name)."""
+    if kind in ("machines", "models", "designs"):
+        catalog = _catalog_copy(tmp_path)
+        (catalog / f"{kind}.yaml").write_text(text)
+        return ["catalog", "--catalog", catalog], f"{kind}.yaml"
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(text)
+    if kind == "spec":
+        return _search(path, tmp_path), path.name
+    if kind == "slo":
+        return [*SIM, "--slo", path], path.name
+    return [*SIM, "--perf-model", path], path.name
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+@pytest.mark.parametrize("kind,document,path", [(k, d, p) for k, d, places in KEY_PLACES
+                                                for p in places],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_yaml_keys_must_be_strings(tmp_path, kind, document, path, key):
+    args, name = _run_document(tmp_path, kind, _with_key(document, path, BAD_KEYS[key]))
+    line = bad(tmp_path, args, name)
+    assert "key" in line and "string" in line, line
+
+
+def _null_paths(document, path=(), depth=0):
+    """Every value's path in the document (lists: their first item; catalog-sized mappings:
+    their first entry)."""
+    if isinstance(document, dict):
+        items = list(document.items())
+        for key, value in items:
+            yield (*path, key)
+            yield from _null_paths(value, (*path, key), depth + 1)
+    elif isinstance(document, list) and document:
+        yield (*path, 0)
+        yield from _null_paths(document[0], (*path, 0), depth + 1)
+
+
+# null where the format documents it as "not given": a table for every model, a coefficients
+# group without a reference (what `provision calibrate` writes)
+NULL_MEANS_ABSENT = {("table", ("tables", 0, "model")), ("coefficients", ("groups", 0,
+                                                                          "reference"))}
+
+
+def _null_cases():
+    cases = []
+    for kind, document, _ in KEY_PLACES:
+        if kind in ("machines", "models", "designs"):
+            first = _first(document)
+            document = {first: document[first]}
+        for path in _null_paths(document):
+            if kind == "spec" and path[:1] != ("custom_designs",):
+                continue  # spec options: test_search_spec_null_value
+            if (kind, path) not in NULL_MEANS_ABSENT:
+                cases.append((kind, path))
+    for which, fields in (("machines", ("power_cap", "prompt_slowdown")),
+                          ("models", ("active_params_b", "perf_profile", "bytes_per_value",
+                                      "tensor_parallel")),
+                          ("designs", ("token_sku", "mixed_pool", "prefill", "chunk_tokens"))):
+        first = _first(_catalog_doc(which))
+        cases += [(which, (first, f)) for f in fields if (which, (first, f)) not in cases]
+    return cases
+
+
+@pytest.mark.parametrize("kind,path", _null_cases(), ids=str)
+def test_yaml_null_values(tmp_path, kind, path):
+    """A null anywhere is refused naming the file (and, for fields, the field): null is not a
+    value; a key is removed to use its default."""
+    document = json.loads(json.dumps(next(d for k, d, _ in KEY_PLACES if k == kind)))
+    target = document
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = None
+    args, name = _run_document(tmp_path, kind, yaml.safe_dump(document, sort_keys=False))
+    bad(tmp_path, args, name)
+
+
+def test_documented_nulls_are_accepted(tmp_path):
+    """The two nulls the formats document keep their meaning: no reference in a coefficients
+    group (as `provision calibrate` writes), and a table for every model."""
+    from hardware_catalog import load_catalog
+    from simcore.perfmodel import load_performance_model
+    table = json.loads(json.dumps(TABLE))
+    table["tables"][0]["model"] = None
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(table))
+    coefficients = _coefficients()
+    coefficients["groups"][0]["reference"] = None
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(coefficients))
+    for name in ("t.yaml", "c.yaml"):
+        load_performance_model(tmp_path / name, load_catalog())
