@@ -118,6 +118,7 @@ class ModelSpec:
 
 
 PREFILL_POLICIES = ("whole", "chunked")
+RESERVED_DESIGN_CHARACTERS = "/@"   # PROMPT_SKU/TOKEN_SKU names, NAME@BUDGET variants
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-Serve's budget for strict SLOs (2048 for relaxed ones)
 
 
@@ -217,9 +218,10 @@ class Catalog:
         return _lookup(self.designs, name, "design")
 
     def with_designs(self, extra: Mapping[str, Design]) -> "Catalog":
-        """This catalog plus more design records (a custom design may not take a catalog name)."""
+        """This catalog plus more design records (a custom design may not take a catalog
+        name, even to define the same design: one name, one design)."""
         for name in extra:
-            if name in self.designs and extra[name] != self.designs[name]:
+            if name in self.designs:
                 raise InputError(f"design '{name}' redefines a catalog design; give it "
                                  "another name", field="custom_designs")
         return Catalog(self.machines, self.models, {**self.designs, **extra})
@@ -478,6 +480,11 @@ def parse_design(name: str, entry: Any, source: str,
                  machines: Mapping[str, MachineSku]) -> Design:
     """A design entry ({prompt_sku, token_sku, mixed_pool, prefill, chunk_tokens}) with its SKUs
     resolved to records."""
+    reserved = [c for c in RESERVED_DESIGN_CHARACTERS if c in name]
+    if reserved:
+        raise InputError(f"design name '{name}' contains '{reserved[0]}', which is reserved "
+                         "('/' names PROMPT_SKU/TOKEN_SKU designs, '@' the budget variants "
+                         "of --chunk-tokens auto); rename it", source=source, field=name)
     f = _Fields(entry, source, name)
     f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool", "prefill", "chunk_tokens"})
 

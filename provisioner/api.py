@@ -90,8 +90,8 @@ def resolve_designs(items: Sequence[str | Design], catalog: Catalog) -> tuple[De
 
 
 def with_custom_designs(catalog: Catalog, entries: dict | None) -> Catalog:
-    designs = {str(name): parse_design(str(name), entry, "spec custom_designs", catalog.machines)
-               for name, entry in (entries or {}).items()}
+    designs = {name: parse_design(name, entry, "spec custom_designs", catalog.machines)
+               for name, entry in (entries or {}).items()}   # names: strings (read_spec)
     return catalog.with_designs(designs)
 
 

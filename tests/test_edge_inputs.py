@@ -253,3 +253,64 @@ def test_documented_nulls_are_accepted(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(coefficients))
     for name in ("t.yaml", "c.yaml"):
         load_performance_model(tmp_path / name, load_catalog())
+
+
+# ------------------------------------------------------------------ design name collisions
+from hardware_catalog import load_catalog  # noqa: E402
+from provisioner.options import CHUNK_BUDGETS  # noqa: E402
+
+CATALOG = load_catalog()
+CHUNKED = [name for name, d in CATALOG.designs.items() if d.is_chunked]
+
+
+def _custom_spec(tmp_path: Path, name: str, entry: dict, designs="all", extra: str = "") -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"designs": designs, "duration": 1,
+                                    "custom_designs": {name: entry}}) + extra)
+    return spec
+
+
+@pytest.mark.parametrize("design,budget", [(d, b) for d in CHUNKED for b in CHUNK_BUDGETS])
+def test_custom_design_named_like_a_budget_variant(tmp_path, design, budget):
+    """`--chunk-tokens auto` searches NAME@BUDGET records: a custom design of that name silently
+    replaced the variant in the search."""
+    name = f"{design}@{budget}"
+    entry = {"prompt_sku": "dgx-a100", "prefill": "chunked", "chunk_tokens": 4096}
+    spec = _custom_spec(tmp_path, name, entry, designs=[design, name],
+                        extra="chunk_tokens: auto\n")
+    bad(tmp_path, _search(spec, tmp_path), name, "custom_designs")
+
+
+@pytest.mark.parametrize("name", list(CATALOG.designs))
+def test_custom_design_named_like_a_catalog_design(tmp_path, name):
+    """Even an identical definition is refused: one name, one design."""
+    entry = CATALOG.designs[name].as_dict()
+    entry = {k: v for k, v in entry.items() if k != "name" and v is not None
+             and not (k == "mixed_pool" and entry["token_sku"] is None)}
+    spec = _custom_spec(tmp_path, name, entry)
+    bad(tmp_path, _search(spec, tmp_path), name, "custom_designs")
+
+
+@pytest.mark.parametrize("name", ["mine@512", "dgx-h100/dgx-a100", "a/b"])
+def test_reserved_characters_in_custom_design_names(tmp_path, name):
+    spec = _custom_spec(tmp_path, name, {"prompt_sku": "dgx-h100", "token_sku": "dgx-a100"})
+    bad(tmp_path, _search(spec, tmp_path), name, "custom_designs")
+
+
+@pytest.mark.parametrize("name", ["mine@512", "a/b"])
+def test_reserved_characters_in_catalog_design_names(tmp_path, name):
+    catalog = _catalog_copy(tmp_path)
+    designs = catalog / "designs.yaml"
+    designs.write_text(designs.read_text() + f"\n{name}:\n  prompt_sku: dgx-h100\n")
+    bad(tmp_path, ["catalog", "--catalog", catalog], "designs.yaml", name)
+
+
+def test_budget_variants_refuse_a_name_collision():
+    """From Python, a Design record can carry any name: the variants refuse to shadow it."""
+    from dataclasses import replace
+    from hardware_catalog import InputError
+    from provisioner.chunked import budget_variants
+    chunked = CATALOG.designs[CHUNKED[0]]
+    clash = replace(CATALOG.designs["splitwise-hh"], name=f"{chunked.name}@512")
+    with pytest.raises(InputError, match="@512"):
+        budget_variants([chunked, clash], "auto")
