@@ -20,7 +20,7 @@ from simcore import SimOptions
 from simcore.perfmodel import (default_performance_model, load_performance_model,
                                perf_model_version)
 from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
-                              load_trace, resample_sizes, synthesize)
+                              check_trace_size, load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SCREEN_SEEDS = 1   # samples the search checks every point on; candidates are verified on all
@@ -126,6 +126,7 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
         raise InputError(f"workload '{name}' is neither a built-in workload "
                          f"({', '.join(builtin_workload_names())}) nor an existing file",
                          field="workload")
+    check_trace_size(path)   # before hashing it
     return WorkloadSource(name, "trace", file_sha256(path), str(path))
 
 

@@ -9,10 +9,13 @@ Which of them a name means (built-in or file, replayed or resampled) is decided 
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -33,6 +36,12 @@ MAX_REQUESTS = 5_000_000           # requests in a trace, or synthesized (rate x
 MAX_SYNTHESIZED_REQUESTS = MAX_REQUESTS
 MAX_REQUEST_TOKENS = 10_000_000    # prompt or output tokens of one request
 MAX_TRACE_SECONDS = 366 * 86400.0  # arrival times (and a timestamped trace's span): one year
+# A trace file's size bound: MAX_REQUESTS rows of at most this many bytes. The formats' rows are
+# 20-40 bytes (an Azure row with its timestamp ~35, a SplitwiseSim row with its ids ~25), so 100
+# is generous; a larger file cannot be a trace we could simulate, and is refused before it is
+# read (or hashed), instead of being parsed until memory runs out.
+TRACE_BYTES_PER_ROW = 100
+MAX_TRACE_BYTES = MAX_REQUESTS * TRACE_BYTES_PER_ROW
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +90,9 @@ def load_trace(path: str | Path) -> Workload:
     kept as they are. Unsorted arrivals are sorted (stably) and say so in `notes`.
     """
     source = str(path)
-    table = _read_csv_as_text(path)
-    trace_format, columns = _detect_format(table.columns, source)
+    header, table = _read_csv_as_text(path)
+    trace_format, columns = _detect_format(header, source)
+    table = _without_unnamed_columns(table, header, source)
     table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
     if table.empty:
         raise InputError("file has a header but no requests", source=source)
@@ -100,37 +110,90 @@ def load_trace(path: str | Path) -> Workload:
     return _sorted_workload(Path(path).name, arrival_s, prompt, output, notes)
 
 
-def _read_csv_as_text(path: str | Path) -> pd.DataFrame:
-    """Every cell as a string, so each bad value can be reported with its row and field."""
+def check_trace_size(path: str | Path) -> None:
+    """Refuse a trace file larger than MAX_TRACE_BYTES by its size, before reading it (other
+    kinds of file are left to `read_text`, which names what they are)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_size > MAX_TRACE_BYTES:
+        raise InputError(f"trace is too large ({info.st_size} bytes; at most {MAX_TRACE_BYTES} "
+                         f"bytes: {MAX_REQUESTS} requests of up to {TRACE_BYTES_PER_ROW} bytes "
+                         "per row); replay a shorter window of the trace", source=str(path))
+
+
+def _read_csv_as_text(path: str | Path) -> tuple[list[str], pd.DataFrame]:
+    """The header's names and every cell as a string (columns by position, the file's row r at
+    index r - 2), so each bad value can be reported with its row and field.
+
+    The table has one column more than the header: a trailing comma on every row (a common
+    export artefact) fills it with empty values and is accepted; a value in it is refused by
+    `_without_unnamed_columns`, naming its row and column."""
     import pandas as pd  # ~0.5 s to import, and only traces need it
     source = str(path)
-    text = read_text(path)
+    check_trace_size(path)
+    text = read_text(path, max_bytes=MAX_TRACE_BYTES)
+    if text.count("\n") > MAX_REQUESTS + 1:   # counted before pandas builds millions of strings
+        rows = sum(1 for line in text.splitlines()[1:] if line.strip())
+        if rows > MAX_REQUESTS:
+            raise InputError(f"{rows} requests; at most {MAX_REQUESTS} can be simulated: "
+                             "replay a shorter window of the trace", source=source)
     try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
-                           skip_blank_lines=False)
+        header = next(csv.reader(io.StringIO(text)), [])
+    except csv.Error as err:
+        raise InputError(f"malformed CSV header: {_one_line(err)}", source=source,
+                         row=1) from None
+    width = len(header)
+    try:
+        table = pd.read_csv(io.StringIO(text), header=None, names=range(width + 1), dtype=str,
+                            keep_default_na=False, skip_blank_lines=False, index_col=False)
     except pd.errors.EmptyDataError:
         raise InputError("file is empty", source=source) from None
     except pd.errors.ParserError as err:
-        raise _malformed_csv(err, source) from None
+        raise _malformed_csv(err, source, width) from None
+    table = table.iloc[1:].fillna("")   # the header row; a short row's missing fields: empty
+    table.index = table.index - 1
+    return header, table
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def _malformed_csv(err: pd.errors.ParserError, source: str) -> InputError:
+def _malformed_csv(err: pd.errors.ParserError, source: str, width: int) -> InputError:
     """The tokenizer counts file lines from 1, header included: the same numbering as ours."""
     ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(err))
     if ragged is None:
         return InputError(f"malformed CSV: {_one_line(err)}", source=source)
-    expected, row, seen = map(int, ragged.groups())
-    return InputError(f"malformed CSV: expected {expected} fields, found {seen}", source=source,
-                      row=row)
+    _, row, seen = map(int, ragged.groups())
+    return InputError(f"malformed CSV: expected {width} fields, found {seen} (the header names "
+                      f"{width} columns)", source=source, row=row)
 
 
-def _detect_format(header: pd.Index, source: str) -> tuple[TraceFormat, dict[str, str]]:
-    """Pick the format whose columns the header holds (names matched ignoring case and spaces)."""
-    present = {str(name).strip().lower(): str(name) for name in header}
+def _without_unnamed_columns(table: pd.DataFrame, header: list[str], source: str) -> pd.DataFrame:
+    """A column without a name in the header (beyond its end, or an empty name) may only be
+    empty: a value there is data no one named, so the file is not what its header says."""
+    unnamed = [i for i, name in enumerate(header) if not name.strip()] + [len(header)]
+    for i in unnamed:
+        filled = (table[i] != "").to_numpy()
+        if filled.any():
+            first = int(np.flatnonzero(filled)[0])
+            value = table[i].iloc[first]
+            where = "beyond the header's last column" if i == len(header) else \
+                "whose name in the header is empty"
+            raise InputError(f"a value {value[:40]!r} in column {i + 1}, {where}; name the "
+                             "column in the header or remove the value", source=source,
+                             row=int(table.index[first]) + 2, field=f"column {i + 1}")
+    return table.drop(columns=[len(header)])
+
+
+def _detect_format(header: list[str], source: str) -> tuple[TraceFormat, dict[str, int]]:
+    """Pick the format whose columns the header holds (names matched ignoring case and spaces;
+    a name given twice: its first column); its columns by position."""
+    present: dict[str, int] = {}
+    for position, name in enumerate(header):
+        present.setdefault(name.strip().lower(), position)
     accepted = "; ".join(f.describe() for f in TRACE_FORMATS)
 
     def found(fmt: TraceFormat) -> list[str]:
@@ -139,7 +202,7 @@ def _detect_format(header: pd.Index, source: str) -> tuple[TraceFormat, dict[str
     best = max(TRACE_FORMATS, key=lambda fmt: len(found(fmt)))  # first format wins a tie
     matched = found(best)
     if not matched:
-        shown = ", ".join(str(name) for name in header)[:120]
+        shown = ", ".join(header)[:120]
         raise InputError(f"unrecognised header '{shown}'; accepted formats: {accepted}",
                          source=source, row=1)
     missing = [c for c in best.columns if c not in matched]

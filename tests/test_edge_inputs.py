@@ -314,3 +314,97 @@ def test_budget_variants_refuse_a_name_collision():
     clash = replace(CATALOG.designs["splitwise-hh"], name=f"{chunked.name}@512")
     with pytest.raises(InputError, match="@512"):
         budget_variants([chunked, clash], "auto")
+
+
+# ----------------------------------------------------------------------------------- traces
+from hardware_catalog import InputError  # noqa: E402
+from simcore.workload import MAX_REQUESTS, load_trace  # noqa: E402
+
+TRACE_FORMATS = {
+    "plain": ("arrival_s,prompt_tokens,output_tokens", ["0,10,5", "0.5,20,6", "1.5,30,7"]),
+    "splitwise": ("request_id,arrival_timestamp,prompt_size,token_size",
+                  ["0,0,10,5", "1,0.5,20,6", "2,1.5,30,7"]),
+    "azure": ("TIMESTAMP,ContextTokens,GeneratedTokens",
+              ["2023-11-16 18:15:46.0,10,5", "2023-11-16 18:15:46.5,20,6",
+               "2023-11-16 18:15:47.5,30,7"]),
+}
+
+
+def _trace(tmp_path: Path, header: str, rows: list[str], name="trace.csv") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def _arrays(workload):
+    return (workload.arrival_s.tolist(), workload.prompt_tokens.tolist(),
+            workload.output_tokens.tolist())
+
+
+@pytest.mark.parametrize("header_comma", [False, True], ids=["rows", "rows-and-header"])
+@pytest.mark.parametrize("fmt", TRACE_FORMATS)
+def test_trailing_comma_on_every_row_is_accepted(tmp_path, fmt, header_comma):
+    """A trailing comma on every row (a common export artefact) is an empty last field: the
+    trace reads as without it (it used to shift every column onto the index)."""
+    header, rows = TRACE_FORMATS[fmt]
+    plain = load_trace(_trace(tmp_path, header, rows, "plain.csv"))
+    commas = _trace(tmp_path, header + ("," if header_comma else ""), [r + "," for r in rows])
+    assert _arrays(load_trace(commas)) == _arrays(plain)
+
+
+@pytest.mark.parametrize("where", ["every", "one", "last"])
+@pytest.mark.parametrize("fmt", TRACE_FORMATS)
+def test_unnamed_extra_column_with_data(tmp_path, fmt, where):
+    """A value in a column the header does not name is refused naming the row and column."""
+    header, rows = TRACE_FORMATS[fmt]
+    width = header.count(",") + 1
+    extra = {"every": [r + ",9" for r in rows], "one": [rows[0] + ",", rows[1] + ",9", rows[2]],
+             "last": [rows[0], rows[1], rows[2] + ",9"]}[where]
+    path = _trace(tmp_path, header, extra)
+    line = bad(tmp_path, [*SIM, "--workload", path], "trace.csv",
+               f"row {2 if where == 'every' else 3 if where == 'one' else 4}",
+               f"column {width + 1}")
+    assert "header" in line
+
+
+@pytest.mark.parametrize("fmt", TRACE_FORMATS)
+def test_unnamed_header_column_with_data(tmp_path, fmt):
+    header, rows = TRACE_FORMATS[fmt]
+    width = header.count(",") + 1
+    path = _trace(tmp_path, header + ",", [rows[0] + ",", rows[1] + ",x", rows[2] + ","])
+    bad(tmp_path, [*SIM, "--workload", path], "trace.csv", "row 3", f"column {width + 1}")
+
+
+def test_two_extra_fields(tmp_path):
+    header, rows = TRACE_FORMATS["plain"]
+    path = _trace(tmp_path, header, [rows[0], rows[1] + ",,", rows[2]])
+    bad(tmp_path, [*SIM, "--workload", path], "trace.csv", "row 3")
+
+
+@pytest.mark.parametrize("command", ["simulate", "search"])
+def test_trace_too_large_is_refused_by_its_size(tmp_path, command):
+    """Refused before a byte is read or hashed (a sparse file: no disk used)."""
+    from simcore.workload import MAX_TRACE_BYTES
+    assert MAX_TRACE_BYTES >= MAX_REQUESTS * 64
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as handle:
+        handle.truncate(MAX_TRACE_BYTES + 1)
+    args = [*SIM, "--workload", path] if command == "simulate" else \
+        ["search", "--designs", "splitwise-hh", "--workload", path, "--out", tmp_path / "out",
+         "--no-cache"]
+    line = bad(tmp_path, args, "huge.csv", str(MAX_TRACE_BYTES), str(MAX_REQUESTS))
+    assert "bytes" in line
+
+
+def test_too_many_rows_refused_before_parsing(tmp_path, monkeypatch):
+    """More rows than MAX_REQUESTS are counted in the text, before pandas builds millions of
+    strings."""
+    import pandas as pd
+    path = tmp_path / "many.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "0,1,1\n" * (MAX_REQUESTS + 1))
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the trace was parsed")
+    monkeypatch.setattr(pd, "read_csv", no_parse)
+    with pytest.raises(InputError, match=str(MAX_REQUESTS)):
+        load_trace(path)
