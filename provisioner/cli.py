@@ -124,7 +124,8 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     with compile_notice(enabled=not as_json):
         run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
-        write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
+        write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False),
+                         "requests_csv")
     summary = simulation_summary(run)
     if as_json:
         print_json(summary)
@@ -169,10 +170,7 @@ def calibrate(
         result.groups, command=command,
         source=f"{profile.name} (sha256 {file_sha256(profile)[:16]}, {result.rows} rows fitted)")
     if out is not None:
-        try:
-            write_atomically(out, _coefficients_text(out, document))
-        except OSError as err:
-            raise InputError(f"cannot write file: {err.strerror}", source=str(out)) from None
+        write_atomically(out, _coefficients_text(out, document), "out")
     if as_json:
         print_json({"profile": str(profile), "seed": seed, "test_fraction": 0.2,
                     "rows": result.rows, "duplicates_dropped": result.duplicates_dropped,

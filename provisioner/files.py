@@ -41,22 +41,38 @@ def stage_file(path: Path, text: str) -> Path:
     else:
         raise FileExistsError(f"no free temp file name beside {path}")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        _write_staged(fd, text)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same directory + os.replace: readers see the old file or the new one."""
-    temp = stage_file(path, text)
+def _write_staged(fd: int, text: str) -> None:
+    """Write `text` to the new temp file `fd` (UTF-8, whatever the locale) and close it; a full
+    disk (ENOSPC) or a quota raises OSError here, before any target is touched."""
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def write_atomically(path: Path, text: str, field: str | None = None) -> None:
+    """Temp file in the same directory + os.replace: readers see the old file or the new one.
+    A failure (full disk, vanished folder) leaves no temp file and raises an InputError naming
+    the file (and `field`, the option that named it)."""
     try:
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+        temp = stage_file(path, text)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise _write_error(path, err, field) from None
+
+
+def _write_error(path: Path, err: OSError, field: str | None) -> InputError:
+    return InputError(f"cannot write the file: {err.strerror or err}; nothing was written",
+                      source=str(path), field=field)
 
 
 def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bool = True,
@@ -75,7 +91,10 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
     staged: list[tuple[Path, Path]] = []
     try:
         for name, text in texts.items():
-            staged.append((stage_file(directory / name, text), directory / name))
+            try:
+                staged.append((stage_file(directory / name, text), directory / name))
+            except OSError as err:   # e.g. a full disk: no report file has been replaced
+                raise _write_error(directory / name, err, field) from None
         for temp, target in staged:
             os.replace(temp, target)
     finally:
@@ -85,11 +104,54 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
 
 
 # ------------------------------------------------------------------- outputs, checked up front
+# A staged temp file's name is the target's plus ".", ".<pid>.<n>.tmp": at most this much more.
+TEMP_NAME_EXTRA = 32
+
+
+def check_name_lengths(path: str | Path, field: str) -> None:
+    """Refuse a path the file system would refuse (ENAMETOOLONG), before any work: the whole
+    path, or one of its names, is too long, or the file name leaves no room for the temp file
+    written beside it."""
+    path = Path(path)
+    encoded = os.fsencode(str(path))
+    existing = path
+    while True:   # the nearest existing folder says its limits; lstat does not follow links
+        try:
+            os.lstat(existing)
+            break
+        except OSError:
+            if existing == existing.parent:
+                break
+            existing = existing.parent
+    try:
+        name_max = os.pathconf(existing if existing.is_dir() else existing.parent,
+                               "PC_NAME_MAX")
+        path_max = os.pathconf(existing if existing.is_dir() else existing.parent,
+                               "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    if len(encoded) + TEMP_NAME_EXTRA >= path_max:
+        raise InputError(f"the path is too long ({len(encoded)} bytes; at most "
+                         f"{path_max - TEMP_NAME_EXTRA - 1} here); choose a shorter one",
+                         source=str(path)[:60] + "...", field=field)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size + TEMP_NAME_EXTRA > name_max:
+            shown = part if len(part) <= 40 else part[:20] + "..."
+            raise InputError(f"the name '{shown}' is too long ({size} bytes; at most "
+                             f"{name_max - TEMP_NAME_EXTRA} here, leaving room for the temp file "
+                             "staged beside it); choose a shorter one",
+                             source=str(path)[:60] + ("..." if len(str(path)) > 60 else ""),
+                             field=field)
+
+
 def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] = ()) -> None:
     """Fail before any simulation when `directory` cannot become a directory holding `files`
-    that we can write: it is a file, a file in it is a directory (or a device), or the nearest
-    existing folder refuses a new file (read-only, or not a real file system)."""
+    that we can write: its name is too long, it is a file, a file in it is a directory (or a
+    device), or the nearest existing folder refuses a new file (read-only, or not a real file
+    system)."""
     directory = Path(directory)
+    check_name_lengths(directory, field)
     if directory.exists() and not directory.is_dir():
         raise InputError("exists and is not a directory; give a directory path",
                          source=str(directory), field=field)
@@ -112,14 +174,20 @@ def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] =
 
 
 def check_output_file(path: str | Path, field: str) -> None:
-    """Fail before any work when the file `path` cannot be written (atomically, beside it)."""
+    """Fail before any work when the file `path` cannot be written (atomically, beside it):
+    its name is too long, it is a folder or a device, its folder does not exist or is not
+    writable."""
     path = Path(path)
+    check_name_lengths(path, field)
     if path.is_dir():
         raise InputError("is a directory, not a file; give a file path", source=str(path),
                          field=field)
     if path.exists() and not path.is_file():
         raise InputError("is not a regular file; give a file path", source=str(path),
                          field=field)
+    if not path.parent.is_dir():   # a file's folder is not made for it: a typo, most likely
+        raise InputError(f"the folder {path.parent} does not exist; create it first",
+                         source=str(path), field=field)
     check_output_dir(path.parent, field)
 
 

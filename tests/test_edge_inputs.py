@@ -408,3 +408,108 @@ def test_too_many_rows_refused_before_parsing(tmp_path, monkeypatch):
     monkeypatch.setattr(pd, "read_csv", no_parse)
     with pytest.raises(InputError, match=str(MAX_REQUESTS)):
         load_trace(path)
+
+
+# ---------------------------------------------------------------------------- output failures
+import errno  # noqa: E402
+
+import provisioner.files as files  # noqa: E402
+
+SEARCH = ["search", "--designs", "splitwise-hh", "--duration", "1", "--rate", "5", "--no-cache",
+          "--jobs", "1"]
+
+
+def _profile(tmp_path: Path) -> Path:
+    from test_calibrate_cli import synthetic_profile
+    path = tmp_path / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    return path
+
+
+def _outputs(tmp_path: Path, which: str) -> tuple[list, Path]:
+    """(the command writing output `which` under tmp_path/outputs, that output's path)."""
+    outputs = tmp_path / "outputs"
+    outputs.mkdir(exist_ok=True)
+    if which == "requests_csv":
+        return [*SIM, "--requests-csv", outputs / "r.csv"], outputs / "r.csv"
+    if which == "out":   # --json: no progress lines on stderr
+        return [*SEARCH, "--json", "--out", outputs / "report"], outputs / "report"
+    return ["calibrate", _profile(tmp_path), "--out", outputs / "c.json"], outputs / "c.json"
+
+
+OUTPUTS = ["requests_csv", "out", "calibrate"]
+
+
+@pytest.mark.parametrize("which", OUTPUTS)
+def test_full_file_system(tmp_path, monkeypatch, which):
+    """ENOSPC while an output is written: one line naming it, no temp file, nothing half
+    written (the write is staged: the target is never opened)."""
+    def full(fd, text):
+        os.write(fd, text[:100].encode())
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(files, "_write_staged", full)
+    args, target = _outputs(tmp_path, which)
+    outcome = invoke(args)
+    assert_bad_input(outcome, target.name, "No space left on device")
+    assert [p.name for p in (tmp_path / "outputs").rglob("*")] == \
+        (["report"] if which == "out" else [])
+
+
+@pytest.mark.parametrize("length", [250, 300, 5000])
+@pytest.mark.parametrize("which", OUTPUTS)
+def test_name_too_long(tmp_path, which, length):
+    """Refused before any work: a name the file system refuses, or one that leaves no room for
+    the temp file staged beside it (250 bytes)."""
+    args, target = _outputs(tmp_path, which)
+    long = target.parent / ("x" * length + target.suffix) if length < 1000 else \
+        target.parent.joinpath(*["y" * 200] * 25, "r.csv")
+    args[args.index(target)] = long
+    bad(tmp_path, args, "too long")
+
+
+@pytest.mark.parametrize("which", ["requests_csv", "calibrate"])
+def test_missing_parent_folder(tmp_path, which):
+    args, target = _outputs(tmp_path, which)
+    missing = target.parent / "no" / "such" / target.name
+    args[args.index(target)] = missing
+    bad(tmp_path, args, str(missing.parent), "does not exist")
+
+
+def _full_stdout(args: list, tmp_path: Path, env: dict | None = None):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "provisioner.cli", *map(str, args)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              timeout=300, env={**os.environ, **(env or {})})
+    from cli_harness import Outcome
+    return Outcome(proc.returncode, "", proc.stderr)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["catalog"], ["catalog", "--json"], ["--version"],
+                                  [*SIM, "--json"], [*SIM], [*SEARCH, "--json"]],
+                         ids=["catalog", "catalog-json", "version", "simulate-json", "simulate",
+                              "search-json"])
+def test_stdout_on_a_full_device(tmp_path, args):
+    if args[0] == "search":
+        args = [*args, "--out", tmp_path / "report"]
+    outcome = _full_stdout(args, tmp_path)
+    line = assert_bad_input(outcome, "standard output", "No space left on device")
+    assert "Exception ignored" not in outcome.stderr, line
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+@pytest.mark.parametrize("args", [["catalog"], [*SIM], ["calibrate", "PROFILE"],
+                                  [*SIM, "--workload", "caf\u00e9-\u2026.csv"]],
+                         ids=["catalog", "simulate", "calibrate", "error-message"])
+def test_ascii_output_encoding(tmp_path, args):
+    """PYTHONIOENCODING=ascii: characters the stream cannot encode (box drawing, ±, …, a file
+    name) are replaced; the output is complete and the exit code the command's own."""
+    args = [str(_profile(tmp_path)) if a == "PROFILE" else a for a in args]
+    outcome = run_subprocess(args, cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"})
+    assert "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
+    if args[-1].endswith(".csv") and args[-2] == "--workload":
+        assert_bad_input(outcome, "caf")
+    else:
+        assert outcome.code in (0, 1), outcome.stderr
+        assert outcome.stdout.strip()
+        outcome.stdout.encode("ascii")
