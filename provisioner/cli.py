@@ -279,15 +279,81 @@ def check(report: Path, as_json: bool = False, **values):
         raise typer.Exit(1)
 
 
+class StdoutFailed(Exception):
+    """Writing to standard output failed (a full device, a closed pipe): not an OSError, so
+    no command's own OSError handling mistakes it for one of its files."""
+
+    def __init__(self, err: OSError):
+        super().__init__(err.strerror or str(err))
+
+
+class _GuardedStdout:
+    """sys.stdout as it is, except that a failed write or flush raises StdoutFailed (rich
+    prints through sys.stdout, so its tables are covered too)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            raise StdoutFailed(err) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            raise StdoutFailed(err) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _tolerant_streams() -> None:
+    """A stream that cannot encode a character (PYTHONIOENCODING=ascii, a C locale) writes a
+    replacement instead of failing: '?' on stdout (tables, ±, …), an escape on stderr (a file
+    name in an error)."""
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if hasattr(stream, "reconfigure") and encoding not in ("utf8", "utf16", "utf32"):
+            try:
+                stream.reconfigure(errors=errors)
+            except (OSError, ValueError):
+                pass
+
+
 def main() -> None:
     """Entry point: bad input anywhere becomes one line on stderr and exit code 2; Ctrl-C one
-    line and exit code 130."""
-    _main()
+    line and exit code 130; a standard output that cannot be written one line and exit 2."""
+    _tolerant_streams()
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
+    try:
+        _main()
+    finally:
+        if sys.stdout.__class__ is _GuardedStdout:
+            sys.stdout = stdout
+
+
+def _stdout_failed(err: StdoutFailed) -> None:
+    """One line on stderr; the unwritten output is dropped (stdout pointed at /dev/null, so the
+    interpreter's last flush does not fail again with 'Exception ignored')."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass   # in-process (tests): stdout is not a file
+    _fail(f"cannot write to standard output: {err}")
 
 
 def _main() -> None:
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()   # what is still buffered fails here, not at the interpreter's exit
+    except StdoutFailed as err:
+        _stdout_failed(err)
     except InputError as err:
         _fail(str(err))
     except UsageError as err:
