@@ -56,6 +56,32 @@ def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | Non
     return build(tree, {**spec, **given})
 
 
+def input_files(options: SearchOptions | SimulateOptions,
+                spec: str | Path | None = None) -> dict[str, Path]:
+    """Every file the run reads, labelled as the user gave it (for `check_not_an_input`):
+    spec, trace, SLO profile, performance model, failure schedule, catalog files. Built-in
+    names (a workload, an SLO profile) are not files."""
+    from simcore.workload import builtin_workload_names
+    from slo_profiles import builtin_slo_profiles
+    s = options.study
+    files: dict[str, Path] = {}
+    if spec is not None:
+        files["--spec file"] = Path(spec)
+    if s.workload not in builtin_workload_names():
+        files["--workload trace"] = Path(s.workload)
+    if s.slo not in builtin_slo_profiles():
+        files["--slo profile"] = Path(s.slo)
+    if s.perf_model is not None:
+        files["--perf-model file"] = Path(s.perf_model)
+    failures = getattr(getattr(options, "cluster", None), "failures", None)
+    if failures is not None:
+        files["--failures schedule"] = Path(failures)
+    if s.catalog is not None:
+        for name in ("machines", "models", "designs"):
+            files[f"catalog file ({name})"] = Path(s.catalog) / f"{name}.yaml"
+    return files
+
+
 def resolve_catalog(directory: str | None) -> Catalog:
     if directory is not None and not Path(directory).is_dir():
         raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",

@@ -113,14 +113,15 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 @generated_command("simulate", SimulateOptions, [SPEC, JSON])
 def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
-    from provisioner.api import merge_options, simulate_options
-    from provisioner.files import check_output_file, write_atomically
+    from provisioner.api import input_files, merge_options, simulate_options
+    from provisioner.files import check_not_an_input, check_output_file, write_atomically
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
     options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
         check_output_file(csv_path, "requests_csv")
+        check_not_an_input(csv_path, input_files(options, spec), "requests_csv")
     with compile_notice(enabled=not as_json):
         run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
@@ -157,10 +158,11 @@ def calibrate(
     from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
     from simcore.perfmodel import coefficients_document
 
-    from provisioner.files import check_output_file
+    from provisioner.files import check_not_an_input, check_output_file
 
     if out is not None:
         check_output_file(out, "out")
+        check_not_an_input(out, {"profile": profile}, "out")
     rows = select_rows(read_profile_csv(profile), tp, tuple(exclude_hardware), str(profile))
     result = fit_profile(rows, seed=seed, source=str(profile))
     command = " ".join(["provision calibrate", str(profile)]
@@ -206,9 +208,16 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
 
     from provisioner.runner import check_execution
 
+    from provisioner.api import input_files
+    from provisioner.files import check_not_an_input
+    from provisioner.reports import REPORT_FILES
+
     options = merge_options(SearchOptions, given_options(SearchOptions, values), spec)
     out = Path(options.execution.out)
     check_writable_dir(out, "out")
+    inputs = input_files(options, spec)
+    for name in REPORT_FILES:
+        check_not_an_input(out / name, inputs, "out")
     check_execution(options.execution)
     study = resolve_study(options)
     with compile_notice(enabled=not as_json):

@@ -200,3 +200,19 @@ def _probe_write(existing: Path, target: Path, field: str) -> None:
     except OSError as err:
         raise InputError(f"cannot write in {existing} ({err.strerror or err}); choose a "
                          "writable directory", source=str(target), field=field) from None
+
+
+# --------------------------------------------------------------- outputs never replace inputs
+def check_not_an_input(output: str | Path, inputs: Mapping[str, str | Path], field: str) -> None:
+    """Fail before any work when the output file `output` is one of the run's input files
+    (`inputs`: what it is -> its path), by the same path, another spelling of it, a symlink or
+    a hard link: writing it would destroy the input."""
+    for what, path in inputs.items():
+        try:
+            same = os.path.samefile(output, path)
+        except (OSError, ValueError):   # the output does not exist yet: it is no input
+            continue
+        if same:
+            raise InputError(f"is the {what} {path}: writing it would destroy an input of "
+                             "this run; choose another file", source=str(output), field=field)
+

@@ -239,8 +239,9 @@ class ClusterOptions:
                                      count(1, MAX_MACHINES))
     mixed_pool: Optional[bool] = option(None, "Override the design's mixed-pool setting.", Flag(),
                                         default_text="the design's")
-    requests_csv: Optional[str] = option(None, "Write per-request latencies to this CSV.", Text(),
-                                        metavar="FILE")
+    requests_csv: Optional[str] = option(
+        None, "Write per-request latencies to this CSV (never one of the run's inputs; in a "
+              "spec file, relative to the current folder like --out).", Text(), metavar="FILE")
     failures: Optional[str] = option(
         None, "Failure schedule CSV: time_s, pool (prompt|token|any), machine (index in the "
               "pool), down_s (a number or inf).", Text(), path=True, metavar="CSV")
@@ -328,8 +329,10 @@ def public_names(tree: type) -> list[str]:
 
 # ------------------------------------------------------------------------------ spec files
 def read_spec(path: str | Path, tree: type = SearchOptions) -> dict[str, Any]:
-    """A spec file's options (keys as the option names, with - or _), checked; file names in it
-    are resolved against the spec file's folder."""
+    """A spec file's options (keys as the option names, with - or _), checked; the names of
+    input files in it are resolved against the spec file's folder (a spec travels with its
+    data), outputs (`out`, `requests_csv`, `cache_dir`) against the current folder, as on the
+    command line. Null values are refused: a key is removed to use its default."""
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
         raise InputError("a spec file must be a mapping of option names to values",

@@ -519,3 +519,104 @@ def test_ascii_output_encoding(tmp_path, args):
         assert outcome.code in (0, 1), outcome.stderr
         assert outcome.stdout.strip()
         outcome.stdout.encode("ascii")
+
+
+# ------------------------------------------------------------ outputs never destroy inputs
+def _inputs(tmp_path: Path) -> dict[str, Path]:
+    """One file of every input kind, under tmp_path/in."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    header, rows = TRACE_FORMATS["plain"]
+    inputs = {"workload": _trace(folder, header, rows, "trace.csv")}
+    (folder / "slo.yaml").write_text(yaml.safe_dump(SLO))
+    inputs["slo"] = folder / "slo.yaml"
+    (folder / "table.yaml").write_text(yaml.safe_dump(TABLE))
+    inputs["perf_model"] = folder / "table.yaml"
+    (folder / "failures.csv").write_text("time_s,pool,machine,down_s\n0.5,prompt,0,1\n")
+    inputs["failures"] = folder / "failures.csv"
+    catalog = _catalog_copy(folder)
+    for which in ("machines", "models", "designs"):
+        inputs[f"catalog/{which}.yaml"] = catalog / f"{which}.yaml"
+    return inputs
+
+
+def _simulate_with_inputs(inputs: dict[str, Path]) -> list:
+    return ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+            "--workload", inputs["workload"], "--slo", inputs["slo"],
+            "--perf-model", inputs["perf_model"], "--failures", inputs["failures"],
+            "--catalog", inputs["workload"].parent / "catalog"]
+
+
+INPUT_KINDS = ["workload", "slo", "perf_model", "failures", "catalog/machines.yaml",
+               "catalog/designs.yaml", "spec"]
+
+
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink", "dotted"])
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+def test_requests_csv_is_an_input(tmp_path, kind, link):
+    """--requests-csv naming one of the run's inputs (the same path, a symlink or hard link to
+    it, or a path with ./ and ..) is refused naming both, before the run; the input is kept."""
+    inputs = _inputs(tmp_path)
+    spec = tmp_path / "in" / "spec.yaml"
+    spec.write_text("duration: 1\n")
+    inputs["spec"] = spec
+    target = inputs[kind]
+    if link == "symlink":
+        (tmp_path / "link.csv").symlink_to(target)
+        target = tmp_path / "link.csv"
+    elif link == "hardlink":
+        os.link(target, tmp_path / "hard.csv")
+        target = tmp_path / "hard.csv"
+    elif link == "dotted":
+        target = target.parent / "." / ".." / target.parent.name / target.name
+    args = [*_simulate_with_inputs(inputs), "--spec", spec, "--requests-csv", target]
+    line = bad(tmp_path, args, "requests_csv", inputs[kind].name)
+    assert "input" in line
+
+
+@pytest.mark.parametrize("kind", ["workload", "slo", "perf_model", "catalog/models.yaml",
+                                  "spec"])
+@pytest.mark.parametrize("report", ["report.json", "evaluations.csv", "report.html"])
+def test_search_out_holds_an_input(tmp_path, kind, report):
+    """An input named like a report file in --out would be replaced by the report."""
+    inputs = _inputs(tmp_path)
+    spec = tmp_path / "in" / "spec.yaml"
+    spec.write_text("duration: 1\n")
+    inputs["spec"] = spec
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(inputs[kind], out / report)
+    args = ["search", "--designs", "splitwise-hh", "--workload", inputs["workload"],
+            "--slo", inputs["slo"], "--perf-model", inputs["perf_model"],
+            "--catalog", inputs["workload"].parent / "catalog", "--spec", spec,
+            "--no-cache", "--out", out]
+    bad(tmp_path, args, report, inputs[kind].name)
+
+
+@pytest.mark.parametrize("link", ["same", "symlink"])
+def test_calibrate_out_is_the_profile(tmp_path, link):
+    profile = _profile(tmp_path)
+    target = profile
+    if link == "symlink":
+        (tmp_path / "c.json").symlink_to(profile)
+        target = tmp_path / "c.json"
+    bad(tmp_path, ["calibrate", profile, "--out", target], "profile.csv", "out")
+
+
+def test_spec_outputs_are_relative_to_the_current_folder(tmp_path):
+    """A spec's input file names are relative to its folder; its outputs (requests_csv, like
+    out) to the current folder, as on the command line. requests_csv naming the spec's own
+    trace by its spec-relative name is the input only when run from the spec's folder, and then
+    refused."""
+    inputs = _inputs(tmp_path)
+    spec = tmp_path / "in" / "spec.yaml"
+    spec.write_text("workload: trace.csv\nrequests_csv: trace.csv\nduration: 1\n")
+    bad(tmp_path, ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                   "--spec", spec], "trace.csv", "requests_csv", cwd=tmp_path / "in")
+    run = tmp_path / "run"
+    run.mkdir()
+    outcome = invoke(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+                      "--spec", spec, "--json"], cwd=run)
+    assert outcome.code in (0, 1), outcome.stderr
+    assert (run / "trace.csv").exists()
+    assert inputs["workload"].read_text().startswith("arrival_s,")
