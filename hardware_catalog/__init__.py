@@ -5,6 +5,7 @@ everything downstream trusts the records it returns.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -22,7 +23,7 @@ from hardware_catalog.errors import InputError
 DATA_DIR = Path(__file__).resolve().parent
 
 __all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_catalog",
-           "read_yaml", "read_json", "read_text"]
+           "read_yaml", "read_json", "read_text", "check_path"]
 
 # Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
 MAX_FILE_BYTES = 512 * 1024 * 1024   # any input file (a 5-million-request trace is ~200 MB)
@@ -262,6 +263,21 @@ def _yaml_kind(value: Any) -> str:
 
 
 NULL_HINT = "is null; give a value, or remove the key to use its default"
+
+
+def check_path(path: str | Path, field: str | None = None) -> None:
+    """Refuse, in one line, a path the system will not even look up (a name or the whole path
+    too long, a symlink loop), which Path.exists() and is_file() raise as OSError; a missing
+    file is left to the caller."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            shown = str(path) if len(str(path)) <= 60 else str(path)[:60] + "..."
+            raise InputError(f"{err.strerror}; give a shorter path", source=shown,
+                             field=field) from None
+    except ValueError:   # a NUL byte
+        raise InputError("the path contains a NUL byte", field=field) from None
 
 
 def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:

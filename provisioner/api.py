@@ -19,7 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
+from hardware_catalog import (Catalog, Design, InputError, check_path, load_catalog,
+                              parse_design)
 from provisioner.confidence import interval_samples, intervals_of, verification
 from provisioner.evaluate import SimulationEvaluator, sim_options_echo
 from provisioner import __version__
@@ -83,6 +84,8 @@ def input_files(options: SearchOptions | SimulateOptions,
 
 
 def resolve_catalog(directory: str | None) -> Catalog:
+    if directory is not None:
+        check_path(directory, "catalog")
     if directory is not None and not Path(directory).is_dir():
         raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",
                          source=directory, field="catalog")

@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hardware_catalog import NULL_HINT, InputError, read_yaml
+from hardware_catalog import NULL_HINT, InputError, check_path, read_yaml
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
                                      Names, Number, OneOf, OrAuto, Text, count, fraction,
                                      positive)
@@ -373,6 +373,7 @@ def _check_custom_designs(entries: dict, source: str, key: str) -> None:
 
 def _relative_to(value: str, base_dir: Path) -> str:
     """A spec's file names are relative to the spec file (built-in names stay as they are)."""
+    check_path(base_dir / value, None)   # a name too long to look up: one line, not OSError
     if Path(value).is_absolute() or not (base_dir / value).exists():
         return value
     return os.path.relpath(base_dir / value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec
+from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec, check_path
 from provisioner.files import file_sha256
 from provisioner.options import Constraints, SearchSettings
 from simcore import SimOptions
@@ -119,6 +119,7 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     """A built-in name wins over a file of the same name in the working directory."""
     if name in builtin_workload_names():
         return WorkloadSource(name, "builtin", file_sha256(BUILTIN_TABLES_PATH))
+    check_path(name, "workload")
     path = Path(name)
     if not path.exists() and base_dir is not None and (base_dir / name).exists():
         path = base_dir / name
@@ -178,6 +179,7 @@ class _Scaled:
 def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
     if path is None:
         return PerfSource()
+    check_path(path, "perf_model")
     resolved = Path(path)
     if not resolved.exists() and base_dir is not None and (base_dir / path).exists():
         resolved = base_dir / path

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from hardware_catalog import InputError, read_yaml
+from hardware_catalog import InputError, check_path, read_yaml
 from hardware_catalog.checks import Invalid, positive
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -91,6 +91,7 @@ def load_slo_profile(name_or_path: str) -> SloProfile:
     builtins = builtin_slo_profiles()
     if name_or_path in builtins:
         return builtins[name_or_path]
+    check_path(name_or_path, "slo")
     path = Path(name_or_path)
     if path.suffix.lower() in (".yaml", ".yml") or path.exists():
         return parse_slo_profile(path.stem, read_yaml(path), str(path))

@@ -620,3 +620,19 @@ def test_spec_outputs_are_relative_to_the_current_folder(tmp_path):
     assert outcome.code in (0, 1), outcome.stderr
     assert (run / "trace.csv").exists()
     assert inputs["workload"].read_text().startswith("arrival_s,")
+
+
+@pytest.mark.parametrize("option,suffix", [("--workload", ".csv"), ("--slo", ".yaml"),
+                                           ("--slo", ""), ("--perf-model", ".yaml"),
+                                           ("--catalog", ""), ("--failures", ".csv"),
+                                           ("--spec", ".yaml")])
+def test_input_name_too_long(tmp_path, option, suffix):
+    """An input path the system will not look up (ENAMETOOLONG) is one line, not an OSError
+    from Path.exists()."""
+    bad(tmp_path, [*SIM, option, tmp_path / ("x" * 300 + suffix)], "too long")
+
+
+def test_spec_input_name_too_long(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"workload: {'x' * 300}.csv\n")
+    bad(tmp_path, [*SIM, "--spec", spec], "too long")
