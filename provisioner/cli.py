@@ -114,7 +114,8 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     """Simulate one cluster on one workload and check the SLOs (exit 1 if any SLO fails)."""
     from provisioner.api import input_files, merge_options, simulate_options
-    from provisioner.files import check_not_an_input, check_output_file, write_atomically
+    from provisioner.files import (check_not_an_input, check_output_file, output_errors,
+                                   write_atomically)
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
     options = merge_options(SimulateOptions, given_options(SimulateOptions, values), spec)
@@ -125,8 +126,8 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
     with compile_notice(enabled=not as_json):
         run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
-        write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False),
-                         "requests_csv")
+        with output_errors("requests_csv"):
+            write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
     summary = simulation_summary(run)
     if as_json:
         print_json(summary)
@@ -158,7 +159,7 @@ def calibrate(
     from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
     from simcore.perfmodel import coefficients_document
 
-    from provisioner.files import check_not_an_input, check_output_file
+    from provisioner.files import check_not_an_input, check_output_file, output_errors
 
     if out is not None:
         check_output_file(out, "out")
@@ -172,7 +173,8 @@ def calibrate(
         result.groups, command=command,
         source=f"{profile.name} (sha256 {file_sha256(profile)[:16]}, {result.rows} rows fitted)")
     if out is not None:
-        write_atomically(out, _coefficients_text(out, document), "out")
+        with output_errors("out"):
+            write_atomically(out, _coefficients_text(out, document))
     if as_json:
         print_json({"profile": str(profile), "seed": seed, "test_fraction": 0.2,
                     "rows": result.rows, "duplicates_dropped": result.duplicates_dropped,
@@ -209,7 +211,7 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
     from provisioner.runner import check_execution
 
     from provisioner.api import input_files
-    from provisioner.files import check_not_an_input
+    from provisioner.files import check_not_an_input, output_errors
     from provisioner.reports import REPORT_FILES
 
     options = merge_options(SearchOptions, given_options(SearchOptions, values), spec)
@@ -227,7 +229,9 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
         result = run_study(study, options.execution, progress.update)
         wall = time.perf_counter() - started
     document = result.to_dict()
-    write_reports(out, render_reports(document, result.designs))
+    texts = render_reports(document, result.designs)
+    with output_errors("out"):
+        write_reports(out, texts)
     if as_json:
         print_json(document)
     else:

@@ -6,6 +6,7 @@ is staged in a temp file beside its target (same file system) and renamed into p
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -55,10 +56,10 @@ def _write_staged(fd: int, text: str) -> None:
         handle.write(text)
 
 
-def write_atomically(path: Path, text: str, field: str | None = None) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Temp file in the same directory + os.replace: readers see the old file or the new one.
-    A failure (full disk, vanished folder) leaves no temp file and raises an InputError naming
-    the file (and `field`, the option that named it)."""
+    A failure (full disk, vanished folder) leaves no temp file and raises the OSError with the
+    target as its filename (`output_errors` turns it into the CLI's one-line error)."""
     try:
         temp = stage_file(path, text)
         try:
@@ -67,12 +68,26 @@ def write_atomically(path: Path, text: str, field: str | None = None) -> None:
             temp.unlink(missing_ok=True)
             raise
     except OSError as err:
-        raise _write_error(path, err, field) from None
+        _name_target(err, path)
+        raise
 
 
-def _write_error(path: Path, err: OSError, field: str | None) -> InputError:
-    return InputError(f"cannot write the file: {err.strerror or err}; nothing was written",
-                      source=str(path), field=field)
+def _name_target(err: OSError, path: Path) -> None:
+    """The error names the file the user asked for, not the temp file staged beside it."""
+    err.filename, err.filename2 = str(path), None
+
+
+@contextlib.contextmanager
+def output_errors(field: str, path: str | Path | None = None):
+    """A failed write of an output (full disk, quota, a folder removed meanwhile) becomes one
+    InputError naming the file and the option `field`: the CLI prints it, exit 2."""
+    try:
+        yield
+    except OSError as err:
+        target = err.filename or path
+        raise InputError(f"cannot write the file: {err.strerror or err}; nothing was written",
+                         source=None if target is None else str(target),
+                         field=field) from None
 
 
 def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bool = True,
@@ -94,7 +109,8 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
             try:
                 staged.append((stage_file(directory / name, text), directory / name))
             except OSError as err:   # e.g. a full disk: no report file has been replaced
-                raise _write_error(directory / name, err, field) from None
+                _name_target(err, directory / name)
+                raise
         for temp, target in staged:
             os.replace(temp, target)
     finally:
