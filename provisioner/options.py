@@ -301,12 +301,17 @@ def build(tree: type, values: dict[str, Any]) -> Any:
 
 
 def from_keywords(tree: type, keywords: dict[str, Any]) -> dict[str, Any]:
-    """Python API keywords (the option names), checked; errors name `rate=`."""
+    """Python API keywords (the option names), checked; errors name `rate=`. None is the
+    option left out where that is its default (`rate=None`), and refused elsewhere
+    (`goal=None` has no meaning)."""
     known = option_fields(tree)
     checked = {}
     for name, value in keywords.items():
         if name not in known or not (known[name].metadata["cli"] or known[name].metadata["spec"]):
             raise InputError(f"unknown option {name}=; known: {', '.join(public_names(tree))}")
+        if value is None and known[name].default is not None:
+            raise InputError(f"{name}=None is not a value; leave {name} out to use its default "
+                             f"({known[name].default!r})")
         checked[name] = _checked_keyword(known[name], value, f"{name}=")
     return checked
 

@@ -636,3 +636,22 @@ def test_spec_input_name_too_long(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"workload: {'x' * 300}.csv\n")
     bad(tmp_path, [*SIM, "--spec", spec], "too long")
+
+
+NOT_NONE = [n for n, f in option_fields(SearchOptions).items()
+            if (f.metadata["cli"] or f.metadata["spec"]) and f.default is not None]
+
+
+@pytest.mark.parametrize("name", NOT_NONE)
+def test_python_api_none_for_an_option_with_a_value(name):
+    """From Python, None is "left out" only where that is the option's default; `goal=None`
+    and `duration=None` went on to a TypeError."""
+    import provisioner
+    with pytest.raises(InputError, match=f"{name}=None"):
+        provisioner.search(**{name: None})
+
+
+def test_python_api_none_where_it_is_the_default():
+    from provisioner.options import from_keywords
+    assert from_keywords(SearchOptions, {"rate": None, "perf_model": None}) == \
+        {"rate": None, "perf_model": None}
