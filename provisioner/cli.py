@@ -353,11 +353,11 @@ def _stdout_failed(err: StdoutFailed) -> None:
     """One line on stderr; the unwritten output is dropped (stdout pointed at /dev/null, so the
     interpreter's last flush does not fail again with 'Exception ignored')."""
     import os
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass   # in-process (tests): stdout is not a file
+    if getattr(sys.stdout, "_stream", sys.stdout) is sys.__stdout__:   # not a test's capture
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
     _fail(f"cannot write to standard output: {err}")
 
 

@@ -124,10 +124,10 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
 TEMP_NAME_EXTRA = 32
 
 
-def check_name_lengths(path: str | Path, field: str) -> None:
+def check_name_lengths(path: str | Path, field: str, staged: bool = True) -> None:
     """Refuse a path the file system would refuse (ENAMETOOLONG), before any work: the whole
-    path, or one of its names, is too long, or the file name leaves no room for the temp file
-    written beside it."""
+    path, or one of its names, is too long, or (`staged`: a file written through a temp file
+    beside it) the file's name leaves no room for the temp file's."""
     path = Path(path)
     encoded = os.fsencode(str(path))
     existing = path
@@ -150,13 +150,15 @@ def check_name_lengths(path: str | Path, field: str) -> None:
         raise InputError(f"the path is too long ({len(encoded)} bytes; at most "
                          f"{path_max - TEMP_NAME_EXTRA - 1} here); choose a shorter one",
                          source=str(path)[:60] + "...", field=field)
-    for part in path.parts:
+    last = len(path.parts) - 1
+    for index, part in enumerate(path.parts):
         size = len(os.fsencode(part))
-        if size + TEMP_NAME_EXTRA > name_max:
+        room = TEMP_NAME_EXTRA if staged and index == last else 0
+        if size + room > name_max:
             shown = part if len(part) <= 40 else part[:20] + "..."
+            why = ", leaving room for the temp file staged beside it" if room else ""
             raise InputError(f"the name '{shown}' is too long ({size} bytes; at most "
-                             f"{name_max - TEMP_NAME_EXTRA} here, leaving room for the temp file "
-                             "staged beside it); choose a shorter one",
+                             f"{name_max - room} here{why}); choose a shorter one",
                              source=str(path)[:60] + ("..." if len(str(path)) > 60 else ""),
                              field=field)
 
@@ -167,7 +169,7 @@ def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] =
     device), or the nearest existing folder refuses a new file (read-only, or not a real file
     system)."""
     directory = Path(directory)
-    check_name_lengths(directory, field)
+    check_name_lengths(directory, field, staged=False)
     if directory.exists() and not directory.is_dir():
         raise InputError("exists and is not a directory; give a directory path",
                          source=str(directory), field=field)

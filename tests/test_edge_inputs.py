@@ -458,11 +458,12 @@ def test_full_file_system(tmp_path, monkeypatch, which):
         (["report"] if which == "out" else [])
 
 
-@pytest.mark.parametrize("length", [250, 300, 5000])
-@pytest.mark.parametrize("which", OUTPUTS)
+@pytest.mark.parametrize("which,length", [(w, n) for w in OUTPUTS for n in (250, 300, 5000)
+                                          if (w, n) != ("out", 250)])
 def test_name_too_long(tmp_path, which, length):
-    """Refused before any work: a name the file system refuses, or one that leaves no room for
-    the temp file staged beside it (250 bytes)."""
+    """Refused before any work: a name the file system refuses, or a file name that leaves no
+    room for the temp file staged beside it (250 bytes; a 250-byte --out folder is fine: its
+    files have short names)."""
     args, target = _outputs(tmp_path, which)
     long = target.parent / ("x" * length + target.suffix) if length < 1000 else \
         target.parent.joinpath(*["y" * 200] * 25, "r.csv")
