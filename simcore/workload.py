@@ -9,12 +9,10 @@ Which of them a name means (built-in or file, replayed or resampled) is decided 
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -26,6 +24,7 @@ import numpy as np
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 from hardware_catalog import read_text
+from hardware_catalog.csvcells import read_csv_cells
 from simcore.interp import KnotIndex, PiecewiseLinear
 
 BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
@@ -92,14 +91,13 @@ def load_trace(path: str | Path) -> Workload:
     source = str(path)
     header, table = _read_csv_as_text(path)
     trace_format, columns = _detect_format(header, source)
-    table = _without_unnamed_columns(table, header, source)
     table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
     if table.empty:
         raise InputError("file has a header but no requests", source=source)
     if len(table) > MAX_REQUESTS:
         raise InputError(f"{len(table)} requests; at most {MAX_REQUESTS} can be simulated: "
                          "replay a shorter window of the trace", source=source)
-    rows = table.index.to_numpy() + 2  # header is row 1
+    rows = table.index.to_numpy()  # the file's line numbers: the header is row 1
     arrival_column, prompt_column, output_column = (table[columns[c]] for c in trace_format.columns)
     if trace_format.timestamps:
         arrival_s, notes = _timestamps_to_seconds(arrival_column, rows, source, trace_format.arrival)
@@ -124,68 +122,21 @@ def check_trace_size(path: str | Path) -> None:
 
 
 def _read_csv_as_text(path: str | Path) -> tuple[list[str], pd.DataFrame]:
-    """The header's names and every cell as a string (columns by position, the file's row r at
-    index r - 2), so each bad value can be reported with its row and field.
-
-    The table has one column more than the header: a trailing comma on every row (a common
-    export artefact) fills it with empty values and is accepted; a value in it is refused by
-    `_without_unnamed_columns`, naming its row and column."""
-    import pandas as pd  # ~0.5 s to import, and only traces need it
-    source = str(path)
+    """The header's names and every cell as a string (columns by position, the index the
+    file's line numbers), so each bad value can be reported with its row and field; a trailing
+    comma on every row is accepted, a value under no name refused (`read_csv_cells`)."""
     check_trace_size(path)
     text = read_text(path, max_bytes=MAX_TRACE_BYTES)
     if text.count("\n") > MAX_REQUESTS + 1:   # counted before pandas builds millions of strings
         rows = sum(1 for line in text.splitlines()[1:] if line.strip())
         if rows > MAX_REQUESTS:
             raise InputError(f"{rows} requests; at most {MAX_REQUESTS} can be simulated: "
-                             "replay a shorter window of the trace", source=source)
-    try:
-        header = next(csv.reader(io.StringIO(text)), [])
-    except csv.Error as err:
-        raise InputError(f"malformed CSV header: {_one_line(err)}", source=source,
-                         row=1) from None
-    width = len(header)
-    try:
-        table = pd.read_csv(io.StringIO(text), header=None, names=range(width + 1), dtype=str,
-                            keep_default_na=False, skip_blank_lines=False, index_col=False)
-    except pd.errors.EmptyDataError:
-        raise InputError("file is empty", source=source) from None
-    except pd.errors.ParserError as err:
-        raise _malformed_csv(err, source, width) from None
-    table = table.iloc[1:].fillna("")   # the header row; a short row's missing fields: empty
-    table.index = table.index - 1
-    return header, table
+                             "replay a shorter window of the trace", source=str(path))
+    return read_csv_cells(text, str(path))
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
-
-
-def _malformed_csv(err: pd.errors.ParserError, source: str, width: int) -> InputError:
-    """The tokenizer counts file lines from 1, header included: the same numbering as ours."""
-    ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(err))
-    if ragged is None:
-        return InputError(f"malformed CSV: {_one_line(err)}", source=source)
-    _, row, seen = map(int, ragged.groups())
-    return InputError(f"malformed CSV: expected {width} fields, found {seen} (the header names "
-                      f"{width} columns)", source=source, row=row)
-
-
-def _without_unnamed_columns(table: pd.DataFrame, header: list[str], source: str) -> pd.DataFrame:
-    """A column without a name in the header (beyond its end, or an empty name) may only be
-    empty: a value there is data no one named, so the file is not what its header says."""
-    unnamed = [i for i, name in enumerate(header) if not name.strip()] + [len(header)]
-    for i in unnamed:
-        filled = (table[i] != "").to_numpy()
-        if filled.any():
-            first = int(np.flatnonzero(filled)[0])
-            value = table[i].iloc[first]
-            where = "beyond the header's last column" if i == len(header) else \
-                "whose name in the header is empty"
-            raise InputError(f"a value {value[:40]!r} in column {i + 1}, {where}; name the "
-                             "column in the header or remove the value", source=source,
-                             row=int(table.index[first]) + 2, field=f"column {i + 1}")
-    return table.drop(columns=[len(header)])
 
 
 def _detect_format(header: list[str], source: str) -> tuple[TraceFormat, dict[str, int]]:

@@ -656,3 +656,45 @@ def test_python_api_none_where_it_is_the_default():
     from provisioner.options import from_keywords
     assert from_keywords(SearchOptions, {"rate": None, "perf_model": None}) == \
         {"rate": None, "perf_model": None}
+
+
+# ------------------------------------------------------------- the other CSV inputs, same rule
+def _failure_rows(tmp_path: Path, rows: list[str]) -> list:
+    path = tmp_path / "failures.csv"
+    path.write_text("\n".join(["time_s,pool,machine,down_s", *rows]) + "\n")
+    return [*SIM, "--failures", path, "--json"]
+
+
+def test_failure_schedule_trailing_comma_is_accepted(tmp_path):
+    outcome = invoke(_failure_rows(tmp_path, ["0.5,prompt,0,1,", "0.6,token,1,2,"]))
+    assert outcome.code in (0, 1), outcome.stderr
+
+
+@pytest.mark.parametrize("rows,row", [(["0.5,prompt,0,1,9"], 2),
+                                      (["0.5,prompt,0,1", "0.6,token,1,2,,x"], 3)])
+def test_failure_schedule_unnamed_column_with_data(tmp_path, rows, row):
+    bad(tmp_path, _failure_rows(tmp_path, rows), "failures.csv", f"row {row}", "column 5")
+
+
+def _profile_text(tmp_path: Path) -> list[str]:
+    return _profile(tmp_path).read_text().splitlines()
+
+
+@pytest.mark.parametrize("header_comma", [False, True], ids=["rows", "rows-and-header"])
+def test_calibration_profile_trailing_comma_is_accepted(tmp_path, header_comma):
+    """It used to shift every column onto pandas' index ('tensor_parallel must be <= 1024,
+    got 2048')."""
+    from simcore.perfcalib import read_profile_csv
+    lines = _profile_text(tmp_path)
+    commas = tmp_path / "commas.csv"
+    commas.write_text("\n".join([lines[0] + ("," if header_comma else "")]
+                                + [line + "," for line in lines[1:]]) + "\n")
+    expected = read_profile_csv(tmp_path / "profile.csv")
+    assert read_profile_csv(commas).equals(expected)
+
+
+def test_calibration_profile_unnamed_column_with_data(tmp_path):
+    lines = _profile_text(tmp_path)
+    path = tmp_path / "extra.csv"
+    path.write_text("\n".join([lines[0], lines[1], lines[2] + ",7", *lines[3:]]) + "\n")
+    bad(tmp_path, ["calibrate", path], "extra.csv", "row 3", "column 9")
