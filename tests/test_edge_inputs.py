@@ -7,15 +7,23 @@ traceback) and that nothing was created or changed beside the inputs.
 """
 from __future__ import annotations
 
+import errno
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
+import provisioner.files as files
 from cli_harness import REPO, assert_bad_input, invoke, run_subprocess
+from hardware_catalog import InputError, load_catalog
+from provisioner.options import CHUNK_BUDGETS, SearchOptions, SimulateOptions, option_fields
+from simcore.workload import MAX_REQUESTS, load_trace
 
 
 def snapshot(root: Path) -> dict:
@@ -56,12 +64,7 @@ def test_cache_reads_only_regular_files(tmp_path):
 
 
 # ------------------------------------------------------------- null values, non-string keys
-import json  # noqa: E402
-import shutil  # noqa: E402
 
-import yaml  # noqa: E402
-
-from provisioner.options import SearchOptions, SimulateOptions, option_fields  # noqa: E402
 
 HW_DIR = REPO / "hardware_catalog"
 SIM = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
@@ -256,8 +259,6 @@ def test_documented_nulls_are_accepted(tmp_path):
 
 
 # ------------------------------------------------------------------ design name collisions
-from hardware_catalog import load_catalog  # noqa: E402
-from provisioner.options import CHUNK_BUDGETS  # noqa: E402
 
 CATALOG = load_catalog()
 CHUNKED = [name for name, d in CATALOG.designs.items() if d.is_chunked]
@@ -317,8 +318,6 @@ def test_budget_variants_refuse_a_name_collision():
 
 
 # ----------------------------------------------------------------------------------- traces
-from hardware_catalog import InputError  # noqa: E402
-from simcore.workload import MAX_REQUESTS, load_trace  # noqa: E402
 
 TRACE_FORMATS = {
     "plain": ("arrival_s,prompt_tokens,output_tokens", ["0,10,5", "0.5,20,6", "1.5,30,7"]),
@@ -411,9 +410,7 @@ def test_too_many_rows_refused_before_parsing(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- output failures
-import errno  # noqa: E402
 
-import provisioner.files as files  # noqa: E402
 
 SEARCH = ["search", "--designs", "splitwise-hh", "--duration", "1", "--rate", "5", "--no-cache",
           "--jobs", "1"]
