@@ -9,7 +9,6 @@ Which of them a name means (built-in or file, replayed or resampled) is decided 
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
