@@ -5,6 +5,7 @@ everything downstream trusts the records it returns.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -22,7 +23,7 @@ from hardware_catalog.errors import InputError
 DATA_DIR = Path(__file__).resolve().parent
 
 __all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_catalog",
-           "read_yaml", "read_json", "read_text"]
+           "read_yaml", "read_json", "read_text", "check_path"]
 
 # Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
 MAX_FILE_BYTES = 512 * 1024 * 1024   # any input file (a 5-million-request trace is ~200 MB)
@@ -125,6 +126,7 @@ class ModelSpec:
 
 
 PREFILL_POLICIES = ("whole", "chunked")
+RESERVED_DESIGN_CHARACTERS = "/@"   # PROMPT_SKU/TOKEN_SKU names, NAME@BUDGET variants
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-Serve's budget for strict SLOs (2048 for relaxed ones)
 
 
@@ -224,9 +226,10 @@ class Catalog:
         return _lookup(self.designs, name, "design")
 
     def with_designs(self, extra: Mapping[str, Design]) -> "Catalog":
-        """This catalog plus more design records (a custom design may not take a catalog name)."""
+        """This catalog plus more design records (a custom design may not take a catalog
+        name, even to define the same design: one name, one design)."""
         for name in extra:
-            if name in self.designs and extra[name] != self.designs[name]:
+            if name in self.designs:
                 raise InputError(f"design '{name}' redefines a catalog design; give it "
                                  "another name", field="custom_designs")
         return Catalog(self.machines, self.models, {**self.designs, **extra})
@@ -246,11 +249,42 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):   # a list or mapping key is not even hashable
+                shown = "null" if key is None else repr(key)[:40]
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {shown} is a {_yaml_kind(key)}, not a string: every key "
+                    "must be a string (quote it)", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_kind(value: Any) -> str:
+    for kinds, name in (((list, tuple), "list"), (dict, "mapping"), (bool, "boolean"),
+                        ((int, float), "number"), (type(None), "null")):
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__   # a date, bytes
+
+
+NULL_HINT = "is null; give a value, or remove the key to use its default"
+
+
+def check_path(path: str | Path, field: str | None = None) -> None:
+    """Refuse, in one line, a path the system will not even look up (a name or the whole path
+    too long, a symlink loop), which Path.exists() and is_file() raise as OSError; a missing
+    file is left to the caller."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            shown = str(path) if len(str(path)) <= 60 else str(path)[:60] + "..."
+            raise InputError(f"{err.strerror}; give a shorter path", source=shown,
+                             field=field) from None
+    except ValueError:   # a NUL byte
+        raise InputError("the path contains a NUL byte", field=field) from None
 
 
 def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
@@ -379,12 +413,14 @@ class _Fields:
             if default is ...:
                 raise self._err(key, "missing required field")
             return default
+        if self.entry[key] is None:   # null is not a value: a field is given or left out
+            raise self._err(key, NULL_HINT)
         return self.entry[key]
 
     def _checked(self, key: str, check, default: Any):
+        if key not in self.entry and default is not ...:
+            return default   # left out: the default, as it is
         value = self.raw(key, default)
-        if value is None and default is None:
-            return None
         try:
             return check(value)
         except Invalid as err:
@@ -418,6 +454,11 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
     sources = f.raw("sources", {})
     if not isinstance(sources, dict):
         raise f._err("sources", "must be a mapping of field to source")
+    for key, value in sources.items():
+        try:
+            Text()(value)
+        except Invalid as err:
+            raise f._err(f"sources.{key}", str(err)) from None
     return MachineSku(
         name=name, gpu=f.text("gpu"), gpus=f.number("gpus", integer=True, at_most=MAX_GPUS),
         hbm_gib=f.number("hbm_gib", at_most=1e5),
@@ -450,7 +491,7 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         bytes_per_value=f.number("bytes_per_value", 2, integer=True, at_most=8),
         tensor_parallel=f.number("tensor_parallel", 8, integer=True, at_most=MAX_GPUS),
         active_params_b=f.number("active_params_b", None, at_most=1e5),
-        perf_profile=f.text("perf_profile", None), source=str(f.raw("source", "")))
+        perf_profile=f.text("perf_profile", None), source=f.text("source", ""))
     if model.hidden % model.heads:
         raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
     if model.heads % model.kv_heads:
@@ -462,6 +503,11 @@ def parse_design(name: str, entry: Any, source: str,
                  machines: Mapping[str, MachineSku]) -> Design:
     """A design entry ({prompt_sku, token_sku, mixed_pool, prefill, chunk_tokens}) with its SKUs
     resolved to records."""
+    reserved = [c for c in RESERVED_DESIGN_CHARACTERS if c in name]
+    if reserved:
+        raise InputError(f"design name '{name}' contains '{reserved[0]}', which is reserved "
+                         "('/' names PROMPT_SKU/TOKEN_SKU designs, '@' the budget variants "
+                         "of --chunk-tokens auto); rename it", source=source, field=name)
     f = _Fields(entry, source, name)
     f.reject_unknown({"prompt_sku", "token_sku", "mixed_pool", "prefill", "chunk_tokens"})
 

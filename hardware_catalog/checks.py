@@ -139,16 +139,18 @@ class Mapping:
 
 @dataclass(frozen=True)
 class Names:
-    """A comma-separated string or a list of names (list items may also be records)."""
+    """A comma-separated string or a list of names (the Python API's Design records are taken
+    apart from names before this check)."""
 
     def __call__(self, value: Any) -> tuple:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)) or not value:
-            raise Invalid(f"must be {self.describe()}, got {value!r}")
+            raise Invalid(f"must be {self.describe()}, got {_short(value)}")
         for item in value:
-            if isinstance(item, str):
-                Text()(item)
+            if not isinstance(item, str):
+                raise Invalid(f"must be {self.describe()}; item {_short(item)} is not a name")
+            Text()(item)
         return tuple(value)
 
     def describe(self) -> str:

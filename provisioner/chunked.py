@@ -17,7 +17,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from hardware_catalog import Design
+from hardware_catalog import Design, InputError
 from provisioner.options import CHUNK_BUDGETS
 from provisioner.study import DesignResult, Goal
 
@@ -45,6 +45,11 @@ def budget_variants(designs: Sequence[Design], chunk_tokens) -> tuple[list[Desig
         else:
             searched.append(d)
             origin[d.name] = d.name
+    if len(origin) < len(searched):   # a record named like a variant would replace it
+        names = [d.name for d in searched]
+        clash = next(n for n in names if names.count(n) > 1)
+        raise InputError(f"design '{clash}' has the name of a budget variant that "
+                         "--chunk-tokens auto searches; rename it", field="designs")
     return searched, origin
 
 

@@ -117,21 +117,24 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
 
     given = given_options(SimulateOptions, values)
     with asked(SimulateOptions, given, spec, cli_style(SimulateOptions)) as options:
-        _simulate(options, as_json)
+        _simulate(options, spec, as_json)
 
 
-def _simulate(options: SimulateOptions, as_json: bool) -> None:
-    from provisioner.api import simulate_options
-    from provisioner.files import check_output_file, write_atomically
+def _simulate(options: SimulateOptions, spec: Optional[Path], as_json: bool) -> None:
+    from provisioner.api import input_files, simulate_options
+    from provisioner.files import (check_not_an_input, check_output_file, output_errors,
+                                   write_atomically)
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
 
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
         check_output_file(csv_path, "requests_csv")
+        check_not_an_input(csv_path, input_files(options, spec), "requests_csv")
     with compile_notice(enabled=not as_json):
         run = simulate_options(options)
     if csv_path is not None and run.result.feasible:
-        write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
+        with output_errors("requests_csv"):
+            write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
     summary = simulation_summary(run)
     if as_json:
         print_json(summary)
@@ -163,10 +166,11 @@ def calibrate(
     from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
     from simcore.perfmodel import coefficients_document
 
-    from provisioner.files import check_output_file
+    from provisioner.files import check_not_an_input, check_output_file, output_errors
 
     if out is not None:
         check_output_file(out, "out")
+        check_not_an_input(out, {"profile": profile}, "out")
     rows = select_rows(read_profile_csv(profile), tp, tuple(exclude_hardware), str(profile))
     result = fit_profile(rows, seed=seed, source=str(profile))
     command = " ".join(["provision calibrate", str(profile)]
@@ -176,10 +180,8 @@ def calibrate(
         result.groups, command=command,
         source=f"{profile.name} (sha256 {file_sha256(profile)[:16]}, {result.rows} rows fitted)")
     if out is not None:
-        try:
+        with output_errors("out"):
             write_atomically(out, _coefficients_text(out, document))
-        except OSError as err:
-            raise InputError(f"cannot write file: {err.strerror}", source=str(out)) from None
     if as_json:
         print_json({"profile": str(profile), "seed": seed, "test_fraction": 0.2,
                     "rows": result.rows, "duplicates_dropped": result.duplicates_dropped,
@@ -211,10 +213,10 @@ def search(spec: Optional[Path] = None, as_json: bool = False, **values):
 
     given = given_options(SearchOptions, values)
     with asked(SearchOptions, given, spec, cli_style(SearchOptions)) as options:
-        _search(options, as_json)
+        _search(options, spec, as_json)
 
 
-def _search(options: SearchOptions, as_json: bool) -> None:
+def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None:
     from provisioner.api import check_writable_dir, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
@@ -223,8 +225,15 @@ def _search(options: SearchOptions, as_json: bool) -> None:
 
     from provisioner.runner import check_execution
 
+    from provisioner.api import input_files
+    from provisioner.files import check_not_an_input, output_errors
+    from provisioner.reports import REPORT_FILES
+
     out = Path(options.execution.out)
     check_writable_dir(out, "out")
+    inputs = input_files(options, spec)
+    for name in REPORT_FILES:
+        check_not_an_input(out / name, inputs, "out")
     check_execution(options.execution)
     study = resolve_study(options)
     with compile_notice(enabled=not as_json):
@@ -234,7 +243,9 @@ def _search(options: SearchOptions, as_json: bool) -> None:
         result = run_study(study, options.execution, progress.update)
         wall = time.perf_counter() - started
     document = result.to_dict()
-    write_reports(out, render_reports(document, result.designs))
+    texts = render_reports(document, result.designs)
+    with output_errors("out"):
+        write_reports(out, texts)
     if as_json:
         print_json(document)
     else:
@@ -295,15 +306,81 @@ def check(report: Path, as_json: bool = False, **values):
         raise typer.Exit(1)
 
 
+class StdoutFailed(Exception):
+    """Writing to standard output failed (a full device, a closed pipe): not an OSError, so
+    no command's own OSError handling mistakes it for one of its files."""
+
+    def __init__(self, err: OSError):
+        super().__init__(err.strerror or str(err))
+
+
+class _GuardedStdout:
+    """sys.stdout as it is, except that a failed write or flush raises StdoutFailed (rich
+    prints through sys.stdout, so its tables are covered too)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            raise StdoutFailed(err) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            raise StdoutFailed(err) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _tolerant_streams() -> None:
+    """A stream that cannot encode a character (PYTHONIOENCODING=ascii, a C locale) writes a
+    replacement instead of failing: '?' on stdout (tables, ±, …), an escape on stderr (a file
+    name in an error)."""
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if hasattr(stream, "reconfigure") and encoding not in ("utf8", "utf16", "utf32"):
+            try:
+                stream.reconfigure(errors=errors)
+            except (OSError, ValueError):
+                pass
+
+
 def main() -> None:
     """Entry point: bad input anywhere becomes one line on stderr and exit code 2; Ctrl-C one
-    line and exit code 130."""
-    _main()
+    line and exit code 130; a standard output that cannot be written one line and exit 2."""
+    _tolerant_streams()
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
+    try:
+        _main()
+    finally:
+        if sys.stdout.__class__ is _GuardedStdout:
+            sys.stdout = stdout
+
+
+def _stdout_failed(err: StdoutFailed) -> None:
+    """One line on stderr; the unwritten output is dropped (stdout pointed at /dev/null, so the
+    interpreter's last flush does not fail again with 'Exception ignored')."""
+    import os
+    if getattr(sys.stdout, "_stream", sys.stdout) is sys.__stdout__:   # not a test's capture
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+    _fail(f"cannot write to standard output: {err}")
 
 
 def _main() -> None:
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()   # what is still buffered fails here, not at the interpreter's exit
+    except StdoutFailed as err:
+        _stdout_failed(err)
     except InputError as err:
         _fail(str(err))
     except UsageError as err:

@@ -6,6 +6,7 @@ is staged in a temp file beside its target (same file system) and renamed into p
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -41,22 +42,52 @@ def stage_file(path: Path, text: str) -> Path:
     else:
         raise FileExistsError(f"no free temp file name beside {path}")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        _write_staged(fd, text)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
 
 
+def _write_staged(fd: int, text: str) -> None:
+    """Write `text` to the new temp file `fd` (UTF-8, whatever the locale) and close it; a full
+    disk (ENOSPC) or a quota raises OSError here, before any target is touched."""
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same directory + os.replace: readers see the old file or the new one."""
-    temp = stage_file(path, text)
+    """Temp file in the same directory + os.replace: readers see the old file or the new one.
+    A failure (full disk, vanished folder) leaves no temp file and raises the OSError with the
+    target as its filename (`output_errors` turns it into the CLI's one-line error)."""
     try:
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
+        temp = stage_file(path, text)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        _name_target(err, path)
         raise
+
+
+def _name_target(err: OSError, path: Path) -> None:
+    """The error names the file the user asked for, not the temp file staged beside it."""
+    err.filename, err.filename2 = str(path), None
+
+
+@contextlib.contextmanager
+def output_errors(field: str, path: str | Path | None = None):
+    """A failed write of an output (full disk, quota, a folder removed meanwhile) becomes one
+    InputError naming the file and the option `field`: the CLI prints it, exit 2."""
+    try:
+        yield
+    except OSError as err:
+        target = err.filename or path
+        raise InputError(f"cannot write the file: {err.strerror or err}; nothing was written",
+                         source=None if target is None else str(target),
+                         field=field) from None
 
 
 def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bool = True,
@@ -75,7 +106,11 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
     staged: list[tuple[Path, Path]] = []
     try:
         for name, text in texts.items():
-            staged.append((stage_file(directory / name, text), directory / name))
+            try:
+                staged.append((stage_file(directory / name, text), directory / name))
+            except OSError as err:   # e.g. a full disk: no report file has been replaced
+                _name_target(err, directory / name)
+                raise
         for temp, target in staged:
             os.replace(temp, target)
     finally:
@@ -85,11 +120,56 @@ def write_files_atomically(directory: Path, texts: Mapping[str, str], create: bo
 
 
 # ------------------------------------------------------------------- outputs, checked up front
+# A staged temp file's name is the target's plus ".", ".<pid>.<n>.tmp": at most this much more.
+TEMP_NAME_EXTRA = 32
+
+
+def check_name_lengths(path: str | Path, field: str, staged: bool = True) -> None:
+    """Refuse a path the file system would refuse (ENAMETOOLONG), before any work: the whole
+    path, or one of its names, is too long, or (`staged`: a file written through a temp file
+    beside it) the file's name leaves no room for the temp file's."""
+    path = Path(path)
+    encoded = os.fsencode(str(path))
+    existing = path
+    while True:   # the nearest existing folder says its limits; lstat does not follow links
+        try:
+            os.lstat(existing)
+            break
+        except OSError:
+            if existing == existing.parent:
+                break
+            existing = existing.parent
+    try:
+        name_max = os.pathconf(existing if existing.is_dir() else existing.parent,
+                               "PC_NAME_MAX")
+        path_max = os.pathconf(existing if existing.is_dir() else existing.parent,
+                               "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    if len(encoded) + TEMP_NAME_EXTRA >= path_max:
+        raise InputError(f"the path is too long ({len(encoded)} bytes; at most "
+                         f"{path_max - TEMP_NAME_EXTRA - 1} here); choose a shorter one",
+                         source=str(path)[:60] + "...", field=field)
+    last = len(path.parts) - 1
+    for index, part in enumerate(path.parts):
+        size = len(os.fsencode(part))
+        room = TEMP_NAME_EXTRA if staged and index == last else 0
+        if size + room > name_max:
+            shown = part if len(part) <= 40 else part[:20] + "..."
+            why = ", leaving room for the temp file staged beside it" if room else ""
+            raise InputError(f"the name '{shown}' is too long ({size} bytes; at most "
+                             f"{name_max - room} here{why}); choose a shorter one",
+                             source=str(path)[:60] + ("..." if len(str(path)) > 60 else ""),
+                             field=field)
+
+
 def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] = ()) -> None:
     """Fail before any simulation when `directory` cannot become a directory holding `files`
-    that we can write: it is a file, a file in it is a directory (or a device), or the nearest
-    existing folder refuses a new file (read-only, or not a real file system)."""
+    that we can write: its name is too long, it is a file, a file in it is a directory (or a
+    device), or the nearest existing folder refuses a new file (read-only, or not a real file
+    system)."""
     directory = Path(directory)
+    check_name_lengths(directory, field, staged=False)
     if directory.exists() and not directory.is_dir():
         raise InputError("exists and is not a directory; give a directory path",
                          source=str(directory), field=field)
@@ -112,14 +192,20 @@ def check_output_dir(directory: str | Path, field: str, files: tuple[str, ...] =
 
 
 def check_output_file(path: str | Path, field: str) -> None:
-    """Fail before any work when the file `path` cannot be written (atomically, beside it)."""
+    """Fail before any work when the file `path` cannot be written (atomically, beside it):
+    its name is too long, it is a folder or a device, its folder does not exist or is not
+    writable."""
     path = Path(path)
+    check_name_lengths(path, field)
     if path.is_dir():
         raise InputError("is a directory, not a file; give a file path", source=str(path),
                          field=field)
     if path.exists() and not path.is_file():
         raise InputError("is not a regular file; give a file path", source=str(path),
                          field=field)
+    if not path.parent.is_dir():   # a file's folder is not made for it: a typo, most likely
+        raise InputError(f"the folder {path.parent} does not exist; create it first",
+                         source=str(path), field=field)
     check_output_dir(path.parent, field)
 
 
@@ -132,3 +218,19 @@ def _probe_write(existing: Path, target: Path, field: str) -> None:
     except OSError as err:
         raise InputError(f"cannot write in {existing} ({err.strerror or err}); choose a "
                          "writable directory", source=str(target), field=field) from None
+
+
+# --------------------------------------------------------------- outputs never replace inputs
+def check_not_an_input(output: str | Path, inputs: Mapping[str, str | Path], field: str) -> None:
+    """Fail before any work when the output file `output` is one of the run's input files
+    (`inputs`: what it is -> its path), by the same path, another spelling of it, a symlink or
+    a hard link: writing it would destroy the input."""
+    for what, path in inputs.items():
+        try:
+            same = os.path.samefile(output, path)
+        except (OSError, ValueError):   # the output does not exist yet: it is no input
+            continue
+        if same:
+            raise InputError(f"is the {what} {path}: writing it would destroy an input of "
+                             "this run; choose another file", source=str(output), field=field)
+

@@ -22,7 +22,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hardware_catalog import InputError, read_yaml
+from hardware_catalog import NULL_HINT, InputError, check_path, read_yaml
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
                                      Names, Number, NumberList, OneOf, OrAuto, Text, count,
                                      fraction, positive)
@@ -246,8 +246,9 @@ class ClusterOptions:
                                      count(1, MAX_MACHINES))
     mixed_pool: Optional[bool] = option(None, "Override the design's mixed-pool setting.", Flag(),
                                         default_text="the design's")
-    requests_csv: Optional[str] = option(None, "Write per-request latencies to this CSV.", Text(),
-                                        metavar="FILE")
+    requests_csv: Optional[str] = option(
+        None, "Write per-request latencies to this CSV (never one of the run's inputs; in a "
+              "spec file, relative to the current folder like --out).", Text(), metavar="FILE")
     failures: Optional[str] = option(
         None, "Failure schedule CSV: time_s, pool (prompt|token|any), machine (index in the "
               "pool), down_s (a number or inf).", Text(), path=True, metavar="CSV")
@@ -307,12 +308,17 @@ def build(tree: type, values: dict[str, Any]) -> Any:
 
 
 def from_keywords(tree: type, keywords: dict[str, Any]) -> dict[str, Any]:
-    """Python API keywords (the option names), checked; errors name `rate=`."""
+    """Python API keywords (the option names), checked; errors name `rate=`. None is the
+    option left out where that is its default (`rate=None`), and refused elsewhere
+    (`goal=None` has no meaning)."""
     known = option_fields(tree)
     checked = {}
     for name, value in keywords.items():
         if name not in known or not (known[name].metadata["cli"] or known[name].metadata["spec"]):
             raise InputError(f"unknown option {name}=; known: {', '.join(public_names(tree))}")
+        if value is None and known[name].default is not None:
+            raise InputError(f"{name}=None is not a value; leave {name} out to use its default "
+                             f"({known[name].default!r})")
         checked[name] = _checked_keyword(known[name], value, f"{name}=")
     return checked
 
@@ -335,27 +341,51 @@ def public_names(tree: type) -> list[str]:
 
 # ------------------------------------------------------------------------------ spec files
 def read_spec(path: str | Path, tree: type = SearchOptions) -> dict[str, Any]:
-    """A spec file's options (keys as the option names, with - or _), checked; file names in it
-    are resolved against the spec file's folder."""
+    """A spec file's options (keys as the option names, with - or _), checked; the names of
+    input files in it are resolved against the spec file's folder (a spec travels with its
+    data), outputs (`out`, `requests_csv`, `cache_dir`) against the current folder, as on the
+    command line. Null values are refused: a key is removed to use its default."""
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
         raise InputError("a spec file must be a mapping of option names to values",
                          source=str(path))
     known = {name: f for name, f in option_fields(tree).items() if f.metadata["spec"]}
     options = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("-", "_")
+    for raw_key, value in data.items():   # keys are strings (read_yaml)
+        key = raw_key.replace("-", "_")
         if key not in known:
             raise InputError(f"unknown option; expected one of {', '.join(sorted(known))}",
-                             source=str(path), field=str(raw_key))
-        options[key] = check_value(known[key], value, str(raw_key), source=str(path))
+                             source=str(path), field=raw_key)
+        if value is None:   # `goal: ~` means nothing; every option has a non-null default
+            raise InputError(NULL_HINT, source=str(path), field=raw_key)
+        options[key] = check_value(known[key], value, raw_key, source=str(path))
+        if key == "custom_designs":
+            _check_custom_designs(options[key], str(path), raw_key)
         if known[key].metadata["path"] and options[key] is not None:
             options[key] = _relative_to(options[key], Path(path).resolve().parent)
     return options
 
 
+def _check_custom_designs(entries: dict, source: str, key: str) -> None:
+    """The shape of a spec's own designs, with errors naming the spec file (their fields are
+    checked against the catalog where the designs are built)."""
+    for name, entry in entries.items():
+        where = f"{key}.{name}"
+        try:
+            Text()(name)
+        except Invalid as err:
+            raise InputError(f"design name {err}", source=source, field=key) from None
+        if not isinstance(entry, dict):
+            raise InputError(f"must be a mapping of fields (prompt_sku, token_sku, ...), got "
+                             f"{entry!r}"[:120], source=source, field=where)
+        for name_of_field, value in entry.items():
+            if value is None:
+                raise InputError(NULL_HINT, source=source, field=f"{where}.{name_of_field}")
+
+
 def _relative_to(value: str, base_dir: Path) -> str:
     """A spec's file names are relative to the spec file (built-in names stay as they are)."""
+    check_path(base_dir / value, None)   # a name too long to look up: one line, not OSError
     if Path(value).is_absolute() or not (base_dir / value).exists():
         return value
     return os.path.relpath(base_dir / value)

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from hardware_catalog import Catalog, Design, InputError, load_catalog, parse_design
+from hardware_catalog import Catalog, Design, InputError, check_path, load_catalog, parse_design
 from hardware_catalog.errors import naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
@@ -85,7 +85,34 @@ def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | Non
 
 
 # --------------------------------------------------------------------- options -> records
+def input_files(options: Any, spec: str | Path | None = None) -> dict[str, Path]:
+    """Every file the run reads, labelled as the user gave it (for `check_not_an_input`):
+    spec, trace, SLO profile, performance model, failure schedule, catalog files. Built-in
+    names (a workload, an SLO profile) are not files."""
+    from simcore.workload import builtin_workload_names
+    from slo_profiles import builtin_slo_profiles
+    s = options.study
+    files: dict[str, Path] = {}
+    if spec is not None:
+        files["--spec file"] = Path(spec)
+    if s.workload not in builtin_workload_names():
+        files["--workload trace"] = Path(s.workload)
+    if s.slo not in builtin_slo_profiles():
+        files["--slo profile"] = Path(s.slo)
+    if s.perf_model is not None:
+        files["--perf-model file"] = Path(s.perf_model)
+    failures = getattr(getattr(options, "cluster", None), "failures", None)
+    if failures is not None:
+        files["--failures schedule"] = Path(failures)
+    if s.catalog is not None:
+        for name in ("machines", "models", "designs"):
+            files[f"catalog file ({name})"] = Path(s.catalog) / f"{name}.yaml"
+    return files
+
+
 def resolve_catalog(directory: str | None) -> Catalog:
+    if directory is not None:
+        check_path(directory, "catalog")
     if directory is not None and not Path(directory).is_dir():
         raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",
                          source=directory, field="catalog")
@@ -337,16 +364,25 @@ def options_from_echo(inputs: Any, source: str, base_dir: Path | None = None) ->
         value = echo[name]
         if isinstance(f.default, tuple) and isinstance(value, list):
             value = tuple(value)
-        value = check_value(f, value, f"inputs.options.{name}", source=source)
-        if name == "designs" and not all(isinstance(v, (str, dict)) for v in value):
-            raise InputError("must list design names or design records; the report was "
-                             "edited: re-run the search", source=source,
-                             field=f"inputs.options.{name}")
+        if name == "designs" and isinstance(value, tuple) and any(isinstance(v, dict)
+                                                                   for v in value):
+            value = _designs_echo(f, value, source)   # Python-built records, echoed
+        else:
+            value = check_value(f, value, f"inputs.options.{name}", source=source)
         if f.metadata["path"] and value is not None:
             value = _beside_report(value, base_dir)
         values[name] = value
     _check_not_null(values, source)
     return build(SearchOptions, values)
+
+
+def _designs_echo(f, items: tuple, source: str) -> tuple:
+    """Design names checked as names; design records (a Python caller's, echoed as mappings)
+    kept for `resolve_design`, which checks them against the catalog."""
+    names = [item for item in items if not isinstance(item, dict)]
+    if names:
+        check_value(f, names, "inputs.options.designs", source=source)
+    return items
 
 
 def _check_not_null(values: dict, source: str) -> None:

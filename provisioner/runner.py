@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -80,11 +81,13 @@ class DiskCache:
             return None
         path = self._path(key)
         try:
-            text = path.read_text()
+            text = _read_regular_file(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except (OSError, UnicodeDecodeError):
+        except (OSError, ValueError):   # unreadable, not UTF-8, or far too large
             return self._damaged(path, "unreadable")
+        if text is None:
+            return self._damaged(path, "not a regular file")
         try:
             return outcome_from_json(json.loads(text, parse_constant=_reject_constant))
         except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
@@ -112,6 +115,23 @@ class DiskCache:
             why = getattr(err, "strerror", None) or str(err)
             warn(f"cannot write the evaluation cache {self.directory} ({why}); running "
                  "uncached (choose another with --cache-dir, or --no-cache)")
+
+
+MAX_ENTRY_BYTES = 1 << 20   # an outcome record is ~1 kB; anything far larger is not one
+
+
+def _read_regular_file(path: Path) -> str | None:
+    """The text of `path`, or None when it is not a regular file (a FIFO would block open() and
+    read() forever, a device never ends): opened without blocking, checked with fstat before any
+    read, and read up to MAX_ENTRY_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(MAX_ENTRY_BYTES + 1)
+    if len(data) > MAX_ENTRY_BYTES:
+        raise ValueError("larger than an outcome record")
+    return data.decode("utf-8")
 
 
 def _reject_constant(name: str):

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec
+from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec, check_path
 from hardware_catalog.errors import option_ref
 from provisioner.files import file_sha256
 from provisioner.options import Constraints, SearchSettings
@@ -20,7 +20,7 @@ from simcore import SimOptions, splitwise_sim
 from simcore.perfmodel import (PerformanceModel, default_performance_model,
                                load_performance_model, perf_model_version)
 from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
-                              load_trace, resample_sizes, synthesize)
+                              check_trace_size, load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the nine, in report order
@@ -122,6 +122,7 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     """A built-in name wins over a file of the same name in the working directory."""
     if name in builtin_workload_names():
         return WorkloadSource(name, "builtin", file_sha256(BUILTIN_TABLES_PATH))
+    check_path(name, "workload")
     path = Path(name)
     if not path.exists() and base_dir is not None and (base_dir / name).exists():
         path = base_dir / name
@@ -129,6 +130,7 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
         raise InputError(f"workload '{name}' is neither a built-in workload "
                          f"({', '.join(builtin_workload_names())}) nor an existing file",
                          field="workload")
+    check_trace_size(path)   # before hashing it
     return WorkloadSource(name, "trace", file_sha256(path), str(path))
 
 
@@ -197,6 +199,7 @@ class _Scaled:
 def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
     if path is None:
         return PerfSource()
+    check_path(path, "perf_model")
     resolved = Path(path)
     if not resolved.exists() and base_dir is not None and (base_dir / path).exists():
         resolved = base_dir / path

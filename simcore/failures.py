@@ -38,7 +38,13 @@ def read_failure_csv(path) -> tuple:
         raise InputError(f"missing column(s) {', '.join(missing)}; a failure schedule has "
                          f"columns {', '.join(COLUMNS)}", source=str(path))
     rows = []
-    for number, raw in enumerate(reader, start=2):
+    for raw in reader:
+        number = reader.line_num
+        extra = [v for v in raw.pop(None, None) or [] if v.strip()]
+        if extra:   # beyond the header's last column; a trailing comma alone is accepted
+            raise InputError(f"a value {extra[0][:40]!r} beyond the header's last column; "
+                             "name the column in the header or remove the value",
+                             source=str(path), row=number, field=f"column {len(header) + 1}")
         row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
         rows.append(_row(row, str(path), number))
     if not rows:

@@ -19,7 +19,6 @@ Fitting, per (model, hardware, tensor_parallel) group (closed forms in `simcore.
 """
 from __future__ import annotations
 
-import io
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import pandas as pd
 from scipy.optimize import least_squares  # robust bounded nonlinear least squares for the fit
 
 from hardware_catalog import Catalog, InputError, load_catalog, read_text
+from hardware_catalog.csvcells import read_csv_cells
 from simcore.perfmodel import (DecodeCoefficients, PairCoefficients, PromptCoefficients,
                                Reference)
 
@@ -55,15 +55,16 @@ MIN_GROUP_ROWS = 5
 def read_profile_csv(path: str | Path) -> pd.DataFrame:
     """Read and validate a profile CSV; every problem is a one-line InputError (file, row, field)."""
     source = str(path)
-    try:
-        raw = pd.read_csv(io.StringIO(read_text(path)), dtype=str, keep_default_na=False,
-                          skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        raise InputError("file is empty", source=source) from None
-    except pd.errors.ParserError as err:
-        message = " ".join(str(err).split())
-        raise InputError(f"malformed CSV: {message}; fix the file", source=source) from None
-    raw.columns = [str(c).strip() for c in raw.columns]
+    # cells where they stood: a trailing comma on every row is accepted, a value under no
+    # column name refused (it used to shift every column onto pandas' index)
+    header, cells = read_csv_cells(read_text(path), source)
+    cells = cells[~(cells == "").all(axis=1)]   # blank lines
+    first: dict[str, int] = {}
+    for position, name in enumerate(header):
+        first.setdefault(name.strip(), position)   # a name given twice: its first column
+    raw = pd.DataFrame({name: cells[position].to_numpy() for name, position in first.items()
+                        if name}, index=range(len(cells)))
+    raw.attrs["rows"] = cells.index.to_numpy()     # the file's line numbers, for errors
     for column in PROFILE_COLUMNS:
         if column not in raw.columns:
             raise InputError(f"missing column '{column}' (need {', '.join(PROFILE_COLUMNS)})",
@@ -78,7 +79,7 @@ def read_profile_csv(path: str | Path) -> pd.DataFrame:
     for column in _WHOLE + _TIMES:
         if column in raw.columns:
             profile[column] = _positive_numbers(raw, column, source, whole=column in _WHOLE)
-    profile["row"] = np.arange(len(raw)) + 2
+    profile["row"] = raw.attrs["rows"]
     return profile
 
 
@@ -97,7 +98,8 @@ def _positive_numbers(raw: pd.DataFrame, column: str, source: str, whole: bool) 
 def _reject(bad: pd.Series, raw: pd.DataFrame, source: str, column: str, rule: str) -> None:
     if bad.any():
         i = int(np.argmax(bad.to_numpy()))
-        raise InputError(f"{rule}, got {raw[column].iloc[i]!r}", source=source, row=i + 2,
+        raise InputError(f"{rule}, got {raw[column].iloc[i]!r}", source=source,
+                         row=int(raw.attrs["rows"][i]),
                          field=column)
 
 

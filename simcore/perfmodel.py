@@ -416,6 +416,16 @@ def parse_coefficients_document(document: Any, source: str) -> list[PairCoeffici
     if not isinstance(document, dict) or document.get("format") != COEFFICIENTS_FORMAT:
         raise InputError(f"not a coefficients file: expected format '{COEFFICIENTS_FORMAT}'",
                          source=source, field="format")
+    for key in ("closed_form_version", "source", "command", "units"):
+        value = document.get(key, "")
+        if not isinstance(value, str):   # labels, but a null or a number is not one
+            raise InputError(f"must be a string, got {'null' if value is None else value!r}"[:120],
+                             source=source, field=key)
+    unknown = sorted(set(document) - {"format", "closed_form_version", "source", "command",
+                                      "units", "groups"})
+    if unknown:
+        raise InputError("unknown key; expected format, closed_form_version, source, command, "
+                         "units, groups", source=source, field=unknown[0])
     groups = document.get("groups")
     if not isinstance(groups, list) or not groups:
         raise InputError("'groups' must be a non-empty list", source=source, field="groups")

@@ -9,10 +9,10 @@ Which of them a name means (built-in or file, replayed or resampled) is decided 
 """
 from __future__ import annotations
 
-import io
 import json
 import math
-import re
+import os
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -23,6 +23,7 @@ import numpy as np
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 from hardware_catalog import read_text
+from hardware_catalog.csvcells import read_csv_cells
 from simcore.interp import KnotIndex, PiecewiseLinear
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a trace is read
@@ -36,6 +37,12 @@ MAX_REQUESTS = 5_000_000           # requests in a trace, or synthesized (rate x
 MAX_SYNTHESIZED_REQUESTS = MAX_REQUESTS
 MAX_REQUEST_TOKENS = 10_000_000    # prompt or output tokens of one request
 MAX_TRACE_SECONDS = 366 * 86400.0  # arrival times (and a timestamped trace's span): one year
+# A trace file's size bound: MAX_REQUESTS rows of at most this many bytes. The formats' rows are
+# 20-40 bytes (an Azure row with its timestamp ~35, a SplitwiseSim row with its ids ~25), so 100
+# is generous; a larger file cannot be a trace we could simulate, and is refused before it is
+# read (or hashed), instead of being parsed until memory runs out.
+TRACE_BYTES_PER_ROW = 100
+MAX_TRACE_BYTES = MAX_REQUESTS * TRACE_BYTES_PER_ROW
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,15 +91,15 @@ def load_trace(path: str | Path) -> Workload:
     kept as they are. Unsorted arrivals are sorted (stably) and say so in `notes`.
     """
     source = str(path)
-    table = _read_csv_as_text(path)
-    trace_format, columns = _detect_format(table.columns, source)
+    header, table = _read_csv_as_text(path)
+    trace_format, columns = _detect_format(header, source)
     table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
     if table.empty:
         raise InputError("file has a header but no requests", source=source)
     if len(table) > MAX_REQUESTS:
         raise InputError(f"{len(table)} requests; at most {MAX_REQUESTS} can be simulated: "
                          "replay a shorter window of the trace", source=source)
-    rows = table.index.to_numpy() + 2  # header is row 1
+    rows = table.index.to_numpy()  # the file's line numbers: the header is row 1
     arrival_column, prompt_column, output_column = (table[columns[c]] for c in trace_format.columns)
     if trace_format.timestamps:
         arrival_s, notes = _timestamps_to_seconds(arrival_column, rows, source, trace_format.arrival)
@@ -103,37 +110,43 @@ def load_trace(path: str | Path) -> Workload:
     return _sorted_workload(Path(path).name, arrival_s, prompt, output, notes)
 
 
-def _read_csv_as_text(path: str | Path) -> pd.DataFrame:
-    """Every cell as a string, so each bad value can be reported with its row and field."""
-    import pandas as pd  # ~0.5 s to import, and only traces need it
-    source = str(path)
-    text = read_text(path)
+def check_trace_size(path: str | Path) -> None:
+    """Refuse a trace file larger than MAX_TRACE_BYTES by its size, before reading it (other
+    kinds of file are left to `read_text`, which names what they are)."""
     try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
-                           skip_blank_lines=False)
-    except pd.errors.EmptyDataError:
-        raise InputError("file is empty", source=source) from None
-    except pd.errors.ParserError as err:
-        raise _malformed_csv(err, source) from None
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_size > MAX_TRACE_BYTES:
+        raise InputError(f"trace is too large ({info.st_size} bytes; at most {MAX_TRACE_BYTES} "
+                         f"bytes: {MAX_REQUESTS} requests of up to {TRACE_BYTES_PER_ROW} bytes "
+                         "per row); replay a shorter window of the trace", source=str(path))
+
+
+def _read_csv_as_text(path: str | Path) -> tuple[list[str], pd.DataFrame]:
+    """The header's names and every cell as a string (columns by position, the index the
+    file's line numbers), so each bad value can be reported with its row and field; a trailing
+    comma on every row is accepted, a value under no name refused (`read_csv_cells`)."""
+    check_trace_size(path)
+    text = read_text(path, max_bytes=MAX_TRACE_BYTES)
+    if text.count("\n") > MAX_REQUESTS + 1:   # counted before pandas builds millions of strings
+        rows = sum(1 for line in text.splitlines()[1:] if line.strip())
+        if rows > MAX_REQUESTS:
+            raise InputError(f"{rows} requests; at most {MAX_REQUESTS} can be simulated: "
+                             "replay a shorter window of the trace", source=str(path))
+    return read_csv_cells(text, str(path))
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def _malformed_csv(err: pd.errors.ParserError, source: str) -> InputError:
-    """The tokenizer counts file lines from 1, header included: the same numbering as ours."""
-    ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(err))
-    if ragged is None:
-        return InputError(f"malformed CSV: {_one_line(err)}", source=source)
-    expected, row, seen = map(int, ragged.groups())
-    return InputError(f"malformed CSV: expected {expected} fields, found {seen}", source=source,
-                      row=row)
-
-
-def _detect_format(header: pd.Index, source: str) -> tuple[TraceFormat, dict[str, str]]:
-    """Pick the format whose columns the header holds (names matched ignoring case and spaces)."""
-    present = {str(name).strip().lower(): str(name) for name in header}
+def _detect_format(header: list[str], source: str) -> tuple[TraceFormat, dict[str, int]]:
+    """Pick the format whose columns the header holds (names matched ignoring case and spaces;
+    a name given twice: its first column); its columns by position."""
+    present: dict[str, int] = {}
+    for position, name in enumerate(header):
+        present.setdefault(name.strip().lower(), position)
     accepted = "; ".join(f.describe() for f in TRACE_FORMATS)
 
     def found(fmt: TraceFormat) -> list[str]:
@@ -142,7 +155,7 @@ def _detect_format(header: pd.Index, source: str) -> tuple[TraceFormat, dict[str
     best = max(TRACE_FORMATS, key=lambda fmt: len(found(fmt)))  # first format wins a tie
     matched = found(best)
     if not matched:
-        shown = ", ".join(str(name) for name in header)[:120]
+        shown = ", ".join(header)[:120]
         raise InputError(f"unrecognised header '{shown}'; accepted formats: {accepted}",
                          source=source, row=1)
     missing = [c for c in best.columns if c not in matched]

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from hardware_catalog import InputError, read_yaml
+from hardware_catalog import InputError, check_path, read_yaml
 from hardware_catalog.checks import Invalid, positive
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -71,9 +71,13 @@ def parse_slo_profile(name: str, data, source: str) -> SloProfile:
                 limits[(metric, pct)] = positive(MAX_LIMIT)(limit)
             except Invalid as err:
                 raise InputError(f"limit {err}", source=source, field=key) from None
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise InputError(f"must be a string, got {'null' if description is None else description!r}"[:120],
+                         source=source, field="description")
     ordered = {k: limits[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in limits}
     return SloProfile(name=name, kind=kind, limits=ordered,
-                      description=str(data.get("description", "")))
+                      description=description)
 
 
 @lru_cache(maxsize=None)
@@ -87,6 +91,7 @@ def load_slo_profile(name_or_path: str) -> SloProfile:
     builtins = builtin_slo_profiles()
     if name_or_path in builtins:
         return builtins[name_or_path]
+    check_path(name_or_path, "slo")
     path = Path(name_or_path)
     if path.suffix.lower() in (".yaml", ".yml") or path.exists():
         return parse_slo_profile(path.stem, read_yaml(path), str(path))

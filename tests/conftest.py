@@ -9,88 +9,17 @@
   one of `names`, no traceback).
 
 All of them return or take an `Outcome` (returncode, stdout, stderr). Test modules never import
-each other: shared strategies and simulator helpers live in tests/strategies.py, the synthetic
-search oracles in tests/oracles.py (plain modules, not collected).
+each other: the runners live in tests/harness.py, shared strategies and simulator helpers in
+tests/strategies.py, the synthetic search oracles in tests/oracles.py (plain modules, not
+collected).
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import subprocess
-import sys
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class Outcome:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def code(self) -> int:
-        return self.returncode
-
-
-def invoke(args: list, cwd: Path | None = None) -> Outcome:
-    from provisioner.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old_argv, old_cwd = sys.argv, os.getcwd()
-    sys.argv = ["provision", *map(str, args)]
-    code = 0
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None
-                                                                       else 1)
-    finally:
-        sys.argv = old_argv
-        os.chdir(old_cwd)
-    return Outcome(code, out.getvalue(), err.getvalue())
-
-
-def _run(command: list, cwd, env, timeout) -> Outcome:
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=cwd or REPO,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-    return Outcome(proc.returncode, proc.stdout, proc.stderr)
-
-
-def run_cli(*args, cwd: Path | None = None, env: dict | None = None,
-            timeout: float = 600) -> Outcome:
-    """The one subprocess runner of the command line: `python -m provisioner.cli ARGS`."""
-    return _run([sys.executable, "-m", "provisioner.cli", *map(str, args)], cwd, env, timeout)
-
-
-def run_python(code: str, cwd: Path | None = None, env: dict | None = None,
-               timeout: float = 600) -> Outcome:
-    return _run([sys.executable, "-c", textwrap.dedent(code)], cwd, env, timeout)
-
-
-def assert_bad_input(outcome: Outcome, *names: str) -> str:
-    """Exit 2, one line on stderr `provision: error: ...` naming every one of `names`, and no
-    traceback anywhere."""
-    assert outcome.returncode == 2, (outcome.returncode, outcome.stderr[-2000:],
-                                     outcome.stdout[-500:])
-    lines = outcome.stderr.splitlines()
-    assert len(lines) == 1, outcome.stderr
-    line = lines[0]
-    assert line.startswith("provision: error: "), line
-    assert "Traceback" not in outcome.stderr + outcome.stdout
-    for name in names:
-        assert str(name) in line, (name, line)
-    return line
+from harness import REPO, assert_bad_input, invoke, run_cli, run_python
 
 
 @pytest.fixture(scope="session")
