@@ -16,7 +16,8 @@ engine, data type), and writes one JSON file each with its source and versions n
   for the (query heads, KV heads) pairs whose group ratio some catalog model has, over (batch,
   sequence length) and (batch, KV length) as measured (null where not measured);
 - all_reduce: the engine's custom all-reduce (CUDA-graph variant where both are measured, the
-  eager one as well) by message size and GPU count, else NCCL's;
+  eager one as well) by message size and GPU count, else NCCL's; nccl_all_reduce: NCCL's
+  (the engines use it beyond their custom all-reduce's buffer);
 - moe: the MoE layer of every catalog MoE model (its hidden, expert width, experts, top-k) at
   moe_tp 1/2/4/8, ep 1, balanced routing where measured (power_law_1.01 otherwise);
 - memory: the system's HBM bandwidth and AIConfigurator's empirical memory-op constants, for
@@ -178,17 +179,29 @@ def derive_attention(data: Path, root: Path, engine: str, ratios: set[int]):
     return _attention(ctx, root, ratios, "isl"), _attention(gen, root, ratios, "kv")
 
 
+def derive_nccl(data: Path, root: Path) -> dict | None:
+    """NCCL's all-reduce (half) by message size and GPU count: engines fall back to it for
+    messages beyond their custom all-reduce's buffer."""
+    import pandas as pd
+    path = newest(data / "comm" / "nccl", "nccl_perf.parquet")
+    if path is None:
+        return None
+    frame = pd.read_parquet(path)
+    frame = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
+    sizes = sorted(set(frame.message_size))
+    table = frame.groupby(["num_gpus", "message_size"]).latency.min()
+    return {"file": _rel(path, root), "nccl_version": path.parent.name, "message_bytes": sizes,
+            "graph": {str(g): us([table.get((g, s), np.nan) for s in sizes])
+                      for g in sorted(set(frame.num_gpus))}}
+
+
 def derive_all_reduce(data: Path, root: Path, engine: str) -> dict:
     import pandas as pd
     path = newest(data / "comm" / engine, "custom_allreduce_perf.parquet")
-    if path is not None:
-        frame = pd.read_parquet(path)
-        kind = "custom"
-    else:
-        path = newest(data / "comm" / "nccl", "nccl_perf.parquet")
-        frame = pd.read_parquet(path)
-        frame = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
-        kind = "nccl"
+    if path is None:
+        return {**derive_nccl(data, root), "kind": "nccl"}
+    frame = pd.read_parquet(path)
+    kind = "custom"
     sizes = sorted(set(frame.message_size))
     variants = {}
     if "backend" in frame.columns:
@@ -268,6 +281,7 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
             "units": "latency in microseconds per kernel call on one GPU; bytes; tokens",
             "gemm": gemm, "context_attention": context, "generation_attention": generation,
             "all_reduce": derive_all_reduce(data, root, engine),
+            "nccl_all_reduce": derive_nccl(data, root),
             "moe": derive_moe(data, root, engine, dtype, moe_shapes(catalog)),
             "memory": system_memory(pkg, gpu)}
 
