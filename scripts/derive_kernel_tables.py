@@ -16,10 +16,13 @@ engine, data type), and writes one JSON file each with its source and versions n
   for the (query heads, KV heads) pairs whose group ratio some catalog model has, over (batch,
   sequence length) and (batch, KV length) as measured (null where not measured);
 - all_reduce: the engine's custom all-reduce (CUDA-graph variant where both are measured, the
-  eager one as well) by message size and GPU count, else NCCL's; nccl_all_reduce: NCCL's
+  eager one as well) by message size (in values, bf16 elements: the package's message_size
+  is the tensor's element count, as its models query it with tokens x hidden) and GPU count,
+  else NCCL's; nccl_all_reduce: NCCL's
   (the engines use it beyond their custom all-reduce's buffer);
 - moe: the MoE layer of every catalog MoE model (its hidden, expert width, experts, top-k) at
-  moe_tp 1/2/4/8, ep 1, balanced routing where measured (power_law_1.01 otherwise);
+  moe_tp 1/2/4/8, ep 1, power_law_1.01 routing (AIConfigurator's default; balanced where
+  that is not measured);
 - memory: the system's HBM bandwidth and AIConfigurator's empirical memory-op constants, for
   the element-wise ops (norms, activation, embedding) that have no table.
 
@@ -190,7 +193,7 @@ def derive_nccl(data: Path, root: Path) -> dict | None:
     frame = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
     sizes = sorted(set(frame.message_size))
     table = frame.groupby(["num_gpus", "message_size"]).latency.min()
-    return {"file": _rel(path, root), "nccl_version": path.parent.name, "message_bytes": sizes,
+    return {"file": _rel(path, root), "nccl_version": path.parent.name, "message_values": sizes,
             "graph": {str(g): us([table.get((g, s), np.nan) for s in sizes])
                       for g in sorted(set(frame.num_gpus))}}
 
@@ -211,7 +214,7 @@ def derive_all_reduce(data: Path, root: Path, engine: str) -> dict:
     else:
         variants["graph"] = frame
     out = {"file": _rel(path, root), "engine_version": path.parent.name, "kind": kind,
-           "message_bytes": sizes}
+           "message_values": sizes}
     for name, group in variants.items():
         table = group.groupby(["num_gpus", "message_size"]).latency.min()
         out[name] = {str(g): us([table.get((g, s), np.nan) for s in sizes])
@@ -237,7 +240,8 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
                      & (frame.num_experts == experts) & (frame.topk == topk)]
         if rows.empty:
             continue
-        dist = "balanced" if (rows.distribution == "balanced").any() else "power_law_1.01"
+        # AIConfigurator's default token distribution (real routers are skewed), else balanced
+        dist = "power_law_1.01" if (rows.distribution == "power_law_1.01").any() else "balanced"
         rows = rows[rows.distribution == dist]
         source = _dominant(rows, "kernel_source")
         rows = rows[rows.kernel_source == source]

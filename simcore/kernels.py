@@ -16,7 +16,7 @@ over T tokens (the prompt tokens of its prompts or chunks, plus one token per de
       + GEMM(T, h, H d / tp)                       attention output projection
       + MLP: GEMM(T, 2 I / tp, h) + GEMM(T, h, I / tp)  (gated; plain: I / tp)
          or MoE: router GEMM(T, E, h) + the measured MoE layer at T tokens, moe_tp = tp
-      + 2 all-reduces of T x h bf16 values when tp > 1
+      + 2 all-reduces of T x h bf16 values when tp > 1 (custom or NCCL, the faster)
       + element-wise ops: two residual add + norms, the MLP activation (memory bound))
 
 with h the hidden size, H the heads, KVg = max(1, KV heads / tp) the KV heads per GPU, d the head
@@ -219,11 +219,11 @@ class KernelTables:
         self.context = _AttentionGrid(document["context_attention"], "isl", 2.0)
         self.generation = _AttentionGrid(document["generation_attention"], "kv_tokens", 1.0)
         ar = document["all_reduce"]
-        self.ar_bytes = np.array(ar["message_bytes"], dtype=float)
+        self.ar_values = np.array(ar["message_values"], dtype=float)
         self.ar = {mode: {int(g): np.array(v, dtype=float) * 1e-6 for g, v in ar[mode].items()}
                    for mode in ("graph", "eager") if mode in ar}
         nccl = document.get("nccl_all_reduce")
-        self.nccl_bytes = np.array(nccl["message_bytes"], dtype=float) if nccl else None
+        self.nccl_values = np.array(nccl["message_values"], dtype=float) if nccl else None
         self.nccl = ({int(g): np.array(v, dtype=float) * 1e-6 for g, v in nccl["graph"].items()}
                      if nccl else {})
         self.moe = (document.get("moe") or {}).get("shapes", {})
@@ -260,19 +260,19 @@ class KernelTables:
         return np.where(m > 0, out, 0.0)
 
     # --- communication and memory ------------------------------------------------------
-    def all_reduce(self, message_bytes, gpus: int, graph: bool = True) -> np.ndarray:
-        """Seconds of one all-reduce over `gpus` GPUs (0 for one GPU): the engine's custom
-        all-reduce or NCCL's, whichever is faster at the size (engines switch to NCCL beyond
-        their custom all-reduce's buffer)."""
-        message_bytes = np.asarray(message_bytes, dtype=float)
+    def all_reduce(self, values, gpus: int, graph: bool = True) -> np.ndarray:
+        """Seconds of one all-reduce of `values` bf16 elements over `gpus` GPUs (0 for one
+        GPU): the engine's custom all-reduce or NCCL's, whichever is faster at the size
+        (engines switch to NCCL beyond their custom all-reduce's buffer)."""
+        values = np.asarray(values, dtype=float)
         if gpus <= 1:
-            return np.zeros_like(message_bytes)
-        x = np.maximum(message_bytes, 1.0)
-        out = self._collective(x, gpus, self.ar_bytes,
+            return np.zeros_like(values)
+        x = np.maximum(values, 1.0)
+        out = self._collective(x, gpus, self.ar_values,
                                self.ar["graph" if graph or "eager" not in self.ar else "eager"])
         if self.nccl:
-            out = np.minimum(out, self._collective(x, gpus, self.nccl_bytes, self.nccl))
-        return np.where(message_bytes > 0, out, 0.0)
+            out = np.minimum(out, self._collective(x, gpus, self.nccl_values, self.nccl))
+        return np.where(values > 0, out, 0.0)
 
     @staticmethod
     def _collective(x, gpus: int, sizes: np.ndarray, table: dict) -> np.ndarray:
@@ -405,7 +405,7 @@ def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, grap
         act_width = 0
     else:
         act_width = m.intermediate_size // shapes.tp
-    t = t + 2 * tables.all_reduce(tokens * m.hidden * BF16_BYTES, shapes.tp, graph)
+    t = t + 2 * tables.all_reduce(tokens * m.hidden, shapes.tp, graph)
     # two residual add + RMSNorm (read 2h, write 2h) and the gated activation (2I/tp -> I/tp)
     t = t + 2 * tables.memory_op(tokens * 4 * m.hidden * BF16_BYTES)
     if act_width:
@@ -419,7 +419,7 @@ def _once_seconds(tables: KernelTables, shapes: ModelShapes, tokens, sequences, 
     m = shapes.model
     tokens = np.asarray(tokens, dtype=float)
     return (tables.memory_op(tokens * m.hidden * BF16_BYTES)
-            + tables.all_reduce(tokens * m.hidden * BF16_BYTES, shapes.tp, graph)
+            + tables.all_reduce(tokens * m.hidden, shapes.tp, graph)
             + tables.bf16.gemm(sequences, m.vocab_size // shapes.tp, m.hidden))
 
 
