@@ -107,10 +107,18 @@ def splitwise() -> None:
         prompt_median=("prompt_speedup", "median"), prompt_min=("prompt_speedup", "min"),
         prompt_max=("prompt_speedup", "max"), token_median=("token_speedup", "median"),
         token_min=("token_speedup", "min"), token_max=("token_speedup", "max"))
-    print(summary.round(2).to_markdown())
-    pick = out[(out.batch == 1) & (out.prompt.isin([512, 2048, 8192]))]
+    print(_markdown(summary.round(2).reset_index()))
+    pick = out[(out.batch.isin([1, 16])) & (out.prompt.isin([512, 2048, 8192]))]
+    pick = pick.groupby(["model", "hardware", "prompt", "batch"]).mean().reset_index()
     print()
-    print(pick.round(2).to_markdown(index=False))
+    print(_markdown(pick.round(2)))
+
+
+def _markdown(frame) -> str:
+    rows = [list(frame.columns)] + frame.astype(str).values.tolist()
+    lines = ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    lines.insert(1, "|" + "---|" * len(frame.columns))
+    return "\n".join(lines)
 
 
 def main() -> int:
