@@ -51,7 +51,7 @@ def aic(engine: str = "vllm") -> None:
     import logging
     logging.disable(logging.WARNING)
     from aiconfigurator_core.sdk.engine import EngineHandle
-    print(f"| model | GPU | TP | shape | AIC ms | ours ms | ours/AIC |")
+    print("| model | GPU | TP | shape | AIC ms | ours ms | ours/AIC |")
     print("|---|---|---|---|---|---|---|")
     ratios = {"prefill": [], "chunk": [], "decode": []}
     for name, gpu, tp in CASES:

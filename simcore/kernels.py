@@ -214,6 +214,7 @@ class KernelTables:
         self.gemm_m = np.array(g["m"], dtype=float)
         self.gemm_n = np.array(g["n"], dtype=float)
         self.gemm_k = np.array(g["k"], dtype=float)
+        self._gemm_curves: dict[tuple[int, int], np.ndarray] = {}
         self.gemm_s = np.array(g["us"], dtype=float).reshape(
             len(self.gemm_m), len(self.gemm_n), len(self.gemm_k)) * 1e-6
         self.context = _AttentionGrid(document["context_attention"], "isl", 2.0)
@@ -241,15 +242,19 @@ class KernelTables:
         return f"{d['source']} {d['version']} ({self.gpu}, {self.engine} {d['gemm']['engine_version']}, {self.dtype})"
 
     # --- GEMM --------------------------------------------------------------------------
-    @lru_cache(maxsize=4096)
     def _gemm_curve(self, n: int, k: int) -> np.ndarray:
-        """Seconds over the m grid for one (n, k), interpolated linearly in n and k."""
+        """Seconds over the m grid for one (n, k), interpolated linearly in n and k (cached:
+        a model has a handful of shapes)."""
+        cached = self._gemm_curves.get((n, k))
+        if cached is not None:
+            return cached
         j0, j1, wn, sn = _bracket(self.gemm_n, n)
         l0, l1, wk, sk = _bracket(self.gemm_k, k)
         s = self.gemm_s
         curve = ((1 - wn) * ((1 - wk) * s[:, j0, l0] + wk * s[:, j0, l1])
                  + wn * ((1 - wk) * s[:, j1, l0] + wk * s[:, j1, l1]))
-        return curve * sn * sk
+        self._gemm_curves[(n, k)] = curve * sn * sk
+        return self._gemm_curves[(n, k)]
 
     def gemm(self, m, n: int, k: int) -> np.ndarray:
         """Seconds of an (m x k) @ (k x n) GEMM; m may be an array; 0 for m = 0."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from hardware_catalog import InputError, load_catalog
 from simcore.kernels import (KERNEL_DIR, Chunk, KernelPerformanceModel, available_tables,
                              iteration_time, load_tables)
 from simcore.latency import LatencyCurves
-from tests.conftest import REPO
 
+REPO = Path(__file__).resolve().parents[1]
 CATALOG = load_catalog()
 L70 = CATALOG.model("llama-3.1-70b")
 H100 = load_tables("h100_sxm", "vllm", "bf16")
