@@ -330,23 +330,33 @@ class KernelTables:
 
     # --- mixture of experts ------------------------------------------------------------
     def moe_layer(self, tokens, model: ModelSpec, tp: int) -> np.ndarray:
-        """Seconds of one MoE layer's experts (dispatch, expert GEMMs, combine) at `tokens`
-        tokens: measured where the shape and moe_tp are in the tables, else composed from
-        GEMMs over the experts the tokens reach."""
+        """Seconds of one MoE layer's experts (fused dispatch, expert GEMMs, combine) at
+        `tokens` tokens. Measured where the shape and moe_tp are in the tables; at another
+        measured moe_tp of the shape, scaled by moe_tp_measured / tp (the experts' work splits
+        evenly) but never below the measured one-token latency; a shape not measured at all is
+        a grouped GEMM: the GEMMs of all routed tokens (tokens x top-k rows) or reading the
+        weights of every expert the tokens reach, whichever is slower."""
         tokens = np.asarray(tokens, dtype=float)
         key = (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
                f"{model.experts_per_token}")
-        shape = self.moe.get(key, {}).get("tp", {}).get(str(tp))
-        if shape is not None:
+        measured = self.moe.get(key, {}).get("tp", {})
+        if measured:
+            have = sorted(int(t) for t in measured)
+            lower = [t for t in have if t <= tp]
+            use = tp if tp in have else (lower[-1] if lower else have[0])
+            shape = measured[str(use)]
             xs, ys = np.array(shape["tokens"], float), np.array(shape["us"], float) * 1e-6
             out = _loglog(np.maximum(tokens, xs[0]), xs, ys, 1.0)
+            if use != tp:
+                out = np.maximum(out * use / tp, ys[0])
             return np.where(tokens > 0, out, 0.0)
         e, topk, width = model.experts, model.experts_per_token, model.expert_intermediate_size
-        reached = e * (1.0 - (1.0 - topk / e) ** np.maximum(tokens, 0.0))
-        per_expert = np.where(reached > 0, tokens * topk / np.maximum(reached, 1e-9), 0.0)
+        routed = tokens * topk
         up = (2 if model.mlp_gated else 1) * width // tp
-        return reached * (self.gemm(per_expert, up, model.hidden)
-                          + self.gemm(per_expert, model.hidden, width // tp))
+        compute = self.gemm(routed, up, model.hidden) + self.gemm(routed, model.hidden, width // tp)
+        reached = e * (1.0 - (1.0 - topk / e) ** np.maximum(tokens, 0.0))
+        weight_bytes = reached * (up + width // tp) * model.hidden * model.bytes_per_value
+        return np.where(tokens > 0, np.maximum(compute, self.memory_op(weight_bytes)), 0.0)
 
 
 @dataclass(frozen=True)
