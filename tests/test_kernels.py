@@ -145,3 +145,25 @@ def test_shipped_tables_re_derive_from_the_installed_package():
     assert set(docs) == {p.name for p in KERNEL_DIR.glob("*.json")}
     for name, doc in docs.items():
         assert json.loads((KERNEL_DIR / name).read_text()) == doc, name
+
+
+@pytest.mark.parametrize("name,machine,gpu", [("llama-3.1-70b", "dgx-h100", "h100_sxm"),
+                                              ("llama-3.1-8b", "l40s", "l40s"),
+                                              ("qwen3-30b-a3b", "b200", "b200_sxm")])
+def test_tabulated_curves_follow_the_composition(name, machine, gpu):
+    """The simulator's view (one decode curve plus K per context token; mixed iterations as
+    max(prompt, decode) + context) stays within 15% of the composition it was tabulated from."""
+    model, tables = CATALOG.model(name), load_tables(gpu)
+    curves = KERNELS.curves(model, CATALOG.machine(machine))
+    for batch, context in ((1, 100), (1, 8000), (16, 2000), (64, 4000), (256, 1000),
+                           (256, 8000)):
+        composed = iteration_time(model, tables, 8, [], [context] * batch)
+        assert float(curves.token_time(batch, batch * context)) == pytest.approx(composed,
+                                                                               rel=0.15)
+    for prompt, batch, context in ((512, 32, 2000), (2048, 64, 1000)):
+        composed = iteration_time(model, tables, 8, [prompt], [context] * batch)
+        tabulated = float(curves.mixed_time(prompt, batch, batch * context))
+        assert tabulated == pytest.approx(composed, rel=0.05)
+    for tokens in (1, 100, 2048, 20000):
+        assert float(curves.prompt_time(tokens)) == pytest.approx(
+            iteration_time(model, tables, 8, [tokens]), rel=0.01)
