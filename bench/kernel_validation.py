@@ -74,6 +74,24 @@ def aic(engine: str = "vllm") -> None:
             ratios[kind].append(ratio)
             print(f"| {name} | {gpu} | {tp} | {shape} | {theirs:.2f} | {ours * 1e3:.2f} | "
                   f"{ratio:.2f} |")
+    # other engines and fp8 on one case: Llama-3.1-70B, H100, TP8
+    model = CATALOG.model("llama-3.1-70b")
+    for engine_, dtype, kwargs in (("sglang", "bf16", {}), ("trtllm", "bf16", {}),
+                                   ("vllm", "fp8", {"gemm_quant_mode": "fp8"})):
+        handle = EngineHandle.compile(HF[model.name], "h100_sxm", engine_, tp_size=8, **kwargs)
+        tables = load_tables("h100_sxm", engine_, dtype)
+        for isl in (512, 2048, 8192):
+            theirs, ours = handle.predict_prefill_latency(1, isl), iteration_time(
+                model, tables, 8, [isl])
+            ratios["prefill"].append(ours * 1e3 / theirs)
+            print(f"| {model.name} {engine_} {dtype} | h100_sxm | 8 | prefill {isl} | "
+                  f"{theirs:.2f} | {ours * 1e3:.2f} | {ours * 1e3 / theirs:.2f} |")
+        for b in (1, 64, 256):
+            theirs = handle.predict_decode_latency(b, CONTEXT, 2)
+            ours = iteration_time(model, tables, 8, [], [CONTEXT + 1] * b)
+            ratios["decode"].append(ours * 1e3 / theirs)
+            print(f"| {model.name} {engine_} {dtype} | h100_sxm | 8 | decode {b} @ {CONTEXT} | "
+                  f"{theirs:.2f} | {ours * 1e3:.2f} | {ours * 1e3 / theirs:.2f} |")
     for kind, values in ratios.items():
         v = np.array(values)
         print(f"\n{kind}: ours/AIC median {np.median(v):.2f}, range {v.min():.2f}-{v.max():.2f}"
