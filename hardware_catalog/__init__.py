@@ -99,12 +99,27 @@ class ModelSpec:
     perf_profile: str | None = None
     source: str = ""
     weights_bytes: float | None = None   # stated weight size; None: parameters x bytes per value
+    # GEMM shapes of the kernel-level model (simcore.kernels); None where a catalog omits them
+    intermediate_size: int | None = None  # MLP width (of the dense MLP; MoE: see expert_*)
+    vocab_size: int | None = None
+    head_dim_size: int | None = None      # the config's head_dim when it is not hidden / heads
+    mlp_gated: bool = True                # gated MLP (gate, up, down) or plain (up, down)
+    experts: int | None = None            # routed experts per MoE layer (None: dense)
+    experts_per_token: int | None = None
+    expert_intermediate_size: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_dim_size if self.head_dim_size is not None else self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
 
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V for every layer; grouped-query attention stores kv_heads heads, not heads."""
-        head_dim = self.hidden // self.heads
-        return 2 * self.layers * self.kv_heads * head_dim * self.bytes_per_value
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
 
     @property
     def weight_bytes(self) -> float:
@@ -476,7 +491,10 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
 
 
 _MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "params_b", "active_params_b",
-                 "bytes_per_value", "tensor_parallel", "perf_profile", "source"}
+                 "bytes_per_value", "tensor_parallel", "perf_profile", "source",
+                 "intermediate_size", "vocab_size", "head_dim", "mlp_gated", "experts",
+                 "experts_per_token", "expert_intermediate_size"}
+_MOE_FIELDS = ("experts", "experts_per_token", "expert_intermediate_size")
 
 
 def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
@@ -491,7 +509,22 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         bytes_per_value=f.number("bytes_per_value", 2, integer=True, at_most=8),
         tensor_parallel=f.number("tensor_parallel", 8, integer=True, at_most=MAX_GPUS),
         active_params_b=f.number("active_params_b", None, at_most=1e5),
-        perf_profile=f.text("perf_profile", None), source=f.text("source", ""))
+        perf_profile=f.text("perf_profile", None), source=f.text("source", ""),
+        intermediate_size=f.number("intermediate_size", None, integer=True, at_most=10_000_000),
+        vocab_size=f.number("vocab_size", None, integer=True, at_most=100_000_000),
+        head_dim_size=f.number("head_dim", None, integer=True, at_most=100_000),
+        mlp_gated=f.flag("mlp_gated", True),
+        experts=f.number("experts", None, integer=True, at_most=1_000_000),
+        experts_per_token=f.number("experts_per_token", None, integer=True, at_most=1_000_000),
+        expert_intermediate_size=f.number("expert_intermediate_size", None, integer=True,
+                                          at_most=10_000_000))
+    given = [key for key in _MOE_FIELDS if getattr(model, key) is not None]
+    if given and len(given) != len(_MOE_FIELDS):
+        missing = next(key for key in _MOE_FIELDS if key not in given)
+        raise f._err(missing, f"a mixture-of-experts model needs {', '.join(_MOE_FIELDS)}")
+    if model.experts is not None and model.experts_per_token > model.experts:
+        raise f._err("experts_per_token", f"{model.experts_per_token} active experts of "
+                                          f"{model.experts}")
     if model.hidden % model.heads:
         raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
     if model.heads % model.kv_heads:

@@ -141,3 +141,31 @@ def test_broken_slo_file_through_the_cli_exits_2(tmp_path, run_cli):
     assert run.returncode == 2
     assert "broken.yaml" in run.stderr and "broken YAML" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_models_carry_the_gemm_shapes_of_their_config_json():
+    for model in CATALOG.models.values():
+        assert model.intermediate_size and model.vocab_size, model.name
+    l405, qwen = CATALOG.model("llama-3.1-405b"), CATALOG.model("qwen3-30b-a3b")
+    assert (l405.layers, l405.hidden, l405.heads, l405.kv_heads, l405.intermediate_size,
+            l405.vocab_size) == (126, 16384, 128, 8, 53248, 128256)
+    # Qwen3's head_dim (128) is not hidden / heads (64): the KV cache follows head_dim
+    assert qwen.head_dim == 128 and qwen.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
+    assert (qwen.experts, qwen.experts_per_token, qwen.expert_intermediate_size) == (128, 8, 768)
+    assert CATALOG.model("mixtral-8x7b").is_moe and not CATALOG.model("llama-3.1-70b").is_moe
+    assert not CATALOG.model("bloom-176b").mlp_gated
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("  experts: 8\n", "", "field 'experts': entry 'mixtral-8x7b': a mixture-of-experts model"),
+    ("experts_per_token: 2", "experts_per_token: 9", "field 'experts_per_token'"),
+    ("vocab_size: 32000", "vocab_size: -5", "field 'vocab_size'"),
+])
+def test_moe_and_shape_fields_are_checked(catalog_copy, old, new, fragment):
+    path = catalog_copy / "models.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(InputError) as err:
+        load_catalog(str(catalog_copy))
+    assert fragment in str(err.value)

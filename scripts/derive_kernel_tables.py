@@ -1,0 +1,339 @@
+"""Derive the compact kernel tables of `simcore.kernels` from an installed aiconfigurator-core.
+
+    pip install aiconfigurator-core==0.12.0
+    python scripts/derive_kernel_tables.py            # writes simcore/data/kernels/*.json
+    python scripts/derive_kernel_tables.py --check    # re-derives and compares, writes nothing
+
+aiconfigurator-core (NVIDIA, Apache-2.0) ships kernel timings measured on real GPUs as parquet
+files under aiconfigurator_core/systems/data/<gpu>/<op>/<engine>/<version>/ (see
+docs/kernel-data.md). This script keeps only what the iteration composition needs, per (GPU,
+engine, data type), and writes one JSON file each with its source and versions named:
+
+- gemm: latency over the package's (m, n, k) grid for one kernel source of the data type (m
+  thinned to GEMM_M; n and k as measured); holes of the grid are filled by interpolation along
+  m (log-log), then n and k (linear), and their count is recorded;
+- context_attention / generation_attention: head_dim 128, no sliding window, bf16 KV cache,
+  for the (query heads, KV heads) pairs whose group ratio some catalog model has, over (batch,
+  sequence length) and (batch, KV length) as measured (null where not measured);
+- all_reduce: the engine's custom all-reduce (CUDA-graph variant where both are measured, the
+  eager one as well) by message size (in values, bf16 elements: the package's message_size
+  is the tensor's element count, as its models query it with tokens x hidden) and GPU count,
+  else NCCL's; nccl_all_reduce: NCCL's
+  (the engines use it beyond their custom all-reduce's buffer);
+- moe: the MoE layer of every catalog MoE model (its hidden, expert width, experts, top-k) at
+  moe_tp 1/2/4/8, ep 1, power_law_1.01 routing (AIConfigurator's default; balanced where
+  that is not measured);
+- memory: the system's HBM bandwidth and AIConfigurator's empirical memory-op constants, for
+  the element-wise ops (norms, activation, embedding) that have no table.
+
+Latencies are stored in microseconds with 4 significant digits (the package's are ms).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "simcore" / "data" / "kernels"
+FORMAT = "provision-kernel-tables/1"
+GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "l40s")
+# (gpu, engine, dtype) files written: vLLM everywhere (bf16, fp8 where the GPU has fp8 GEMMs),
+# SGLang and TensorRT-LLM bf16 on H100 and B200.
+TARGETS = ([(g, "vllm", d) for g in GPUS for d in ("bf16", "fp8")]
+           + [(g, e, "bf16") for g in ("h100_sxm", "b200_sxm") for e in ("sglang", "trtllm")])
+GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8"}
+GEMM_M = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048,
+          2560, 3072, 3584, 4096, 6144, 8192, 12288, 16384, 32768)
+HEAD_DIM = 128
+MOE_TP = (1, 2, 4, 8)
+
+
+def package_dir() -> Path:
+    import aiconfigurator_core
+    return Path(aiconfigurator_core.__file__).resolve().parent
+
+
+def package_version() -> str:
+    return metadata.version("aiconfigurator-core")
+
+
+def _version_key(text: str):
+    from packaging.version import InvalidVersion, Version
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
+
+
+def newest(base: Path, filename: str) -> Path | None:
+    """The parquet `filename` of the newest version directory under `base` that has it."""
+    if not base.is_dir():
+        return None
+    versions = sorted((d for d in base.iterdir() if (d / filename).is_file()),
+                      key=lambda d: _version_key(d.name))
+    return versions[-1] / filename if versions else None
+
+
+def us(values) -> list:
+    """ms -> microseconds, 4 significant digits; NaN -> None."""
+    out = []
+    for v in np.asarray(values, dtype=float).ravel():
+        out.append(None if not math.isfinite(v) else float(f"{v * 1000.0:.4g}"))
+    return out
+
+
+def _rel(path: Path, root: Path) -> str:
+    return str(path.relative_to(root))
+
+
+def _dominant(frame, column: str):
+    return frame[column].value_counts().idxmax()
+
+
+def _fill_line(y: np.ndarray, x: np.ndarray, log: bool) -> np.ndarray:
+    ok = np.isfinite(y)
+    if ok.sum() < 2 or ok.all():
+        return y
+    xs = np.log(x) if log else x.astype(float)
+    ys = np.log(y[ok]) if log else y[ok]
+    filled = np.interp(xs, xs[ok], ys)
+    filled = np.exp(filled) if log else filled
+    return np.where(ok, y, filled)
+
+
+def fill_grid(grid: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
+    """Fill NaN holes: along m (log-log), then n and k (linear), repeated while it helps."""
+    grid = grid.copy()
+    for _ in range(4):
+        if not np.isnan(grid).any():
+            break
+        for axis, log in ((0, True), (1, False), (2, False)):
+            grid = np.apply_along_axis(_fill_line, axis, grid, axes[axis], log)
+    return grid
+
+
+def derive_gemm(data: Path, root: Path, engine: str, dtype: str) -> dict | None:
+    import pandas as pd
+    path = newest(data / "gemm" / engine, "gemm_perf.parquet")
+    if path is None:
+        return None
+    frame = pd.read_parquet(path)
+    frame = frame[frame.gemm_dtype == GEMM_DTYPE[dtype]]
+    if frame.empty:
+        return None
+    source = _dominant(frame, "kernel_source")
+    frame = frame[frame.kernel_source == source]
+    ms = [m for m in GEMM_M if m in set(frame.m)]
+    ns, ks = sorted(set(frame.n)), sorted(set(frame.k))
+    frame = frame[frame.m.isin(ms)].groupby(["m", "n", "k"]).latency.min()
+    grid = np.full((len(ms), len(ns), len(ks)), np.nan)
+    index = {v: i for i, v in enumerate(ms)}, {v: i for i, v in enumerate(ns)}, \
+        {v: i for i, v in enumerate(ks)}
+    for (m, n, k), value in frame.items():
+        grid[index[0][m], index[1][n], index[2][k]] = value
+    holes = int(np.isnan(grid).sum())
+    grid = fill_grid(grid, [np.array(ms), np.array(ns), np.array(ks)])
+    return {"file": _rel(path, root), "engine_version": path.parent.name,
+            "kernel_source": source, "gemm_dtype": GEMM_DTYPE[dtype], "m": ms, "n": ns, "k": ks,
+            "filled_holes": holes, "us": us(grid)}
+
+
+def _attention(path: Path, root: Path, ratios: set[int], x_column: str) -> dict:
+    import pandas as pd
+    frame = pd.read_parquet(path)
+    if "window_size" not in frame.columns:      # older collections: no sliding window column
+        frame = frame.assign(window_size=0)
+    frame = frame[(frame.head_dim == HEAD_DIM) & (frame.window_size == 0)
+                  & (frame.kv_cache_dtype == "bfloat16")]
+    frame = frame[(frame.num_heads % frame.num_key_value_heads == 0)
+                  & (frame.num_heads // frame.num_key_value_heads).isin(ratios)]
+    source = _dominant(frame, "kernel_source")
+    frame = frame[frame.kernel_source == source]
+    if x_column == "kv":
+        frame = frame.assign(kv=frame.isl + frame.step)
+    batches, xs = sorted(set(frame.batch_size)), sorted(set(frame[x_column]))
+    pairs = {}
+    for (h, kv), group in frame.groupby(["num_heads", "num_key_value_heads"]):
+        values = group.groupby(["batch_size", x_column]).latency.min()
+        grid = np.full((len(batches), len(xs)), np.nan)
+        for (b, x), v in values.items():
+            grid[batches.index(b), xs.index(x)] = v
+        pairs[f"{h}/{kv}"] = us(grid)
+    return {"file": _rel(path, root), "engine_version": path.parent.name,
+            "kernel_source": source, "head_dim": HEAD_DIM, "kv_cache_dtype": "bfloat16",
+            "batch": batches, ("isl" if x_column == "isl" else "kv_tokens"): xs,
+            "pairs": pairs}
+
+
+def derive_attention(data: Path, root: Path, engine: str, ratios: set[int]):
+    base = data / "attention" / engine
+    ctx = newest(base, "context_attention_perf.parquet")
+    gen = newest(base, "generation_attention_perf.parquet")
+    if ctx is None or gen is None:
+        return None, None
+    return _attention(ctx, root, ratios, "isl"), _attention(gen, root, ratios, "kv")
+
+
+def derive_nccl(data: Path, root: Path) -> dict | None:
+    """NCCL's all-reduce (half) by message size and GPU count: engines fall back to it for
+    messages beyond their custom all-reduce's buffer."""
+    import pandas as pd
+    path = newest(data / "comm" / "nccl", "nccl_perf.parquet")
+    if path is None:
+        return None
+    frame = pd.read_parquet(path)
+    frame = frame[(frame.op_name == "all_reduce") & (frame.nccl_dtype == "half")]
+    sizes = sorted(set(frame.message_size))
+    table = frame.groupby(["num_gpus", "message_size"]).latency.min()
+    return {"file": _rel(path, root), "nccl_version": path.parent.name, "message_values": sizes,
+            "graph": {str(g): us([table.get((g, s), np.nan) for s in sizes])
+                      for g in sorted(set(frame.num_gpus))}}
+
+
+def derive_all_reduce(data: Path, root: Path, engine: str) -> dict:
+    import pandas as pd
+    path = newest(data / "comm" / engine, "custom_allreduce_perf.parquet")
+    if path is None:
+        return {**derive_nccl(data, root), "kind": "nccl"}
+    frame = pd.read_parquet(path)
+    kind = "custom"
+    sizes = sorted(set(frame.message_size))
+    variants = {}
+    if "backend" in frame.columns:
+        for backend, group in frame.groupby("backend"):
+            variants["eager" if "eager" in backend else "graph" if "graph" in backend
+                     else backend] = group
+    else:
+        variants["graph"] = frame
+    out = {"file": _rel(path, root), "engine_version": path.parent.name, "kind": kind,
+           "message_values": sizes}
+    for name, group in variants.items():
+        table = group.groupby(["num_gpus", "message_size"]).latency.min()
+        out[name] = {str(g): us([table.get((g, s), np.nan) for s in sizes])
+                     for g in sorted(set(group.num_gpus))}
+    return out
+
+
+def moe_shapes(catalog) -> list[tuple[int, int, int, int]]:
+    return sorted({(m.hidden, m.expert_intermediate_size, m.experts, m.experts_per_token)
+                   for m in catalog.models.values() if m.is_moe})
+
+
+def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict | None:
+    import pandas as pd
+    path = newest(data / "moe" / engine, "moe_perf.parquet")
+    if path is None:
+        return None
+    frame = pd.read_parquet(path)
+    frame = frame[(frame.moe_dtype == GEMM_DTYPE[dtype]) & (frame.moe_ep_size == 1)]
+    out = {"file": _rel(path, root), "engine_version": path.parent.name, "shapes": {}}
+    for hidden, inter, experts, topk in shapes:
+        rows = frame[(frame.hidden_size == hidden) & (frame.inter_size == inter)
+                     & (frame.num_experts == experts) & (frame.topk == topk)]
+        if rows.empty:
+            continue
+        # AIConfigurator's default token distribution (real routers are skewed), else balanced
+        dist = "power_law_1.01" if (rows.distribution == "power_law_1.01").any() else "balanced"
+        rows = rows[rows.distribution == dist]
+        source = _dominant(rows, "kernel_source")
+        rows = rows[rows.kernel_source == source]
+        per_tp = {}
+        for tp in MOE_TP:
+            table = rows[rows.moe_tp_size == tp].groupby("num_tokens").latency.min()
+            if len(table) >= 2:
+                per_tp[str(tp)] = {"tokens": [int(t) for t in table.index], "us": us(table.values)}
+        if per_tp:
+            out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"] = {
+                "distribution": dist, "kernel_source": source, "tp": per_tp}
+    return out
+
+
+def system_memory(pkg: Path, gpu: str) -> dict:
+    import yaml
+    spec = yaml.safe_load((pkg / "systems" / f"{gpu}.yaml").read_text())["gpu"]
+    return {"file": f"systems/{gpu}.yaml", "hbm_bytes_per_s": float(spec["mem_bw"]),
+            "bandwidth_scaling": float(spec.get("mem_bw_empirical_scaling_factor", 1.0)),
+            "constant_latency_s": float(spec.get("mem_empirical_constant_latency", 0.0)),
+            "bf16_flops": float(spec.get("bfloat16_tc_flops", 0.0)),
+            "fp8_flops": float(spec.get("fp8_tc_flops", 0.0) or 0.0)}
+
+
+def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
+    pkg = package_dir()
+    data = pkg / "systems" / "data" / gpu
+    root = pkg
+    gemm = derive_gemm(data, root, engine, dtype)
+    if gemm is None:
+        return None
+    ratios = {m.heads // m.kv_heads for m in catalog.models.values()}
+    context, generation = derive_attention(data, root, engine, ratios)
+    if context is None:
+        return None
+    import pandas as pd
+    device = str(pd.read_parquet(root / gemm["file"], columns=["device"]).device.iloc[0])
+    return {"format": FORMAT, "source": "aiconfigurator-core", "version": package_version(),
+            "license": "Apache-2.0 (NVIDIA); derived by scripts/derive_kernel_tables.py",
+            "gpu": gpu, "device": device, "engine": engine, "dtype": dtype,
+            "units": "latency in microseconds per kernel call on one GPU; bytes; tokens",
+            "gemm": gemm, "context_attention": context, "generation_attention": generation,
+            "all_reduce": derive_all_reduce(data, root, engine),
+            "nccl_all_reduce": derive_nccl(data, root),
+            "moe": derive_moe(data, root, engine, dtype, moe_shapes(catalog)),
+            "memory": system_memory(pkg, gpu)}
+
+
+def derive_all(catalog=None) -> dict[str, dict]:
+    from hardware_catalog import load_catalog
+    catalog = catalog or load_catalog()
+    docs = {}
+    for gpu, engine, dtype in TARGETS:
+        doc = derive(gpu, engine, dtype, catalog)
+        if doc is not None:
+            docs[f"{gpu}-{engine}-{dtype}.json"] = doc
+    return docs
+
+
+def dumps(doc: dict) -> str:
+    """One top-level key per line, the tables compact."""
+    lines = [f"  {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in doc.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--check", action="store_true",
+                        help="re-derive and compare with the files in --out; write nothing")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    docs = derive_all()
+    if args.check:
+        bad = [name for name, doc in docs.items()
+               if not (out / name).is_file() or json.loads((out / name).read_text()) != doc]
+        print("differ:" if bad else f"{len(docs)} tables match", *bad)
+        return 1 if bad else 0
+    out.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for name, doc in docs.items():
+        text = dumps(doc)
+        (out / name).write_text(text)
+        total += len(text)
+        print(f"{name}: {len(text) / 1024:.0f} KiB, gemm {doc['gemm']['kernel_source']} "
+              f"{doc['gemm']['engine_version']}, attention "
+              f"{doc['context_attention']['kernel_source']}, all-reduce "
+              f"{doc['all_reduce']['kind']} {doc['all_reduce']['engine_version']}, moe shapes "
+              f"{len((doc['moe'] or {}).get('shapes', {}))}")
+    print(f"{len(docs)} files, {total / 1024:.0f} KiB in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

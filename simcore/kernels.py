@@ -1,0 +1,569 @@
+"""Iteration latencies composed from measured kernel timings (issue 24).
+
+The tables in `simcore/data/kernels/` are derived by `scripts/derive_kernel_tables.py` from
+aiconfigurator-core (NVIDIA, Apache-2.0): per (GPU, engine, data type) the latency of GEMMs over
+(m, n, k), of context and generation attention, of the all-reduce and of MoE layers, each
+measured on one GPU (docs/kernel-data.md). Nothing here needs the package itself.
+
+One iteration on a tensor-parallel group of `tp` GPUs (times per GPU: the GPUs run in lockstep)
+over T tokens (the prompt tokens of its prompts or chunks, plus one token per decode) is
+
+    t = max(sum of kernels, dispatch) + step_overhead_s
+
+    sum of kernels = embedding + LM head + layers x (
+        GEMM(T, (H/tp + 2 KVg) d, h)               QKV projection
+      + context attention of the prompt tokens, generation attention of the decodes
+      + GEMM(T, h, H d / tp)                       attention output projection
+      + MLP: GEMM(T, 2 I / tp, h) + GEMM(T, h, I / tp)  (gated; plain: I / tp)
+         or MoE: router GEMM(T, E, h) + the measured MoE layer at T tokens, moe_tp = tp
+      + 2 all-reduces of T x h bf16 values when tp > 1 (custom or NCCL, the faster)
+      + element-wise ops: two residual add + norms, the MLP activation (memory bound))
+
+with h the hidden size, H the heads, KVg = max(1, KV heads / tp) the KV heads per GPU, d the head
+dimension, I the MLP width, E the experts. GEMM latencies interpolate the measured (m, n, k)
+grid (linear in m, n and k; beyond the last m, proportional). The LM head runs on one token per
+sequence (the sampled ones), GEMM(sequences, vocab / tp, h), in bf16 as AIConfigurator prices it.
+
+Attention:
+- a prompt of s tokens costs the measured causal context attention at (batch 1, s);
+- a chunk of c tokens whose prompt has c0 tokens cached attends to c0 + its own c tokens: it
+  does c x c0 + c^2 / 2 query-key pairs, what a fresh prompt of s_eq = sqrt(c^2 + 2 c c0) does,
+  so it costs the measured context attention at s_eq (never a fresh prompt's cost: four
+  512-token chunks of a 2,048-token prompt do 512^2 + 887^2 + 1145^2 + 1354^2 = 2048^2 pairs);
+- several prompts or chunks in one iteration are one batched call at (n, sqrt(mean s_eq^2));
+- decodes holding L_1..L_b context tokens are one generation-attention call at (b, mean L).
+Heads per GPU not measured are interpolated linearly in the query heads between measured pairs
+of the same group ratio (context) or in the KV heads (generation), proportionally beyond.
+Measured grids are interpolated log-log (attention is a power law in its sizes); past the
+measured batch at a length, proportionally in the batch; past the longest length, with the
+last segment's log-log slope (quadratic for context attention).
+
+Dispatch: an iteration is never faster than the host can launch its kernels. Iterations of more
+than CUDA_GRAPH_TOKENS tokens run eagerly (vLLM captures CUDA graphs up to 512 tokens), and
+launching one kernel eagerly costs what the engine's measured eager all-reduce costs beyond its
+graph-captured twin at the smallest message (17 us on H100 with vLLM 0.24): dispatch = kernels
+per layer x layers x that. Graph-captured iterations use the graph all-reduce and no dispatch
+floor. `step_overhead_s` (scheduler, sampling, input preparation: not in the kernel data) is 0
+unless given.
+
+`KernelPerformanceModel` tabulates `LatencyCurves` per (model, machine) for the simulator, like
+`simcore.perfmodel.PerformanceModel`: the prompt curve is a single prompt of T tokens on the
+prompt knots; the decode curve b decodes at the shortest measured context; the context
+coefficient K the slope of generation attention in total KV tokens (per layer, times layers);
+the chunk terms A (per chunk token x cached token: the context-attention cost per query-key
+pair of a long prompt, times 2, times layers) and R = K. It is not wired into the CLI.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from hardware_catalog import InputError, MachineSku, ModelSpec
+from simcore.latency import LatencyCurves
+from simcore.perfmodel import DECODE_KNOTS, PROMPT_KNOTS
+
+__all__ = ["KERNEL_DIR", "GPU_OF_MACHINE", "KernelTables", "load_tables", "available_tables",
+           "Chunk", "iteration_time", "ModelShapes", "KernelPerformanceModel",
+           "kernel_curves", "CUDA_GRAPH_TOKENS"]
+
+KERNEL_DIR = Path(__file__).resolve().parent / "data" / "kernels"
+TABLE_FORMAT = "provision-kernel-tables/1"
+# catalog `gpu` of a machine -> the aiconfigurator system whose kernels it runs
+GPU_OF_MACHINE = {"A100-SXM4-80GB": "a100_sxm", "H100-SXM5-80GB": "h100_sxm",
+                  "H100-SXM5-80GB (power-capped)": "h100_sxm", "H200-SXM-141GB": "h200_sxm",
+                  "B200-180GB": "b200_sxm", "L40S-48GB": "l40s"}
+CUDA_GRAPH_TOKENS = 512     # vLLM's largest captured batch (max_capture_size)
+BF16_BYTES = 2
+
+
+def available_tables() -> list[tuple[str, str, str]]:
+    """(gpu, engine, dtype) of every shipped table."""
+    return sorted(tuple(p.stem.rsplit("-", 2)) for p in KERNEL_DIR.glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_tables(gpu: str, engine: str = "vllm", dtype: str = "bf16") -> "KernelTables":
+    path = KERNEL_DIR / f"{gpu}-{engine}-{dtype}.json"
+    if not path.is_file():
+        known = ", ".join("-".join(t) for t in available_tables())
+        raise InputError(f"no kernel tables for {gpu}/{engine}/{dtype}; shipped: {known}")
+    document = json.loads(path.read_text())
+    if document.get("format") != TABLE_FORMAT:
+        raise InputError(f"not a kernel table (format {TABLE_FORMAT})", source=str(path))
+    return KernelTables(document)
+
+
+def _bracket(grid: np.ndarray, x: float) -> tuple[int, int, float, float]:
+    """(i0, i1, weight of i1, scale): linear interpolation on `grid`; below the grid the first
+    value holds, beyond it the last value scales proportionally (scale = x / last)."""
+    if x <= grid[0]:
+        return 0, 0, 0.0, 1.0
+    if x >= grid[-1]:
+        return len(grid) - 1, len(grid) - 1, 0.0, x / grid[-1]
+    i1 = int(np.searchsorted(grid, x))
+    i0 = i1 - 1
+    return i0, i1, (x - grid[i0]) / (grid[i1] - grid[i0]), 1.0
+
+
+def _loglog(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, slope_cap: float | None = None):
+    """Log-log interpolation through (xs, ys); below xs[0] the first value holds; beyond xs[-1]
+    the last segment's log-log slope continues (clipped to [1, slope_cap] when given)."""
+    lx, ly = np.log(xs), np.log(ys)
+    q = np.log(np.maximum(np.asarray(x, dtype=float), xs[0]))
+    out = np.interp(q, lx, ly)
+    if len(xs) >= 2:
+        slope = (ly[-1] - ly[-2]) / (lx[-1] - lx[-2])
+        if slope_cap is not None:
+            slope = min(max(slope, 1.0), slope_cap)
+        out = np.where(q > lx[-1], ly[-1] + slope * (q - lx[-1]), out)
+    return np.exp(out)
+
+
+class _AttentionGrid:
+    """One attention table (context or generation): per (heads, kv heads) pair a grid over
+    (batch, length) with holes."""
+
+    def __init__(self, table: dict, length_key: str, slope_cap: float):
+        self.batch = np.array(table["batch"], dtype=float)
+        self.length = np.array(table[length_key], dtype=float)
+        self.slope_cap = slope_cap
+        self.pairs = {}
+        for key, values in table["pairs"].items():
+            h, kv = (int(v) for v in key.split("/"))
+            grid = np.array([np.nan if v is None else v for v in values], dtype=float)
+            self.pairs[(h, kv)] = grid.reshape(len(self.batch), len(self.length)) * 1e-6
+
+    def _row(self, pair, bi: int, lengths: np.ndarray) -> np.ndarray:
+        """Seconds at batch index bi over lengths; where the row stops short, scaled from the
+        largest smaller batch that has the length (proportionally in the batch)."""
+        grid = self.pairs[pair]
+        row = grid[bi]
+        ok = np.isfinite(row)
+        out = np.full(lengths.shape, np.nan)
+        if ok.sum() >= 2:
+            inside = lengths <= self.length[ok][-1]
+            if bi == 0:   # the first batch row extrapolates itself (last log-log slope)
+                inside = np.ones_like(inside)
+            out = np.where(inside, _loglog(lengths, self.length[ok], row[ok], self.slope_cap),
+                           np.nan)
+        missing = ~np.isfinite(out)
+        if missing.any():
+            for lower in range(bi - 1, -1, -1):
+                r = grid[lower]
+                good = np.isfinite(r)
+                if good.sum() < 2:
+                    continue
+                reach = lengths <= self.length[good][-1]
+                if lower == 0:
+                    reach = np.ones_like(reach)
+                fill = missing & reach
+                if fill.any():
+                    scaled = (_loglog(lengths[fill], self.length[good], r[good], self.slope_cap)
+                              * self.batch[bi] / self.batch[lower])
+                    out[fill] = scaled
+                    missing = ~np.isfinite(out)
+                if not missing.any():
+                    break
+        return out
+
+    def _pair_seconds(self, pair, batch: float, lengths: np.ndarray) -> np.ndarray:
+        i0, i1, w, scale = _bracket(self.batch, batch)
+        if i0 == i1:
+            return self._row(pair, i0, lengths) * scale
+        a, b = self._row(pair, i0, lengths), self._row(pair, i1, lengths)
+        # log-log between the two batches
+        lw = (math.log(batch) - math.log(self.batch[i0])) / (
+            math.log(self.batch[i1]) - math.log(self.batch[i0]))
+        return np.exp((1 - lw) * np.log(a) + lw * np.log(b))
+
+    def seconds(self, batch: float, lengths, heads: int, kv_heads: int,
+                scale_by: str) -> np.ndarray:
+        """Seconds of one layer's call; heads interpolated among pairs of the same group ratio
+        (linearly in `scale_by`: "heads" or "kv"), proportionally beyond them."""
+        lengths = np.atleast_1d(np.asarray(lengths, dtype=float))
+        if (heads, kv_heads) in self.pairs:
+            return self._pair_seconds((heads, kv_heads), batch, lengths)
+        ratio = heads / kv_heads
+        same = sorted(p for p in self.pairs if p[0] / p[1] == ratio)
+        if not same:   # another group ratio: the measured pair closest in query heads
+            same = sorted(self.pairs, key=lambda p: (abs(math.log(p[0] / p[1] / ratio)),
+                                                     abs(p[0] - heads)))[:1]
+        axis = 0 if scale_by == "heads" else 1
+        want = heads if axis == 0 else kv_heads
+        xs = np.array([p[axis] for p in same], dtype=float)
+        i0, i1, w, scale = _bracket(xs, want)
+        if i0 == i1:
+            return self._pair_seconds(same[i0], batch, lengths) * (want / xs[i0])
+        return ((1 - w) * self._pair_seconds(same[i0], batch, lengths)
+                + w * self._pair_seconds(same[i1], batch, lengths))
+
+
+class KernelTables:
+    """Measured kernel latencies of one (GPU, engine, data type); all results in seconds."""
+
+    def __init__(self, document: dict):
+        self.document = document
+        self.gpu, self.engine, self.dtype = document["gpu"], document["engine"], document["dtype"]
+        g = document["gemm"]
+        self.gemm_m = np.array(g["m"], dtype=float)
+        self.gemm_n = np.array(g["n"], dtype=float)
+        self.gemm_k = np.array(g["k"], dtype=float)
+        self._gemm_curves: dict[tuple[int, int], np.ndarray] = {}
+        self.gemm_s = np.array(g["us"], dtype=float).reshape(
+            len(self.gemm_m), len(self.gemm_n), len(self.gemm_k)) * 1e-6
+        self.context = _AttentionGrid(document["context_attention"], "isl", 2.0)
+        self.generation = _AttentionGrid(document["generation_attention"], "kv_tokens", 1.0)
+        ar = document["all_reduce"]
+        self.ar_values = np.array(ar["message_values"], dtype=float)
+        self.ar = {mode: {int(g): np.array(v, dtype=float) * 1e-6 for g, v in ar[mode].items()}
+                   for mode in ("graph", "eager") if mode in ar}
+        nccl = document.get("nccl_all_reduce")
+        self.nccl_values = np.array(nccl["message_values"], dtype=float) if nccl else None
+        self.nccl = ({int(g): np.array(v, dtype=float) * 1e-6 for g, v in nccl["graph"].items()}
+                     if nccl else {})
+        self.moe = (document.get("moe") or {}).get("shapes", {})
+        mem = document["memory"]
+        self.mem_bytes_per_s = mem["hbm_bytes_per_s"] * mem["bandwidth_scaling"]
+        self.mem_latency_s = mem["constant_latency_s"]
+
+    @cached_property
+    def bf16(self) -> "KernelTables":
+        """The bf16 tables of the same GPU and engine (the LM head runs in bf16)."""
+        return self if self.dtype == "bf16" else load_tables(self.gpu, self.engine, "bf16")
+
+    def version(self) -> str:
+        d = self.document
+        return f"{d['source']} {d['version']} ({self.gpu}, {self.engine} {d['gemm']['engine_version']}, {self.dtype})"
+
+    # --- GEMM --------------------------------------------------------------------------
+    def _gemm_curve(self, n: int, k: int) -> np.ndarray:
+        """Seconds over the m grid for one (n, k), interpolated linearly in n and k (cached:
+        a model has a handful of shapes)."""
+        cached = self._gemm_curves.get((n, k))
+        if cached is not None:
+            return cached
+        j0, j1, wn, sn = _bracket(self.gemm_n, n)
+        l0, l1, wk, sk = _bracket(self.gemm_k, k)
+        s = self.gemm_s
+        curve = ((1 - wn) * ((1 - wk) * s[:, j0, l0] + wk * s[:, j0, l1])
+                 + wn * ((1 - wk) * s[:, j1, l0] + wk * s[:, j1, l1]))
+        self._gemm_curves[(n, k)] = curve * sn * sk
+        return self._gemm_curves[(n, k)]
+
+    def gemm(self, m, n: int, k: int) -> np.ndarray:
+        """Seconds of an (m x k) @ (k x n) GEMM; m may be an array; 0 for m = 0."""
+        m = np.asarray(m, dtype=float)
+        curve = self._gemm_curve(int(n), int(k))
+        top = self.gemm_m[-1]
+        out = np.where(m > top, curve[-1] * m / top, np.interp(m, self.gemm_m, curve))
+        return np.where(m > 0, out, 0.0)
+
+    # --- communication and memory ------------------------------------------------------
+    def all_reduce(self, values, gpus: int, graph: bool = True) -> np.ndarray:
+        """Seconds of one all-reduce of `values` bf16 elements over `gpus` GPUs (0 for one
+        GPU): the engine's custom all-reduce or NCCL's, whichever is faster at the size
+        (engines switch to NCCL beyond their custom all-reduce's buffer)."""
+        values = np.asarray(values, dtype=float)
+        if gpus <= 1:
+            return np.zeros_like(values)
+        x = np.maximum(values, 1.0)
+        out = self._collective(x, gpus, self.ar_values,
+                               self.ar["graph" if graph or "eager" not in self.ar else "eager"])
+        if self.nccl:
+            out = np.minimum(out, self._collective(x, gpus, self.nccl_values, self.nccl))
+        return np.where(values > 0, out, 0.0)
+
+    @staticmethod
+    def _collective(x, gpus: int, sizes: np.ndarray, table: dict) -> np.ndarray:
+        g = gpus if gpus in table else min(table, key=lambda s: (abs(s - gpus), -s))
+        out = _loglog(x, sizes, table[g], 1.0)
+        if g != gpus:  # ring all-reduce moves 2 (g - 1) / g of the message
+            out = out * (2 * (gpus - 1) / gpus) / (2 * (g - 1) / g)
+        return out
+
+    @cached_property
+    def launch_s(self) -> float:
+        """Host cost of launching one kernel eagerly: the eager all-reduce's latency beyond its
+        CUDA-graph twin at the smallest message (median over GPU counts); 0 if not measured."""
+        if "eager" not in self.ar:
+            return 0.0
+        deltas = [self.ar["eager"][g][0] - self.ar["graph"][g][0] for g in self.ar["eager"]
+                  if g in self.ar["graph"]]
+        return max(0.0, float(np.median(deltas))) if deltas else 0.0
+
+    def memory_op(self, nbytes) -> np.ndarray:
+        nbytes = np.asarray(nbytes, dtype=float)
+        return np.where(nbytes > 0, nbytes / self.mem_bytes_per_s + self.mem_latency_s, 0.0)
+
+    # --- attention ---------------------------------------------------------------------
+    def context_attention(self, batch: float, seq, heads: int, kv_heads: int) -> np.ndarray:
+        """Seconds of one layer's causal prefill attention of `batch` sequences of `seq` tokens."""
+        seq = np.asarray(seq, dtype=float)
+        out = self.context.seconds(max(batch, 1.0), np.maximum(seq, 1.0), heads, kv_heads,
+                                   "heads")
+        return np.where(seq > 0, out.reshape(seq.shape) if seq.ndim else out[0], 0.0)
+
+    def generation_attention(self, batch, kv_tokens: float, heads: int,
+                             kv_heads: int) -> np.ndarray:
+        """Seconds of one layer's decode attention of `batch` requests holding `kv_tokens`
+        tokens each (batch may be an array)."""
+        batch = np.atleast_1d(np.asarray(batch, dtype=float))
+        out = np.array([self.generation.seconds(max(b, 1.0), [max(kv_tokens, 1.0)], heads,
+                                                kv_heads, "kv")[0] for b in batch])
+        return np.where(batch > 0, out, 0.0)
+
+    def generation_attention_grid(self, batch: np.ndarray, kv_tokens: float, heads: int,
+                                  kv_heads: int) -> np.ndarray:
+        """`generation_attention` over many batch sizes, interpolated between the measured
+        batches (log-log) for speed."""
+        measured = self.generation.batch
+        points = measured[measured <= max(batch.max(), measured[0])]
+        points = np.unique(np.concatenate([points, [max(batch.max(), measured[0])]]))
+        values = self.generation_attention(points, kv_tokens, heads, kv_heads)
+        return _loglog(np.maximum(batch, 1.0), points, values)
+
+    # --- mixture of experts ------------------------------------------------------------
+    def moe_layer(self, tokens, model: ModelSpec, tp: int) -> np.ndarray:
+        """Seconds of one MoE layer's experts (fused dispatch, expert GEMMs, combine) at
+        `tokens` tokens. Measured where the shape and moe_tp are in the tables; at another
+        measured moe_tp of the shape, scaled by moe_tp_measured / tp (the experts' work splits
+        evenly) but never below the measured one-token latency; a shape not measured at all is
+        a grouped GEMM: the GEMMs of all routed tokens (tokens x top-k rows) or reading the
+        weights of every expert the tokens reach, whichever is slower."""
+        tokens = np.asarray(tokens, dtype=float)
+        key = (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
+               f"{model.experts_per_token}")
+        measured = self.moe.get(key, {}).get("tp", {})
+        if measured:
+            have = sorted(int(t) for t in measured)
+            lower = [t for t in have if t <= tp]
+            use = tp if tp in have else (lower[-1] if lower else have[0])
+            shape = measured[str(use)]
+            xs, ys = np.array(shape["tokens"], float), np.array(shape["us"], float) * 1e-6
+            out = _loglog(np.maximum(tokens, xs[0]), xs, ys, 1.0)
+            if use != tp:
+                out = np.maximum(out * use / tp, ys[0])
+            return np.where(tokens > 0, out, 0.0)
+        e, topk, width = model.experts, model.experts_per_token, model.expert_intermediate_size
+        routed = tokens * topk
+        up = (2 if model.mlp_gated else 1) * width // tp
+        compute = self.gemm(routed, up, model.hidden) + self.gemm(routed, model.hidden, width // tp)
+        reached = e * (1.0 - (1.0 - topk / e) ** np.maximum(tokens, 0.0))
+        weight_bytes = reached * (up + width // tp) * model.hidden * model.bytes_per_value
+        return np.where(tokens > 0, np.maximum(compute, self.memory_op(weight_bytes)), 0.0)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Prompt work in an iteration: `tokens` new tokens of a prompt with `cached` tokens
+    already in the KV cache (0: a whole prompt or a first chunk)."""
+    tokens: int
+    cached: int = 0
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    """Per-GPU shapes of a model at tensor parallelism `tp`."""
+    model: ModelSpec
+    tp: int
+
+    def __post_init__(self):
+        m = self.model
+        missing = [f for f in ("intermediate_size", "vocab_size") if getattr(m, f) is None]
+        if missing:
+            raise InputError(f"model '{m.name}' lacks {', '.join(missing)} (needed for its "
+                             "GEMM shapes; see hardware_catalog/models.yaml)")
+        if self.tp < 1 or m.heads % self.tp:
+            raise InputError(f"model '{m.name}': {m.heads} heads do not split over TP {self.tp}")
+
+    @property
+    def heads(self) -> int:
+        return self.model.heads // self.tp
+
+    @property
+    def kv_heads(self) -> int:
+        return max(1, self.model.kv_heads // self.tp)
+
+    def gemms(self) -> list[tuple[int, int]]:
+        """(n, k) of the dense per-layer GEMMs, each run with m = the iteration's tokens."""
+        m, tp, d = self.model, self.tp, self.model.head_dim
+        shapes = [((self.heads + 2 * self.kv_heads) * d, m.hidden),   # QKV
+                  (m.hidden, self.heads * d)]                          # attention output
+        if not m.is_moe:
+            shapes += [((2 if m.mlp_gated else 1) * m.intermediate_size // tp, m.hidden),
+                       (m.hidden, m.intermediate_size // tp)]
+        else:
+            shapes += [(m.experts, m.hidden)]                          # router (replicated)
+        return shapes
+
+    @property
+    def kernels_per_layer(self) -> int:
+        """Kernel launches per layer: GEMMs, attention (+ rotary / KV write), three element-wise
+        ops, the MoE layer's dispatch, experts and combine, two all-reduces."""
+        return (len(self.gemms()) + 2 + 3 + (3 if self.model.is_moe else 0)
+                + (2 if self.tp > 1 else 0))
+
+
+def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, graph: bool):
+    """Per-layer seconds of everything but attention, for iterations of `tokens` tokens."""
+    m = shapes.model
+    tokens = np.asarray(tokens, dtype=float)
+    t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
+    if m.is_moe:
+        t = t + tables.moe_layer(tokens, m, shapes.tp)
+        act_width = 0
+    else:
+        act_width = m.intermediate_size // shapes.tp
+    t = t + 2 * tables.all_reduce(tokens * m.hidden, shapes.tp, graph)
+    # two residual add + RMSNorm (read 2h, write 2h) and the gated activation (2I/tp -> I/tp)
+    t = t + 2 * tables.memory_op(tokens * 4 * m.hidden * BF16_BYTES)
+    if act_width:
+        t = t + tables.memory_op(tokens * 3 * act_width * BF16_BYTES)
+    return t
+
+
+def _once_seconds(tables: KernelTables, shapes: ModelShapes, tokens, sequences, graph: bool):
+    """Embedding (a gather of T rows, an all-reduce under vocabulary parallelism) and the LM
+    head on one token per sequence."""
+    m = shapes.model
+    tokens = np.asarray(tokens, dtype=float)
+    return (tables.memory_op(tokens * m.hidden * BF16_BYTES)
+            + tables.all_reduce(tokens * m.hidden, shapes.tp, graph)
+            + tables.bf16.gemm(sequences, m.vocab_size // shapes.tp, m.hidden))
+
+
+def _finish(tables: KernelTables, shapes: ModelShapes, kernels, tokens, step_overhead_s):
+    tokens = np.asarray(tokens, dtype=float)
+    eager = tokens > CUDA_GRAPH_TOKENS
+    dispatch = np.where(eager, shapes.kernels_per_layer * shapes.model.layers * tables.launch_s,
+                        0.0)
+    return np.maximum(kernels, dispatch) + step_overhead_s
+
+
+def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
+                   prompts: Iterable[Chunk | int] = (), decode_contexts: Sequence[float] = (),
+                   step_overhead_s: float = 0.0) -> float:
+    """Seconds of one iteration (see the module docstring): `prompts` are whole prompts (ints,
+    token counts) or `Chunk`s with their cached prefix; `decode_contexts` the context length
+    of every decode request in the batch."""
+    shapes = ModelShapes(model, tp)
+    chunks = [c if isinstance(c, Chunk) else Chunk(int(c)) for c in prompts]
+    chunks = [c for c in chunks if c.tokens > 0]
+    decodes = [float(x) for x in decode_contexts]
+    tokens = sum(c.tokens for c in chunks) + len(decodes)
+    if tokens == 0:
+        return 0.0
+    graph = tokens <= CUDA_GRAPH_TOKENS
+    layer = float(_layer_dense_seconds(tables, shapes, tokens, graph))
+    if chunks:
+        s_eq = [math.sqrt(c.tokens ** 2 + 2.0 * c.tokens * c.cached) for c in chunks]
+        rms = math.sqrt(sum(s * s for s in s_eq) / len(s_eq))
+        layer += float(tables.context_attention(len(chunks), rms, shapes.heads,
+                                                shapes.kv_heads))
+    if decodes:
+        layer += float(tables.generation_attention(len(decodes), float(np.mean(decodes)),
+                                                   shapes.heads, shapes.kv_heads)[0])
+    kernels = model.layers * layer + float(_once_seconds(tables, shapes, tokens,
+                                                         len(chunks) + len(decodes), graph))
+    return float(_finish(tables, shapes, kernels, tokens, step_overhead_s))
+
+
+def _monotone(values: np.ndarray) -> np.ndarray:
+    """Measured timings are noisy; a curve never falls (a dip is flattened to its left value)."""
+    return np.maximum.accumulate(values)
+
+
+def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
+                  step_overhead_s: float = 0.0) -> LatencyCurves:
+    """`LatencyCurves` of the composition for one model instance at TP `tp` (uncapped)."""
+    shapes = ModelShapes(model, tp)
+    layers = model.layers
+    # prompt: one prompt of T tokens
+    t = PROMPT_KNOTS
+    graph = t <= CUDA_GRAPH_TOKENS
+    dense = np.where(graph, _layer_dense_seconds(tables, shapes, t, True),
+                     _layer_dense_seconds(tables, shapes, t, False))
+    attention = tables.context_attention(1, t, shapes.heads, shapes.kv_heads)
+    once = np.where(graph, _once_seconds(tables, shapes, t, 1, True),
+                    _once_seconds(tables, shapes, t, 1, False))
+    prompt = _finish(tables, shapes, layers * (dense + attention) + once, t, step_overhead_s)
+    # decode: b requests at the shortest measured context; context cost K per KV token
+    b = DECODE_KNOTS
+    kv0 = float(tables.generation.length[0])
+    gen = tables.generation_attention_grid(b, kv0, shapes.heads, shapes.kv_heads)
+    graph_b = b <= CUDA_GRAPH_TOKENS
+    dense_b = np.where(graph_b, _layer_dense_seconds(tables, shapes, b, True),
+                       _layer_dense_seconds(tables, shapes, b, False))
+    once_b = np.where(graph_b, _once_seconds(tables, shapes, b, b, True),
+                      _once_seconds(tables, shapes, b, b, False))
+    decode = _finish(tables, shapes, layers * (dense_b + gen) + once_b, b, step_overhead_s)
+    k = layers * context_cost_per_token(tables, shapes)
+    a = layers * pair_cost(tables, shapes)
+    return LatencyCurves(t.copy(), _monotone(prompt), b.copy(), _monotone(decode), k,
+                         chunk_attention_s=a, chunk_kv_read_s=k)
+
+
+def context_cost_per_token(tables: KernelTables, shapes: ModelShapes) -> float:
+    """Per layer: seconds of decode attention per KV token held, the median slope of the
+    generation-attention table between 4k and 16k tokens per request at batches 8 to 64."""
+    slopes = []
+    for batch in (8, 16, 32, 64):
+        lo, hi = tables.generation_attention([batch], 4096, shapes.heads, shapes.kv_heads)[0], \
+            tables.generation_attention([batch], 16384, shapes.heads, shapes.kv_heads)[0]
+        slopes.append((hi - lo) / (batch * (16384 - 4096)))
+    return max(float(np.median(slopes)), 0.0)
+
+
+def pair_cost(tables: KernelTables, shapes: ModelShapes) -> float:
+    """Per layer: seconds per (chunk token x cached token) of context attention, from a long
+    prompt's measured attention (S^2 / 2 pairs at S = 8192)."""
+    s = 8192.0
+    return float(tables.context_attention(1, s, shapes.heads, shapes.kv_heads)) / (s * s / 2)
+
+
+class KernelPerformanceModel:
+    """Latency curves per (model, machine) from the kernel tables, shaped like
+    `simcore.perfmodel.PerformanceModel` (`curves`, `is_calibrated`) so it can be plugged in as
+    a performance model later. TP is the model's tensor_parallel unless `tp` is given."""
+
+    def __init__(self, engine: str = "vllm", dtype: str = "bf16", tp: int | None = None,
+                 step_overhead_s: float = 0.0):
+        self.engine, self.dtype, self.tp = engine, dtype, tp
+        self.step_overhead_s = step_overhead_s
+        self.source = f"kernels:{engine}:{dtype}"
+        self._cache: dict[tuple[str, str], LatencyCurves] = {}
+
+    def tables(self, machine: MachineSku) -> KernelTables:
+        gpu = GPU_OF_MACHINE.get(machine.gpu)
+        if gpu is None:
+            raise InputError(f"no kernel tables for GPU '{machine.gpu}' of machine "
+                             f"'{machine.name}'; measured: {', '.join(sorted(GPU_OF_MACHINE))}")
+        return load_tables(gpu, self.engine, self.dtype)
+
+    def tensor_parallel(self, model: ModelSpec, machine: MachineSku) -> int:
+        tp = self.tp or model.tensor_parallel
+        if tp > machine.gpus:
+            raise InputError(f"TP {tp} exceeds the {machine.gpus} GPUs of '{machine.name}'")
+        return tp
+
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
+        """Measured kernels exist for the machine's GPU (and the model has its shapes)."""
+        gpu = GPU_OF_MACHINE.get(machine.gpu)
+        if gpu is None or (gpu, self.engine, self.dtype) not in available_tables():
+            return False
+        return model.intermediate_size is not None and model.vocab_size is not None
+
+    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
+        """Latency curves in seconds, the power cap applied to prompt latencies only."""
+        key = (model.name, machine.name)
+        if key not in self._cache:
+            curves = kernel_curves(model, self.tables(machine),
+                                   self.tensor_parallel(model, machine), self.step_overhead_s)
+            self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
+        return self._cache[key]
