@@ -18,7 +18,8 @@ from simcore.cluster import build_machine_arrays
 from simcore.perfmodel import default_performance_model
 from simcore.refsim import simulate_reference
 from simcore.workload import synthesize
-from strategies import assert_engines_agree, both_engines, failure_options, fit, schedules
+from strategies import (assert_engines_agree, both_engines, failure_options, fit, increasing,
+                        schedules, workloads)
 
 CATALOG = load_catalog()
 MODEL = CATALOG.model("bloom-176b")
@@ -41,23 +42,9 @@ class SyntheticPerf:
                              context, attention, kv_read).scaled()
 
 
-def increasing(low, high, n):
-    return st.lists(st.floats(low, high), min_size=n, max_size=n).map(lambda x: list(np.cumsum(x)))
-
-
 perf_models = st.builds(SyntheticPerf, increasing(0.005, 0.5, 4), increasing(0.005, 0.03, 3),
                         st.sampled_from([0.0, 1e-7]), st.sampled_from([0.0, 1e-8, 1e-6]),
                         st.sampled_from([0.0, 1e-6, 1e-4]))
-
-
-@st.composite
-def workloads(draw, max_requests=40):
-    n = draw(st.integers(1, max_requests))
-    arrival = np.sort(np.array(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)))) * 0.05
-    prompt = np.array(draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n)))
-    output = np.array(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
-    return Workload("random", arrival.astype(float), prompt.astype(np.int64),
-                    output.astype(np.int64))
 
 
 @st.composite
