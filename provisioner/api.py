@@ -29,8 +29,8 @@ from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, Simulat
                                  from_keywords)
 from provisioner.presets import preset_catalog, preset_perf
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_resilience,
-                                  input_files, merge_options, python_style, resolve_catalog,
-                                  resolve_design, resolve_study, sim_options, to_echo)
+                                  merge_options, python_style, resolve_catalog, resolve_design,
+                                  resolve_study, sim_options, to_echo)
 from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
@@ -333,7 +333,4 @@ def cluster_from_counts(design: Design, prompt: int | None, token: int | None,
 
 __all__ = ["search", "SearchResult", "simulate", "SimulationRun", "resolve_study", "run_study",
            "merge_options", "budget_like", "to_echo", "versions", "Study", "PerfSource",
-           "WorkloadSource", "resolve_catalog", "resolve_design", "sim_options",
-           "load_slo_profile", "perf_source", "workload_source", "preset_catalog",
-           "DEFAULT_RATE", "SLO_REFERENCE_SKU", "Design", "InputError", "check_output_dir",
-           "DesignResult", "input_files"]
+           "WorkloadSource"]

@@ -121,7 +121,8 @@ def simulate(spec: Optional[Path] = None, as_json: bool = False, **values):
 
 
 def _simulate(options: SimulateOptions, spec: Optional[Path], as_json: bool) -> None:
-    from provisioner.api import input_files, simulate_options
+    from provisioner.api import simulate_options
+    from provisioner.question import input_files
     from provisioner.files import (check_not_an_input, check_output_file, output_errors,
                                    write_atomically)
     from provisioner.terminal import compile_notice, print_simulation, simulation_summary
@@ -225,8 +226,8 @@ def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None
 
     from provisioner.runner import check_execution
 
-    from provisioner.api import input_files
     from provisioner.files import check_not_an_input, output_errors
+    from provisioner.question import input_files
     from provisioner.reports import REPORT_FILES
 
     out = Path(options.execution.out)

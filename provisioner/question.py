@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from hardware_catalog import Catalog, Design, InputError, check_path, load_catalog, parse_design
-from hardware_catalog.errors import naming, option_ref
+from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
 from provisioner.options import (DEFAULT_RATE, FailureOptions, SearchOptions, StudyOptions,
@@ -50,12 +50,8 @@ def spelling(tree: type, style: Callable[[str], str], spec_keys=()) -> Callable[
     def spell(name: str) -> str:
         if name in spec_keys:
             return name
-        return style(name) if name in known else flag_of_name(name)
+        return style(name) if name in known else cli_flag(name)
     return spell
-
-
-def flag_of_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def cli_style(tree: type) -> Callable[[str], str]:
@@ -72,16 +68,20 @@ def asked(tree: type, given: dict[str, Any], spec_path: str | Path | None,
           style: Callable[[str], str]) -> Iterator[Any]:
     """Declared defaults < spec file < given options (already checked), as a typed tree; inside
     the block, errors name each option the way the caller wrote it."""
-    spec = read_spec(spec_path, tree) if spec_path is not None else {}
-    spec_keys = {name for name in spec if name not in given}
+    options, spec_keys = _merged(tree, given, spec_path)
     with naming(spelling(tree, style, spec_keys)):
-        yield build(tree, {**spec, **given})
+        yield options
 
 
 def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
     """`asked` without the naming block: the merged, typed options."""
+    return _merged(tree, given, spec_path)[0]
+
+
+def _merged(tree: type, given: dict[str, Any], spec_path: str | Path | None):
+    """(the options tree, the names that came from the spec file and were not given)."""
     spec = read_spec(spec_path, tree) if spec_path is not None else {}
-    return build(tree, {**spec, **given})
+    return build(tree, {**spec, **given}), {name for name in spec if name not in given}
 
 
 # --------------------------------------------------------------------- options -> records
