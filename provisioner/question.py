@@ -237,7 +237,7 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
                                                       dtype=study.dtype))
     if perf.dtype != "bf16" and perf.engine == LEGACY_ENGINE:
         why = (f"{option_ref('assumptions')} splitwise-sim uses" if study.engine != LEGACY_ENGINE
-               else f"{option_ref('engine')} {LEGACY_ENGINE} is")
+               else f"{option_ref('engine')} {LEGACY_ENGINE} uses")
         raise InputError(f"{option_ref('dtype')} {perf.dtype} needs an engine's kernel tables: "
                          f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
                          f"{option_ref('engine')} vllm", field="dtype")
