@@ -25,23 +25,25 @@ from provisioner.chunked import budget_variants, collapse_variants, progress_by_
 from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
 from provisioner.frontier import search_designs
-from provisioner.options import (DEFAULT_RATE, Execution, SearchOptions, SimulateOptions,
-                                 from_keywords)
-from provisioner.presets import preset_catalog, preset_perf
-from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_resilience,
-                                  merge_options, python_style, resolve_catalog, resolve_design,
-                                  resolve_study, sim_options, to_echo)
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
+                                 SimulateOptions, from_keywords)
+from provisioner.presets import preset_catalog
+from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
+                                  check_resilience, merge_options, python_style,
+                                  resolve_catalog, resolve_design, resolve_perf, resolve_study,
+                                  sim_options, to_echo)
 from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
 from provisioner.sensitivity import sensitivity
-from provisioner.study import DesignResult, PerfSource, Study, WorkloadSource, perf_source, \
-    workload_source
+from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource,
+                               model_in_dtype, workload_source)
 from provisioner.verify import (SCREEN_SEEDS, Verifier, attach_verification,
                                 recheck_cached_optimum, verification_seeds)
 from simcore import SIMULATOR_VERSION, Cluster, evaluate_slos
 from simcore import simulate as run_simulation
 from simcore.perfmodel import perf_model_version
+from simcore.kernels import kernel_data_version
 from slo_profiles import load_slo_profile
 
 OnBatch = Callable[[dict[str, int]], None]
@@ -59,6 +61,38 @@ def uncalibrated(design: Design, study: Study) -> list[str]:
     return [m.name for m in design.machines() if not perf.is_calibrated(study.model, m)]
 
 
+def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
+    """Whose latencies a run simulates, per machine: the engine's kernel data (source, engine
+    version, GPU), the 2023 Splitwise model, or a user's file."""
+    machines = list({m.name: m for m in machines}.values())
+    if source.path is not None:
+        return (f"--perf-model {source.name} (sha256 {source.sha256[:12]}); pairs it does not "
+                f"cover: the {LEGACY_ENGINE} model")
+    if source.latency_model == "splitwise-sim":
+        return ("SplitwiseSim's latency curves from the 2023 Splitwise profiles (--assumptions "
+                f"splitwise-sim); other pairs: the {LEGACY_ENGINE} model")
+    legacy = (f"the {LEGACY_ENGINE} model (fitted to the 2023 Splitwise profiles of "
+              "DGX-A100/H100, scaled by datasheets to other machines)")
+    if not source.uses_kernels:
+        return f"{legacy}, {source.dtype}"
+    covered: dict[str, list[str]] = {}
+    for m in machines:
+        if perf.covers(model, m):
+            tables = perf.kernels.tables(m)
+            key = (f"{ENGINE_NAMES[source.engine]} {tables.document['gemm']['engine_version']} "
+                   f"on {tables.document.get('device', tables.gpu)}")
+            covered.setdefault(key, []).append(m.name)
+    text = (f"{kernel_data_version()} kernel tables ({source.dtype}): "
+            + "; ".join(f"{key} ({', '.join(names)})" for key, names in covered.items())
+            if covered else f"no {ENGINE_NAMES[source.engine]} {source.dtype} kernel data for "
+                            f"{model.name} on these machines")
+    others = [m.name for m in machines if not perf.covers(model, m)]
+    if others:
+        text += (f"; {', '.join(others)}: the {LEGACY_ENGINE} model (no "
+                 f"{ENGINE_NAMES[source.engine]} {source.dtype} kernel data: uncalibrated)")
+    return text
+
+
 CALIBRATION_HINT = ("latencies scaled from datasheets (uncalibrated: expect 15-30% error); "
                     "measure one prompt and one batch-1 decode latency per GPU, run `provision "
                     "calibrate PROFILE.csv --out coeffs.json`, then search with `--perf-model "
@@ -69,8 +103,11 @@ def assumptions(study: Study) -> list[dict]:
     """Every modelling assumption that moves the answer, with its value in this run."""
     o = study.sim_options
     serialized = o.layerwise_min_prompt_tokens >= 1 << 62
+    machines = {m.name: m for d in study.designs for m in d.machines()}
     return [
         {"name": "preset", "value": study.assumptions},
+        {"name": "latency_source", "value": latency_source(
+            study.perf, study.perf.load(study.catalog), study.model, machines.values())},
         {"name": "memory", "value": f"HBM as the catalog states it (GiB-class figures, as "
                                     f"nvidia-smi reports); {o.memory_reserve_fraction:.0%} "
                                     "reserved; KV capacity = GPUs x HBM x (1 - reserve) - "
@@ -259,6 +296,7 @@ class SimulationRun:
     report: Any   # simcore.SloReport
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
     profile: Any = None   # the SLO profile (goodput counts requests within its limits)
+    latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -276,11 +314,13 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     cluster = cluster_from_counts(design_with_budget(resolve_design(c.design, catalog),
                                                      s.chunk_tokens),
                                   c.prompt, c.token, c.machines)
-    model, profile = catalog.model(s.model), load_slo_profile(s.slo)
-    perf = preset_perf(s.assumptions, perf_source(s.perf_model)).load(catalog)
-    source = workload_source(s.workload)
-    rate = DEFAULT_RATE if s.rate is None and source.kind == "builtin" else s.rate
-    requests = source.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
+    source = resolve_perf(s)
+    model, profile = model_in_dtype(catalog.model(s.model), s.dtype), load_slo_profile(s.slo)
+    perf = source.load(catalog)
+    check_engine_coverage(source, perf, model, [cluster.design])
+    workload = workload_source(s.workload)
+    rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
+    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
     check_resilience(options.resilience, c.failures is not None, "failures")
     rows = ()
     if c.failures is not None:
@@ -293,7 +333,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                                     mixed_pool=c.mixed_pool))
     uncal = [m.name for m in cluster.design.machines() if not perf.is_calibrated(model, m)]
     return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
-                         profile)
+                         profile, latency_source(source, perf, model, cluster.design.machines()))
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

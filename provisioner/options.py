@@ -31,6 +31,9 @@ GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
+ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (README: Where latencies come from)
+LEGACY_ENGINE = "splitwise-2023"   # the model fitted to the 2023 Splitwise profiles
+DTYPES = ("bf16", "fp8")
 BACKENDS = ("threads", "loky", "dask", "ray")
 LOCAL_BACKENDS = ("threads", "loky")   # on this machine: no --address
 DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
@@ -91,6 +94,14 @@ class StudyOptions:
     perf_model: Optional[str] = option(
         None, "Latency tables or calibrated coefficients file (docs/perf-model-tables.md).",
         Text(), path=True, default_text="the built-in model", metavar="FILE", outcome=True)
+    engine: str = option(
+        "vllm", "Whose latencies: the serving engine's measured kernels (aiconfigurator-core "
+                "tables; GPUs without them fall back to splitwise-2023 and are marked "
+                "uncalibrated), or splitwise-2023, the model fitted to the 2023 Splitwise "
+                "profiles.", OneOf(ENGINES), outcome=True)
+    dtype: str = option(
+        "bf16", "Data type of weights and KV cache: fp8 halves their bytes and uses the fp8 "
+                "kernel tables (not with --engine splitwise-2023).", OneOf(DTYPES), outcome=True)
     memory_reserve: Optional[float] = option(
         None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
               "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hardware_catalog import Catalog, ModelSpec
-from provisioner.options import PRESETS
+from provisioner.options import LEGACY_ENGINE, PRESETS
 from provisioner.study import PerfSource
 from simcore import SimOptions
 DEFAULT_RESERVE = {"provision": 0.10, "splitwise-sim": 0.0}
@@ -70,10 +70,11 @@ def _splitwise_sim_model(model: ModelSpec) -> ModelSpec:
 
 def preset_perf(name: str, source: PerfSource) -> PerfSource:
     """The latency model of the preset: SplitwiseSim's curves (#7-#11) under `splitwise-sim`
-    unless a --perf-model file is given (the user's measurements win)."""
+    unless a --perf-model file is given (the user's measurements win). The preset pins the
+    engine to splitwise-2023: its curves and the pairs they do not cover are the 2023 model's."""
     if name == "provision" or source.path is not None:
         return source
-    return replace(source, latency_model="splitwise-sim")
+    return replace(source, latency_model="splitwise-sim", engine=LEGACY_ENGINE)
 
 
 def preset_sim_options(name: str, reserve: float | None) -> SimOptions:

@@ -24,15 +24,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from hardware_catalog import Catalog, Design, InputError, check_path, load_catalog, parse_design
+from hardware_catalog import (Catalog, Design, InputError, ModelSpec, check_path, load_catalog,
+                              parse_design)
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
-from provisioner.options import (DEFAULT_RATE, FailureOptions, SearchOptions, StudyOptions,
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, SearchOptions,
+                                 StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (Budget, Goal, Study, WorkloadSource, perf_source,
-                               workload_source)
+from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, model_in_dtype,
+                               perf_source, workload_source)
 from simcore import SIMULATOR_VERSION, SimOptions
 from simcore.cluster import kv_capacity_tokens
 from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
@@ -203,26 +205,57 @@ def resolve_study(options: SearchOptions) -> Study:
     catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
                                   options.question.custom_designs)
     workload = workload_source(s.workload)
-    perf = preset_perf(s.assumptions, perf_source(s.perf_model))
-    perf.load(catalog)  # a broken file fails here, before any simulation
+    perf = resolve_perf(s)
+    loaded = perf.load(catalog)  # a broken file fails here, before any simulation
     goal = resolve_goal(options, workload, catalog)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures")
+    model = model_in_dtype(catalog.model(s.model), s.dtype)
+    designs = with_chunk_tokens(resolve_designs(options.question.designs, catalog),
+                                s.chunk_tokens)
+    check_engine_coverage(perf, loaded, model, designs)
     settings = options.settings
     if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
         settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
-    return Study(catalog=catalog, model=catalog.model(s.model), workload=workload,
+    return Study(catalog=catalog, model=model, workload=workload,
                  duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
                  reference=catalog.machine(SLO_REFERENCE_SKU),
-                 designs=with_chunk_tokens(resolve_designs(options.question.designs, catalog),
-                                           s.chunk_tokens),
+                 designs=designs,
                  goal=goal, constraints=options.constraints, settings=settings,
                  chunk_tokens=s.chunk_tokens,
                  sim_options=sim_options(options.study, options.resilience),
                  assumptions=s.assumptions,
                  survive_failures=options.question.survive_failures or 0,
                  options=options)
+
+
+def resolve_perf(study: StudyOptions) -> PerfSource:
+    """Whose latencies: a --perf-model file, else the preset's (splitwise-sim pins the 2023
+    model), else --engine's kernel tables in --dtype. fp8 needs an engine's fp8 tables."""
+    perf = preset_perf(study.assumptions, perf_source(study.perf_model, engine=study.engine,
+                                                      dtype=study.dtype))
+    if perf.dtype != "bf16" and perf.engine == LEGACY_ENGINE:
+        why = (f"{option_ref('assumptions')} splitwise-sim uses" if study.engine != LEGACY_ENGINE
+               else f"{option_ref('engine')} {LEGACY_ENGINE} uses")
+        raise InputError(f"{option_ref('dtype')} {perf.dtype} needs an engine's kernel tables: "
+                         f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
+                         f"{option_ref('engine')} vllm", field="dtype")
+    return perf
+
+
+def check_engine_coverage(perf: PerfSource, loaded: Any, model: ModelSpec,
+                          designs: Sequence[Design]) -> None:
+    """A warning, not an error, when the engine's kernel tables cover no machine of the
+    designs for this model: every latency then comes from the 2023 model."""
+    if not perf.uses_kernels:
+        return
+    machines = {m.name: m for d in designs for m in d.machines()}
+    if machines and not any(loaded.covers(model, m) for m in machines.values()):
+        from provisioner.runner import warn
+        warn(f"--engine {perf.engine} --dtype {perf.dtype} has no kernel data for "
+             f"{model.name} on {', '.join(machines)}: their latencies come from the "
+             f"{LEGACY_ENGINE} model (marked uncalibrated)")
 
 
 def check_workload_size(workload: WorkloadSource, rate: float | None, duration: float,

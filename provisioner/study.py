@@ -7,7 +7,7 @@ simulation said), `Metrics` (outcome plus prices) and `DesignResult` (one design
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -15,8 +15,10 @@ from typing import Any
 from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec, check_path
 from hardware_catalog.errors import option_ref
 from provisioner.files import file_sha256
-from provisioner.options import Constraints, SearchSettings
+from provisioner.options import LEGACY_ENGINE, Constraints, SearchSettings
 from simcore import SimOptions, splitwise_sim
+from simcore.kernels import (EnginePerformanceModel, KernelPerformanceModel,
+                             kernel_data_version, tables_sha256)
 from simcore.perfmodel import (PerformanceModel, default_performance_model,
                                load_performance_model, perf_model_version)
 from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
@@ -134,9 +136,26 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     return WorkloadSource(name, "trace", file_sha256(path), str(path))
 
 
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def model_in_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
+    """The model record with its weights and KV cache in `dtype` (bf16: as the catalog states
+    it; fp8: one byte per value, a stated weight size scaled alike)."""
+    size = DTYPE_BYTES[dtype]
+    if dtype == "bf16" or model.bytes_per_value == size:
+        return model
+    weights = (None if model.weights_bytes is None
+               else model.weights_bytes * size / model.bytes_per_value)
+    return replace(model, bytes_per_value=size, weights_bytes=weights)
+
+
 @dataclass(frozen=True)
 class PerfSource:
-    """The default performance model, or a user's file identified by its content."""
+    """Whose latencies: an engine's kernel tables (vllm, sglang, trtllm; the 2023 model where
+    they have no data), the model fitted to the 2023 Splitwise profiles (splitwise-2023), or a
+    user's file identified by its content (it wins over the engine)."""
     path: str | None = None     # the file to read
     sha256: str | None = None
     name: str = "default"       # as the user wrote it
@@ -144,9 +163,21 @@ class PerfSource:
     # "splitwise-sim": the default model answers with SplitwiseSim's latency curves where its
     # profiles cover the pair (simcore.splitwise_sim; the preset, without --perf-model)
     latency_model: str = "provision"
+    engine: str = LEGACY_ENGINE   # --engine (the option's default is vllm)
+    dtype: str = "bf16"           # --dtype
+
+    @property
+    def uses_kernels(self) -> bool:
+        """The engine's kernel tables answer (no user file, no preset curves)."""
+        return (self.path is None and self.latency_model == "provision"
+                and self.engine != LEGACY_ENGINE)
 
     def identity(self) -> dict:
-        identity = {"name": self.name, "sha256": self.sha256, "version": perf_model_version()}
+        identity = {"name": self.name, "sha256": self.sha256, "version": perf_model_version(),
+                    "engine": self.engine, "dtype": self.dtype}
+        if self.uses_kernels:
+            identity["kernel_data"] = kernel_data_version()
+            identity["kernel_tables_sha256"] = tables_sha256(self.engine, self.dtype)[:16]
         if self.latency_model != "provision":
             identity["latency_model"] = (f"{self.latency_model} curves "
                                          f"{splitwise_sim.curves_sha256()[:12]}")
@@ -163,7 +194,9 @@ class PerfSource:
         if self.path is None:
             if self.latency_model == "splitwise-sim":
                 return _splitwise_sim_model()
-            return default_performance_model()
+            if self.engine == LEGACY_ENGINE:
+                return default_performance_model()
+            return _engine_model(self.engine, self.dtype)
         # keyed by the names a table is checked against (a Catalog holds dicts: not hashable)
         key = (self.path, self.sha256, tuple(catalog.machines), tuple(catalog.models))
         if key not in _LOADED_MODELS:
@@ -183,6 +216,17 @@ def _splitwise_sim_model():
         PerformanceModel(default.groups, transfer=default.transfer, source=default.source))
 
 
+@lru_cache(maxsize=None)
+def _engine_model(engine: str, dtype: str) -> EnginePerformanceModel:
+    """The engine's kernel model with the 2023 model for the pairs it does not cover (for fp8,
+    its own copy of it: the default model's curve cache is keyed by names, and an fp8 model's
+    record differs from the catalog's)."""
+    default = default_performance_model()
+    fallback = default if dtype == "bf16" else PerformanceModel(
+        default.groups, transfer=default.transfer, source=default.source)
+    return EnginePerformanceModel(KernelPerformanceModel(engine, dtype), fallback)
+
+
 @dataclass(frozen=True)
 class _Scaled:
     """A performance model whose every latency is `factor` times the model's."""
@@ -196,16 +240,18 @@ class _Scaled:
         return self.model.is_calibrated(model, machine)
 
 
-def perf_source(path: str | None, base_dir: Path | None = None) -> PerfSource:
+def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LEGACY_ENGINE,
+                dtype: str = "bf16") -> PerfSource:
     if path is None:
-        return PerfSource()
+        return PerfSource(engine=engine, dtype=dtype)
     check_path(path, "perf_model")
     resolved = Path(path)
     if not resolved.exists() and base_dir is not None and (base_dir / path).exists():
         resolved = base_dir / path
     if not resolved.is_file():
         raise InputError(f"performance model file not found: {path}", field="perf_model")
-    return PerfSource(str(resolved), file_sha256(resolved), name=path)
+    return PerfSource(str(resolved), file_sha256(resolved), name=path, engine=engine,
+                      dtype=dtype)
 
 
 OUTCOME = {"outcome": True}   # a Study field that changes a simulated outcome (cache identity)

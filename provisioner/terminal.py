@@ -179,6 +179,10 @@ def search_notes(document: dict) -> list[str]:
     kv = document["inputs"].get("kv_capacity_tokens", {})
     reserve = document["inputs"]["sim_options"]["memory_reserve_fraction"]
     lines = []
+    source = next((a["value"] for a in document.get("assumptions", [])
+                   if a["name"] == "latency_source"), None)
+    if source is not None:
+        lines.append(f"Latencies: {source}")
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
@@ -288,6 +292,7 @@ def simulation_summary(run) -> dict:
         "pools": _pools(result) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
+        "latency_source": run.latency_source,
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
 
 
@@ -354,6 +359,9 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                   f"{summary['workload']}: {summary['requests']} requests, "
                   f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
                   f"{summary['gpus']} GPUs", highlight=False)
+    if summary.get("latency_source"):
+        console.print(f"Latencies: {summary['latency_source']}", highlight=False,
+                      soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
         return

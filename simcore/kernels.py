@@ -51,7 +51,9 @@ unless given.
 prompt knots; the decode curve b decodes at the shortest measured context; the context
 coefficient K the slope of generation attention in total KV tokens (per layer, times layers);
 the chunk terms A (per chunk token x cached token: the context-attention cost per query-key
-pair of a long prompt, times 2, times layers) and R = K. It is not wired into the CLI.
+pair of a long prompt, times 2, times layers) and R = K. `EnginePerformanceModel` is what
+`provision --engine vllm|sglang|trtllm` simulates with: this model for the pairs its tables
+cover, the 2023 model (`simcore.perfmodel.default_performance_model`) for the others.
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ from simcore.perfmodel import DECODE_KNOTS, PROMPT_KNOTS
 
 __all__ = ["KERNEL_DIR", "GPU_OF_MACHINE", "KernelTables", "load_tables", "available_tables",
            "Chunk", "iteration_time", "ModelShapes", "KernelPerformanceModel",
-           "kernel_curves", "CUDA_GRAPH_TOKENS"]
+           "kernel_curves", "CUDA_GRAPH_TOKENS", "EnginePerformanceModel", "tables_sha256",
+           "kernel_data_version"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "data" / "kernels"
 TABLE_FORMAT = "provision-kernel-tables/1"
@@ -561,9 +564,62 @@ class KernelPerformanceModel:
 
     def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
         """Latency curves in seconds, the power cap applied to prompt latencies only."""
-        key = (model.name, machine.name)
+        key = (model, machine)   # the records: an fp8 model or an edited catalog is another key
         if key not in self._cache:
             curves = kernel_curves(model, self.tables(machine),
                                    self.tensor_parallel(model, machine), self.step_overhead_s)
             self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
+
+
+@lru_cache(maxsize=1)
+def kernel_data_version() -> str:
+    """Where the shipped kernel tables come from, e.g. 'aiconfigurator-core 0.12.0'."""
+    gpu, engine, dtype = available_tables()[0]
+    document = load_tables(gpu, engine, dtype).document
+    return f"{document['source']} {document['version']}"
+
+
+def tables_sha256(engine: str, dtype: str) -> str:
+    """A hash of every shipped table of (engine, dtype) (part of a search's cache identity)."""
+    import hashlib
+    digest = hashlib.sha256()
+    for gpu, e, d in available_tables():
+        if (e, d) == (engine, dtype):
+            digest.update(f"{gpu}-{e}-{d}\0".encode())
+            digest.update((KERNEL_DIR / f"{gpu}-{e}-{d}.json").read_bytes())
+    return digest.hexdigest()
+
+
+class EnginePerformanceModel:
+    """An engine's latencies: the kernel model (`KernelPerformanceModel(engine, dtype)`) for
+    every (model, machine) pair its tables cover, `fallback` (the model fitted to the 2023
+    Splitwise profiles) for the others: a GPU without tables for the engine and data type
+    (MI300X; L40S under SGLang), a model without its GEMM shapes (`intermediate_size`,
+    `vocab_size`) or whose heads do not split over its TP. Fallback pairs are not this engine's
+    measurements: `is_calibrated` is False for them. The choice is made once per pair."""
+
+    def __init__(self, kernels: KernelPerformanceModel, fallback):
+        self.kernels, self.fallback = kernels, fallback
+        self.engine, self.dtype = kernels.engine, kernels.dtype
+        self.source = kernels.source
+        self._covers: dict = {}
+
+    def covers(self, model: ModelSpec, machine: MachineSku) -> bool:
+        key = (model, machine)
+        if key not in self._covers:
+            covered = self.kernels.is_calibrated(model, machine)
+            if covered:
+                try:
+                    ModelShapes(model, self.kernels.tensor_parallel(model, machine))
+                except InputError:
+                    covered = False
+            self._covers[key] = covered
+        return self._covers[key]
+
+    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
+        source = self.kernels if self.covers(model, machine) else self.fallback
+        return source.curves(model, machine)
+
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
+        return self.covers(model, machine)

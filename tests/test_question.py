@@ -70,6 +70,10 @@ def questions(draw) -> dict:
         rate_tolerance=draw(st.sampled_from([0.02, 0.1])),
         search_limit=draw(st.sampled_from([16_384, 64])),
     )
+    engine = draw(st.sampled_from(["vllm", "sglang", "splitwise-2023"]))
+    values.update(engine=engine, dtype=draw(st.sampled_from(
+        ["bf16", "fp8"] if engine == "vllm" and values["assumptions"] == "provision"
+        else ["bf16"])))
     if draw(st.booleans()):
         values.update(survive_failures=draw(st.integers(1, 3)),
                       recovery=draw(st.sampled_from(["restart", "replicate"])),
@@ -124,6 +128,8 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "seed": ({}, 3),
     "slo": ({}, "relaxed-batch"),
     "perf_model": ({}, str(PERF_TABLE)),
+    "engine": ({}, "splitwise-2023"),
+    "dtype": ({}, "fp8"),
     "memory_reserve": ({}, 0.25),
     "assumptions": ({}, "splitwise-sim"),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
