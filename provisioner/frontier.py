@@ -509,7 +509,7 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
     if optimum is None and not reason:
         reason = "no evaluated configuration meets the SLOs within the constraints"
         if rejected:
-            reason += f" on every verification sample ({len(rejected)} candidates failed one)"
+            reason += " on every verification sample: " + _gave_up(rejected)
     headroom = None
     if optimum is not None and optimum.rate_rps is not None:
         headroom = yield from _headroom(probe, optimum, goal, settings)
@@ -519,7 +519,8 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
             yield from probe.measure_all(sweep)
     points = sorted(probe.seen.values(), key=_point_order)
     return DesignResult(design, goal, optimum, reason, points, frontier,
-                        non_monotone_cells(points), box, headroom, rejected=rejected)
+                        non_monotone_cells(points), box, headroom,
+                        rejected=[_rejection(m) for m in rejected])
 
 
 MAX_VERIFY_STEPS = 64   # candidates tried before a design is reported infeasible
@@ -532,7 +533,7 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     The search screened its points on a few samples; the optimum is now checked on all of
     them. A candidate that fails one is dropped, its next-larger neighbours are screened, and
     the best remaining candidate is checked in turn: the frontier steps up only where needed.
-    Returns (verified optimum or None, [(P, T, rate, reason) of the candidates dropped]).
+    Returns (verified optimum or None, the verified Metrics of the candidates dropped).
     """
     if goal.name == "max-rate" and optimum is not None:
         return (yield from _verified_rate(probe, optimum, settings))
@@ -542,14 +543,14 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
             break
         (verified,) = yield [Verify(optimum.point)]
         if verified.meets_slos:
-            return verified, [_rejection(m) for m in rejected]
+            return verified, rejected
         rejected.append(verified)
         neighbours = yield from probe.measure_all(_step_up(probe, optimum, goal, settings))
         # more machines never hurt: whatever is below a rejected point at its rate is out too
         candidates = [c for c in dict.fromkeys([*candidates, *neighbours])
                       if c.meets_slos and not any(_below(c, r) for r in rejected)]
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
-    return None, [_rejection(m) for m in rejected]
+    return None, rejected
 
 
 def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
@@ -578,10 +579,10 @@ def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
     while not verified.meets_slos:
         rate = yield from _quick_bracket(check, failed, settings)
         if rate is None:
-            return None, [_rejection(m) for m in rejected]
+            return None, rejected
         verified = yield from check(rate)
         failed = rate
-    return verified, [_rejection(m) for m in rejected]
+    return verified, rejected
 
 
 def _quick_bracket(check, failed: float, settings: SearchSettings):
@@ -615,6 +616,21 @@ def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSetting
     if t == 0:
         return [probe.point(p + 1, 0, rate)]
     return [probe.point(p + 1, t, rate), probe.point(p, t + 1, rate)]
+
+
+def _gave_up(rejected: list[Metrics]) -> str:
+    """How many candidates failed verification, whether the limit on them stopped the search,
+    and by how much the closest one missed (its worst SLO margin over the samples it ran)."""
+    limit = " (the limit per design)" if len(rejected) >= MAX_VERIFY_STEPS else ""
+    text = f"{len(rejected)} candidate(s) failed one{limit}"
+    margins = [m for m in rejected if m.outcome.worst_margin is not None]
+    if not margins:
+        return text
+    closest = max(margins, key=lambda m: m.outcome.worst_margin)
+    rate = "" if closest.rate_rps is None else f" at {closest.rate_rps:g} req/s"
+    return (f"{text}; the closest, {closest.prompt_machines}P+{closest.token_machines}T{rate}, "
+            f"had a worst SLO margin of {closest.outcome.worst_margin:+.1%} "
+            f"({closest.outcome.reason})")
 
 
 def _rejection(m: Metrics) -> dict:

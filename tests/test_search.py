@@ -562,3 +562,41 @@ def test_growth_stops_when_more_machines_no_longer_help():
     assert stats.simulated <= 12
     results, _ = run(oracles.never, Goal("min-cost", 10.0), designs=DESIGNS[1:2], search_limit=8)
     assert "--search-limit" in results[0].reason
+
+
+class HardSample:
+    """The screening sample (seed 0) passes from P + T >= 4; every other sample needs
+    P + T >= 1,000, out of the verification's reach: each candidate fails on seed 1."""
+    asked: list
+
+    def __init__(self):
+        self.asked = []
+
+    def outcome(self, point, seed):
+        load = (4 if seed == 0 else 1000) / (point.prompt_machines + point.token_machines)
+        slo = tuple((key, load if key == "ttft_p99" else 0.5, 1.0) for key in SLO_KEYS)
+        return Outcome(load <= 1.0, True, "" if load <= 1.0 else f"TTFT P99 {load:.4g} > 1x",
+                       slo, 1.0 - load, 100)
+
+    def identity(self):
+        return {"oracle": "hard sample"}
+
+    def point_identity(self, point):
+        return {}
+
+
+def test_a_search_that_gives_up_says_why_and_by_how_much():
+    """When verification rejects candidates until the limit, the reason says the limit bound
+    and how far the closest candidate was from passing."""
+    from provisioner.frontier import MAX_VERIFY_STEPS
+    (result,) = search_designs([CATALOG.design("splitwise-hh")], Goal("min-cost", 10.0),
+                               Constraints(), SearchSettings(load_sweep=(), search_limit=64),
+                               Verifier(Runner(HardSample()), (0, 1)).run)
+    assert result.optimum is None and len(result.rejected) == MAX_VERIFY_STEPS
+    assert f"{MAX_VERIFY_STEPS} candidate(s) failed one (the limit per design)" in result.reason
+    sizes = [sum(r["machines"]) for r in result.rejected]
+    closest = [r for r in result.rejected if sum(r["machines"]) == max(sizes)][0]
+    p, t = closest["machines"]
+    margin = 1.0 - 1000 / (p + t)
+    assert f"the closest, {p}P+{t}T at 10 req/s, had a worst SLO margin of {margin:+.1%}" \
+        in result.reason
