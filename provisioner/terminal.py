@@ -218,12 +218,14 @@ def _fmt(value, spec: str) -> str:
 # ----------------------------------------------------------------------------------- catalog
 def catalog_tables(cat, profiles) -> list[Table]:
     """Machines, models, SLO profiles and designs; names never wrap, long text columns fold."""
-    machines = _table("Machine SKUs (per machine; * uncalibrated: latencies scaled from "
-                      "datasheets)", ("SKU / GPU", "GPUs", "HBM\nGiB", "HBM\nTB/s", "FP16\nTFLOPS",
+    from simcore.kernels import covers
+    machines = _table("Machine SKUs (per machine; * uncalibrated: neither vLLM kernel tables "
+                      "nor 2023 profiles, latencies scaled from datasheets)", ("SKU / GPU", "GPUs", "HBM\nGiB", "HBM\nTB/s", "FP16\nTFLOPS",
                                       "kW", "$/h", "KV link\nGb/s"),
                       names=[m.name + " *" for m in cat.machines.values()])
     for m in cat.machines.values():
-        name = m.name if m.calibrated else f"{m.name} [yellow]*[/]"
+        measured = m.calibrated or covers(m)   # the default engine's view of the SKU
+        name = m.name if measured else f"{m.name} [yellow]*[/]"
         machines.add_row(f"{name}\n[dim]{m.gpu}[/]", str(m.gpus), f"{m.gpus * m.hbm_gib:,.0f}",
                          f"{m.gpus * m.hbm_bandwidth_gbs / 1000:.1f}",
                          f"{m.gpus * m.fp16_tflops:g}", f"{m.power_kw:.2f}",

@@ -90,6 +90,12 @@ def available_tables() -> list[tuple[str, str, str]]:
     return sorted(tuple(p.stem.rsplit("-", 2)) for p in KERNEL_DIR.glob("*.json"))
 
 
+def covers(machine: MachineSku, engine: str = "vllm", dtype: str = "bf16") -> bool:
+    """Are there measured kernel tables for the machine's GPU under this engine and dtype?"""
+    gpu = GPU_OF_MACHINE.get(machine.gpu)
+    return gpu is not None and (gpu, engine, dtype) in available_tables()
+
+
 @lru_cache(maxsize=None)
 def load_tables(gpu: str, engine: str = "vllm", dtype: str = "bf16") -> "KernelTables":
     path = KERNEL_DIR / f"{gpu}-{engine}-{dtype}.json"

@@ -169,3 +169,14 @@ def test_moe_and_shape_fields_are_checked(catalog_copy, old, new, fragment):
     with pytest.raises(InputError) as err:
         load_catalog(str(catalog_copy))
     assert fragment in str(err.value)
+
+
+def test_the_catalog_marks_only_skus_without_measured_latencies(cli, monkeypatch):
+    """Under the default engine, a SKU with vLLM kernel tables (H200, B200, L40S) or 2023
+    profiles is not marked uncalibrated in `provision catalog`; MI300X (neither) is."""
+    monkeypatch.setenv("COLUMNS", "200")
+    outcome = cli(["catalog"])
+    assert outcome.code == 0, outcome.stderr
+    marked = {line.split("│")[1].split()[0] for line in outcome.stdout.splitlines()
+              if line.startswith("│") and " * " in line.split("│")[1] + " "}
+    assert marked == {"mi300x"}, marked
