@@ -9,9 +9,6 @@
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
 from dataclasses import replace
 
 import pytest
@@ -89,21 +86,14 @@ def test_fp8_halves_the_weight_and_kv_bytes():
     assert run.model.weight_bytes == bf16.model.weight_bytes / 2
 
 
-def test_fp8_is_refused_with_the_2023_model():
+def test_fp8_is_refused_with_the_2023_model(cli):
     with pytest.raises(InputError, match="dtype"):
         study_of(engine="splitwise-2023", dtype="fp8")
     with pytest.raises(InputError, match="splitwise-sim"):
         study_of(assumptions="splitwise-sim", dtype="fp8")
-    from provisioner.cli import main
-    err, argv = io.StringIO(), sys.argv
-    sys.argv = ["provision", "search", "--engine", "splitwise-2023", "--dtype", "fp8"]
-    try:
-        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
-            main()
-    finally:
-        sys.argv = argv
-    assert exit_.value.code == 2
-    assert len(err.getvalue().strip().splitlines()) == 1 and "--dtype fp8" in err.getvalue()
+    outcome = cli(["search", "--engine", "splitwise-2023", "--dtype", "fp8"])
+    assert outcome.code == 2
+    assert len(outcome.stderr.strip().splitlines()) == 1 and "--dtype fp8" in outcome.stderr
 
 
 def test_covered_gpus_are_calibrated_and_mi300x_is_not():

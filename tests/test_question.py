@@ -257,22 +257,11 @@ def test_cross_option_errors_name_the_option_as_the_caller_wrote_it(tmp_path):
     assert "rate=" not in str(err.value)
 
 
-def test_cross_option_errors_on_the_command_line_name_flags(tmp_path):
-    from provisioner.cli import main
-    import contextlib
-    import io
-    import sys
-    err = io.StringIO()
-    argv = sys.argv
-    sys.argv = ["provision", "search", "--goal", "max-rate", "--rate", "5", "--budget-like",
-                "dgx-h100:4", "--out", str(tmp_path / "out")]
-    try:
-        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
-            main()
-    finally:
-        sys.argv = argv
-    assert exit_.value.code == 2
-    assert "drop --rate" in err.getvalue()
+def test_cross_option_errors_on_the_command_line_name_flags(tmp_path, cli):
+    outcome = cli(["search", "--goal", "max-rate", "--rate", "5", "--budget-like", "dgx-h100:4",
+                   "--out", tmp_path / "out"])
+    assert outcome.code == 2
+    assert "drop --rate" in outcome.stderr
 
 
 def test_sim_options_refuse_a_reserve_out_of_range_from_python():
