@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from contextlib import contextmanager
 from dataclasses import asdict, fields, is_dataclass, replace
 from functools import lru_cache
@@ -91,15 +90,13 @@ def input_files(options: Any, spec: str | Path | None = None) -> dict[str, Path]
     """Every file the run reads, labelled as the user gave it (for `check_not_an_input`):
     spec, trace, SLO profile, performance model, failure schedule, catalog files. Built-in
     names (a workload, an SLO profile) are not files."""
-    from simcore.workload import builtin_workload_names
-    from slo_profiles import builtin_slo_profiles
     s = options.study
     files: dict[str, Path] = {}
     if spec is not None:
         files["--spec file"] = Path(spec)
-    if s.workload not in builtin_workload_names():
+    if _is_file_name("workload", s.workload):
         files["--workload trace"] = Path(s.workload)
-    if s.slo not in builtin_slo_profiles():
+    if _is_file_name("slo", s.slo):
         files["--slo profile"] = Path(s.slo)
     if s.perf_model is not None:
         files["--perf-model file"] = Path(s.perf_model)
@@ -463,6 +460,7 @@ def _read_named_file(name: str, value: str, study: StudyOptions) -> None:
 
 
 def _is_file_name(name: str, value: str) -> bool:
+    """Does the option's value name a file (not a built-in workload or SLO profile)?"""
     from simcore.workload import builtin_workload_names
     from slo_profiles import builtin_slo_profiles
     if name == "workload":
@@ -532,7 +530,3 @@ def engine_fingerprint() -> str:
     for path in [*files, Path(provisioner.evaluate.__file__), Path(provisioner.presets.__file__)]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

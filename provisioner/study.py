@@ -207,23 +207,25 @@ class PerfSource:
 _LOADED_MODELS: dict = {}  # one load per file and catalog per process (workers included)
 
 
+def _own_default_model() -> PerformanceModel:
+    """A copy of the default model with a curve cache of its own: the caches are keyed by
+    names, and a preset's or an fp8 model's record (weights, KV bytes) differs from the
+    catalog's."""
+    default = default_performance_model()
+    return PerformanceModel(default.groups, transfer=default.transfer, source=default.source)
+
+
 @lru_cache(maxsize=1)
 def _splitwise_sim_model():
-    """Its own copy of the default model underneath: the models' curve caches are keyed by
-    names, and the preset's model records (weights, KV bytes) differ from the catalog's."""
-    default = default_performance_model()
-    return splitwise_sim.SplitwiseSimPerformance(
-        PerformanceModel(default.groups, transfer=default.transfer, source=default.source))
+    """SplitwiseSim's curves, over its own copy of the default model (`_own_default_model`)."""
+    return splitwise_sim.SplitwiseSimPerformance(_own_default_model())
 
 
 @lru_cache(maxsize=None)
 def _engine_model(engine: str, dtype: str) -> EnginePerformanceModel:
     """The engine's kernel model with the 2023 model for the pairs it does not cover (for fp8,
-    its own copy of it: the default model's curve cache is keyed by names, and an fp8 model's
-    record differs from the catalog's)."""
-    default = default_performance_model()
-    fallback = default if dtype == "bf16" else PerformanceModel(
-        default.groups, transfer=default.transfer, source=default.source)
+    its own copy of it: `_own_default_model`)."""
+    fallback = default_performance_model() if dtype == "bf16" else _own_default_model()
     return EnginePerformanceModel(KernelPerformanceModel(engine, dtype), fallback)
 
 
