@@ -22,7 +22,7 @@ from hardware_catalog.errors import InputError
 
 DATA_DIR = Path(__file__).resolve().parent
 
-__all__ = ["InputError", "MachineSku", "ModelSpec", "Design", "Catalog", "load_catalog",
+__all__ = ["InputError", "MachineSku", "ModelSpec", "Layout", "Design", "Catalog", "load_catalog",
            "read_yaml", "read_json", "read_text", "check_path"]
 
 # Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
@@ -94,7 +94,6 @@ class ModelSpec:
     kv_heads: int
     params_b: float
     bytes_per_value: int
-    tensor_parallel: int
     active_params_b: float | None = None
     perf_profile: str | None = None
     source: str = ""
@@ -136,8 +135,49 @@ class ModelSpec:
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
                 "heads": self.heads, "kv_heads": self.kv_heads, "params_b": self.params_b,
                 "active_params_b": self.active_params_b, "bytes_per_value": self.bytes_per_value,
-                "tensor_parallel": self.tensor_parallel,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "perf_profile": self.perf_profile}
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """How one pool's machines run the model: instances of `tp` GPUs of one machine (tensor
+    parallel), each spanning `pp` machines (pipeline stages, for a model one machine cannot
+    hold). A machine of G GPUs holds G / tp instances; a pool of N machines, (N // pp) x G / tp."""
+    tp: int
+    pp: int = 1
+
+    def __post_init__(self):
+        for name in ("tp", "pp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+                raise InputError(f"{name} must be a whole number from 1 to {MAX_GPUS}, "
+                                 f"got {value!r}")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one instance."""
+        return self.tp * self.pp
+
+    def instances_per_machine(self, machine: "MachineSku") -> int:
+        """Instances per machine (per pipeline group of `pp` machines when pp > 1)."""
+        return machine.gpus // self.tp
+
+    def instances(self, machine: "MachineSku", machines: int) -> int:
+        return (machines // self.pp) * self.instances_per_machine(machine)
+
+    def problem(self, machine: "MachineSku") -> str:
+        """Why the layout cannot run on the machine ("" when it can)."""
+        if machine.gpus % self.tp:
+            return (f"TP {self.tp} does not divide the {machine.gpus} GPUs of "
+                    f"'{machine.name}'")
+        return ""
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.tp}" + (f"xPP{self.pp}" if self.pp > 1 else "")
+
+    def as_dict(self) -> dict[str, int]:
+        return {"tp": self.tp, "pp": self.pp}
 
 
 PREFILL_POLICIES = ("whole", "chunked")
@@ -162,6 +202,10 @@ class Design:
     mixed_pool: bool = True
     prefill: str = "whole"
     chunk_tokens: int | None = None   # chunked only; DEFAULT_CHUNK_TOKENS when not given
+    # the pools' layouts (a baseline's one pool: prompt_layout); None: not chosen yet (the
+    # search chooses, a simulation takes the whole machine: `simcore.layout.default_layout`)
+    prompt_layout: Layout | None = None
+    token_layout: Layout | None = None
 
     def __post_init__(self):
         for role, machine in (("prompt", self.prompt), ("token", self.token)):
@@ -197,6 +241,18 @@ class Design:
     def token_sku(self) -> str | None:
         return self.token.name if self.token is not None else None
 
+    def with_layouts(self, prompt: Layout | None, token: Layout | None = None) -> "Design":
+        """The same design with its pools' layouts set (a baseline takes `prompt` only)."""
+        from dataclasses import replace
+        return replace(self, prompt_layout=prompt,
+                       token_layout=None if self.is_baseline else token)
+
+    @property
+    def layouts(self) -> tuple[Layout | None, ...]:
+        """The layout of each pool: (prompt,) for a baseline, (prompt, token) otherwise."""
+        return (self.prompt_layout,) if self.is_baseline else (self.prompt_layout,
+                                                                self.token_layout)
+
     def machines(self) -> tuple[MachineSku, ...]:
         """The distinct machine records of the design (prompt first)."""
         return (self.prompt,) if self.token is None else tuple(dict.fromkeys((self.prompt,
@@ -222,6 +278,10 @@ class Design:
                   "mixed_pool": self.mixed_pool if not self.is_baseline else False}
         if self.is_chunked:
             record.update(prefill=self.prefill, chunk_tokens=self.chunk_tokens)
+        if self.prompt_layout is not None:
+            record["prompt_layout"] = self.prompt_layout.as_dict()
+        if self.token_layout is not None:
+            record["token_layout"] = self.token_layout.as_dict()
         return record
 
 
@@ -491,7 +551,7 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
 
 
 _MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "params_b", "active_params_b",
-                 "bytes_per_value", "tensor_parallel", "perf_profile", "source",
+                 "bytes_per_value", "perf_profile", "source",
                  "intermediate_size", "vocab_size", "head_dim", "mlp_gated", "experts",
                  "experts_per_token", "expert_intermediate_size"}
 _MOE_FIELDS = ("experts", "experts_per_token", "expert_intermediate_size")
@@ -499,6 +559,10 @@ _MOE_FIELDS = ("experts", "experts_per_token", "expert_intermediate_size")
 
 def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
     f = _Fields(entry, source, name)
+    if isinstance(entry, dict) and "tensor_parallel" in entry:
+        raise f._err("tensor_parallel", "a model no longer fixes its tensor parallelism: remove "
+                     "the key (the search chooses a layout per pool; pin one with --tp, "
+                     "--tp-prompt, --tp-token or --pp)")
     f.reject_unknown(_MODEL_FIELDS)
     model = ModelSpec(
         name=name, layers=f.number("layers", integer=True, at_most=10_000),
@@ -507,7 +571,6 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         kv_heads=f.number("kv_heads", integer=True, at_most=100_000),
         params_b=f.number("params_b", at_most=1e5),
         bytes_per_value=f.number("bytes_per_value", 2, integer=True, at_most=8),
-        tensor_parallel=f.number("tensor_parallel", 8, integer=True, at_most=MAX_GPUS),
         active_params_b=f.number("active_params_b", None, at_most=1e5),
         perf_profile=f.text("perf_profile", None), source=f.text("source", ""),
         intermediate_size=f.number("intermediate_size", None, integer=True, at_most=10_000_000),

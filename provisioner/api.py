@@ -18,6 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from hardware_catalog import Design, InputError
 from hardware_catalog.errors import option_ref
 from provisioner import __version__
@@ -25,6 +27,7 @@ from provisioner.chunked import budget_variants, collapse_variants, progress_by_
 from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
 from provisioner.frontier import search_designs
+from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
                                  SimulateOptions, from_keywords)
 from provisioner.presets import preset_catalog
@@ -57,8 +60,15 @@ def versions() -> dict:
 
 def uncalibrated(design: Design, study: Study) -> list[str]:
     """The design's SKUs whose latencies for this model are scaled from datasheets."""
-    perf = study.perf.load(study.catalog)
-    return [m.name for m in design.machines() if not perf.is_calibrated(study.model, m)]
+    return uncalibrated_skus(design, study.model, study.perf.load(study.catalog))
+
+
+def uncalibrated_skus(design: Design, model, perf) -> list[str]:
+    """The design's SKUs whose latencies (at their pools' TP) are not measured."""
+    pools = (design.prompt, design.token)[:len(design.layouts)]
+    flagged = [m.name for m, layout in zip(pools, design.layouts)
+               if not perf.is_calibrated(model, m, layout.tp if layout else None)]
+    return list(dict.fromkeys(flagged))
 
 
 def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
@@ -218,12 +228,27 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
     runner = Runner(SimulationEvaluator(study), execution.jobs or default_jobs(),
                     execution.backend, execution.address, cache)
     searched, origin = budget_variants(study.designs, study.chunk_tokens)
+    layout_plans = plans(study, searched)
     verifier = Verifier(runner, _seeds(study), SCREEN_SEEDS, study.settings.verify_margin)
     with runner:
-        results = search_designs(searched, study.goal, study.constraints, study.settings,
-                                 verifier.run, progress_by_design(on_batch, origin),
-                                 runner.concurrent)
+        runnable = [d for d in searched if layout_plans[d.name].variants]
+        found = search_designs(runnable, study.goal, study.constraints, study.settings,
+                               verifier.run, progress_by_design(on_batch, origin),
+                               runner.concurrent,
+                               {name: p.variants for name, p in layout_plans.items()})
+        found = {r.design.name: r for r in found}
+        results = [found.get(d.name) or no_layout_result(d, study.goal, layout_plans[d.name])
+                   for d in searched]
+        for result in results:
+            layout_plan = layout_plans[result.design.name]
+            result.layouts_skipped = layout_plan.skipped
+            if layout_plan.variants:
+                result.layouts = result.layouts + layout_plan.too_slow
         results = collapse_variants(study.designs, results, origin, study.goal)
+        for result in results:
+            if result.design.prompt_layout is not None:
+                result.layout = layout_record(result.design, study.model,
+                                              study.sim_options.memory_reserve_fraction)
         disagreements = recheck_cached_optimum(results, runner)
         if disagreements:
             warn(f"the evaluation cache {cache.directory} holds entries the simulator does not "
@@ -297,6 +322,7 @@ class SimulationRun:
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
     profile: Any = None   # the SLO profile (goodput counts requests within its limits)
     latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
+    layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -321,6 +347,11 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
     requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
+    reserve = sim_options(s, options.resilience).memory_reserve_fraction
+    longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
+    cluster = replace(cluster, design=pinned_design(
+        cluster.design, options.layout, model, reserve, longest,
+        (cluster.prompt_machines, cluster.token_machines)))
     check_resilience(options.resilience, c.failures is not None, "failures")
     rows = ()
     if c.failures is not None:
@@ -331,9 +362,10 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                             replace(sim_options(s, options.resilience, rows),
                                     mixed_pool=c.mixed_pool))
-    uncal = [m.name for m in cluster.design.machines() if not perf.is_calibrated(model, m)]
+    uncal = uncalibrated_skus(cluster.design, model, perf)
     return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
-                         profile, latency_source(source, perf, model, cluster.design.machines()))
+                         profile, latency_source(source, perf, model, cluster.design.machines()),
+                         layout_record(cluster.design, model, reserve))
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

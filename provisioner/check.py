@@ -20,10 +20,10 @@ from hardware_catalog import InputError, read_json
 from provisioner.api import SearchResult, run_study
 from provisioner.options import Execution
 from provisioner.question import changed_inputs, from_echo
-from provisioner.reports import SCHEMA, SCHEMA_VERSION
+from provisioner.reports import SCHEMA, SCHEMA_VERSION, layout_label
 
 COMPARED = ("feasible", "machines", "prompt_machines", "token_machines", "rate_rps",
-            "cost_per_hour", "power_kw", "gpus")
+            "cost_per_hour", "power_kw", "gpus", "layout")   # a changed layout is a changed optimum
 
 
 @dataclass
@@ -137,8 +137,12 @@ def _validate_answers(document: dict, source: str) -> None:
             raise shape.fail(f"{where}.optimum", "missing")
         optimum = shape.get(entry, "optimum", dict, where, optional=True)
         if optimum is not None:
-            for key in COMPARED[1:]:
+            for key in COMPARED[1:-1]:
                 shape.get(optimum, key, float, f"{where}.optimum", optional=True)
+            layout = shape.get(optimum, "layout", dict, f"{where}.optimum", optional=True)
+            for pool, entry in (layout or {}).items():
+                for key in ("tp", "pp", "instances_per_machine"):
+                    shape.get(entry, key, int, f"{where}.optimum.layout.{pool}")
 
 
 def optimum_changes(old: dict, new: dict) -> list[tuple[str, str, Any, Any]]:
@@ -160,7 +164,9 @@ def optimum_changes(old: dict, new: dict) -> list[tuple[str, str, Any, Any]]:
 
 
 def _flat(entry: dict) -> dict:
-    return {"feasible": entry["feasible"], **(entry["optimum"] or {})}
+    optimum = entry["optimum"] or {}
+    return {"feasible": entry["feasible"], **optimum,
+            "layout": layout_label(optimum.get("layout"))}
 
 
 def check_report(path: str | Path, execution: Execution = Execution(), *,

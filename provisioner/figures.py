@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
+from provisioner.reports import layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
@@ -103,9 +104,9 @@ def _comparison_html(document: dict) -> str:
 
 
 def _optimum_html(document: dict) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("design", "P", "T", "rate req/s", "cost $/h",
-                                               "power kW", "GPUs", "binding SLO / margin",
-                                               "headroom req/s"))
+    head = "".join(f"<th>{h}</th>" for h in ("design", "layout", "P", "T", "rate req/s",
+                                               "cost $/h", "power kW", "GPUs",
+                                               "binding SLO / margin", "headroom req/s"))
     rows = []
     for entry in document["designs"]:
         o = entry["optimum"]
@@ -115,7 +116,7 @@ def _optimum_html(document: dict) -> str:
         if entry.get("uncalibrated_skus"):
             name += ' <span class="warn">(uncalibrated)</span>'
         if o is None:
-            rows.append(f"<tr><td>{name}</td><td colspan=\"8\">infeasible: "
+            rows.append(f"<tr><td>{name}</td><td colspan=\"9\">infeasible: "
                         f"{html.escape(entry['reason'])}</td></tr>")
             continue
         p = o.get("machines", o.get("prompt_machines"))
@@ -126,8 +127,9 @@ def _optimum_html(document: dict) -> str:
                       f"{o['binding_margin']:+.1%}")
         rate = "trace" if o["rate_rps"] is None else f"{o['rate_rps']:g}"
         headroom = "-" if o.get("headroom_rps") is None else f"{o['headroom_rps']:g}"
-        cells = [p, t, rate, f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", o["gpus"],
-                 margin, headroom]
+        cells = [html.escape(layout_label(o.get("layout")) or "-"), p, t, rate,
+                 f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", o["gpus"], margin,
+                 headroom]
         rows.append(f"<tr><td>{name}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     warnings = "".join(f'<li class="warn">{html.escape(w)}</li>'
                        for w in document.get("warnings", []))

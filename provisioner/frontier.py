@@ -135,6 +135,7 @@ def _pool_caps(design: Design, constraints: Constraints, limit: int) -> tuple[in
     return p_cap, t_cap
 
 
+CANNOT_BEAT = "cannot beat the best layout: no pool sizes that cost less meet the SLOs"
 GROWTH_CHECKED = 256   # up to here pools double blindly; beyond, only while margins improve
 
 
@@ -186,16 +187,39 @@ def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
     return corners
 
 
+def _beaten_caps(design: Design, goal: Goal, beat: float, p_cap: int,
+                 t_cap: int) -> tuple[int, int]:
+    """The pools within which a point costs (min-power: draws) less than `beat` with at least
+    one machine in the other pool: a feasible point there is the only way to beat it."""
+    def unit(machine):
+        return machine.power_kw if goal.name == "min-power" else machine.cost_per_hour
+
+    def most(own, other) -> int:
+        return math.ceil((beat - other) / unit(own) - 1e-9) - 1
+
+    if design.is_baseline:
+        return min(p_cap, most(design.prompt, 0.0)), 0
+    return (min(p_cap, most(design.prompt, unit(design.token))),
+            min(t_cap, most(design.token, unit(design.prompt))))
+
+
 def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
-                settings: SearchSettings):
-    """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason)."""
+                settings: SearchSettings, beat: float | None = None):
+    """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason).
+
+    `beat` (another layout's verified optimum) bounds the pools the growth tries: when none
+    of them meets the SLOs, this design cannot beat it and its search ends there."""
     rate, baseline = goal.rate_rps, design.is_baseline
     p_cap, t_cap = _pool_caps(design, constraints, settings.search_limit)
     if p_cap < 1 or (not baseline and t_cap < 1):
         return [], [], None, "the constraints leave no room for a machine in every pool"
+    if beat is not None:
+        p_cap, t_cap = _beaten_caps(design, goal, beat, p_cap, t_cap)
+        if p_cap < 1 or (not baseline and t_cap < 1):
+            return [], [], None, CANNOT_BEAT
     corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline)
     if corner is None:
-        return [], [], (p_cap, t_cap), reason
+        return [], [], (p_cap, t_cap), CANNOT_BEAT if beat is not None else reason
     p_hi, t_hi = corner if baseline else _search_box(design, corner, constraints, p_cap, t_cap)
     if settings.exhaustive:
         grid = [probe.point(p, t, rate) for p in range(1, p_hi + 1)
@@ -497,10 +521,15 @@ def _drive_concurrently(searches: dict[str, Search], run_batch: RunBatch,
 
 
 def design_search(design: Design, goal: Goal, constraints: Constraints,
-                  settings: SearchSettings):
-    """One design's whole search (a generator for `drive`); returns a DesignResult."""
+                  settings: SearchSettings, beat: float | None = None):
+    """One design's whole search (a generator for `drive`); returns a DesignResult. `beat`:
+    min-cost / min-power, an objective value the design must undercut (see `_min_search`)."""
     probe = Probe(design, infer=not settings.exhaustive)
-    run = _max_rate_search if goal.name == "max-rate" else _min_search
+    if goal.name == "max-rate":
+        run = _max_rate_search
+    else:
+        def run(*args):
+            return _min_search(*args, beat=beat)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
@@ -675,16 +704,84 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
     return found
 
 
+# ------------------------------------------------------------------------------ layouts
+def objective(metrics: Metrics, goal: Goal) -> float:
+    return {"min-cost": metrics.cost_per_hour, "min-power": metrics.power_kw,
+            "max-rate": metrics.rate_rps}[goal.name]
+
+
+def _better(result: DesignResult, best: DesignResult | None, goal: Goal) -> bool:
+    if not result.feasible:
+        return False
+    if best is None:
+        return True
+    mine, theirs = result.optimum, best.optimum
+    second = "power_kw" if goal.name == "min-cost" else "cost_per_hour"
+    sign = -1.0 if goal.name == "max-rate" else 1.0
+    return ((sign * objective(mine, goal), getattr(mine, second))
+            < (sign * objective(theirs, goal), getattr(theirs, second)))
+
+
+def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
+                  settings: SearchSettings):
+    """A design's layout variants (records with `design` and a capacity `bound`, best bound
+    first), one after the other: a variant whose bound cannot beat the best verified optimum
+    so far is not simulated, and the others must undercut it (`beat`). Returns the best
+    variant's DesignResult with every variant's fate in `layouts`. Sequential within a
+    design, so what is pruned does not depend on jobs or batching."""
+    best, last, lines = None, None, []
+    for variant in variants:
+        label = " / ".join(layout.label for layout in variant.design.layouts)
+        line = {"layout": label, "bound": float(variant.bound)}
+        if best is not None:
+            value = objective(best.optimum, goal)
+            beaten = (variant.bound <= value if goal.name == "max-rate"
+                      else variant.bound >= value)
+            if beaten:
+                lines.append({**line, "status": "pruned",
+                              "reason": "its capacity bound cannot beat the best layout"})
+                continue
+        beat = (objective(best.optimum, goal)
+                if best is not None and goal.name != "max-rate" else None)
+        result = yield from design_search(variant.design, goal, constraints, settings, beat)
+        last = result
+        if result.feasible:
+            o = result.optimum
+            line.update(status="feasible", cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,
+                        rate_rps=o.rate_rps, gpus=o.gpus, prompt_machines=o.prompt_machines,
+                        token_machines=o.token_machines)
+        else:
+            line.update(status="infeasible", reason=result.reason)
+        line["evaluations"] = len(result.points)
+        lines.append(line)
+        if _better(result, best, goal):
+            best = result
+    chosen = best or last
+    for line in lines:
+        if line["status"] == "feasible":
+            ours = best is not None and line["layout"] == " / ".join(
+                layout.label for layout in best.design.layouts)
+            line["status"] = "chosen" if ours else "lost"
+    chosen.layouts = lines
+    return chosen
+
+
 def search_designs(designs: Sequence[Design], goal: Goal, constraints: Constraints,
                    settings: SearchSettings, run_batch: RunBatch,
                    on_batch: Callable[[dict[str, int]], None] | None = None,
-                   concurrent: bool = False) -> list[DesignResult]:
+                   concurrent: bool = False,
+                   variants: dict[str, Sequence[Any]] | None = None) -> list[DesignResult]:
     """Search every design at once (their steps batched together, or with `concurrent` each
-    design asking on its own); results in design order.
+    design asking on its own); results in design order. `variants` maps a design's name to
+    its layout variants (`layout_search`); a design without searches its record as it is.
 
     `run_batch` evaluates a list of points and returns their metrics in the same order; the
     algorithm knows nothing else about how (processes, clusters, caches) that happens.
     """
-    searches = {d.name: design_search(d, goal, constraints, settings) for d in designs}
+    variants = variants or {}
+    searches = {d.name: (layout_search(variants[d.name], goal, constraints, settings)
+                         if variants.get(d.name) else design_search(d, goal, constraints,
+                                                                    settings))
+                for d in designs}
     results = drive(searches, run_batch, on_batch, concurrent)
     return [results[d.name] for d in designs]

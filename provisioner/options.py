@@ -50,6 +50,8 @@ SEARCH_LIMIT = 16_384
 MAX_JOBS = 1024
 MAX_BUDGET = 1e9            # kW or $/h
 CHUNK_BUDGETS = (256, 512, 1024, 2048)  # --chunk-tokens auto: Sarathi-Serve's range of budgets
+MAX_GPUS_PER_INSTANCE = 1024   # a machine's GPUs (the catalog's bound)
+MAX_PIPELINE = 8               # machines one instance spans (simcore.layout.MAX_PIPELINE)
 
 
 def option(default: Any, help: str, check: Any, *, short: str | None = None,
@@ -146,6 +148,26 @@ class QuestionOptions:
 
 
 @dataclass(frozen=True)
+class LayoutOptions:
+    """Instance layouts: pin a pool's tensor / pipeline parallelism (README: Layouts)."""
+    tp: Optional[int] = option(
+        None, "Tensor parallelism of every pool (the one pool of colocated designs; Splitwise "
+              "pools without --tp-prompt / --tp-token): GPUs per instance, dividing the "
+              "machine's GPUs.", count(1, MAX_GPUS_PER_INSTANCE), metavar="N",
+        default_text="searched (simulate: the whole machine)", outcome=False)
+    tp_prompt: Optional[int] = option(
+        None, "Tensor parallelism of Splitwise prompt pools.", count(1, MAX_GPUS_PER_INSTANCE),
+        metavar="N", default_text="searched", outcome=False)
+    tp_token: Optional[int] = option(
+        None, "Tensor parallelism of Splitwise token pools.", count(1, MAX_GPUS_PER_INSTANCE),
+        metavar="N", default_text="searched", outcome=False)
+    pp: Optional[int] = option(
+        None, "Pipeline parallelism of every pool: machines one instance spans.",
+        count(1, MAX_PIPELINE), metavar="N",
+        default_text="the fewest machines that hold the model", outcome=False)
+
+
+@dataclass(frozen=True)
 class FailureOptions:
     """Machine failures (DejaVu) and how requests recover from them."""
     mtbf_hours: Optional[float] = option(
@@ -237,6 +259,7 @@ class SearchOptions:
     """`provision search`: the question, its limits, the search and its execution."""
     study: StudyOptions = StudyOptions()
     question: QuestionOptions = QuestionOptions()
+    layout: LayoutOptions = LayoutOptions()
     resilience: FailureOptions = FailureOptions()
     constraints: Constraints = Constraints()
     settings: SearchSettings = SearchSettings()
@@ -269,6 +292,7 @@ class ClusterOptions:
 class SimulateOptions:
     study: StudyOptions = StudyOptions()
     cluster: ClusterOptions = ClusterOptions()
+    layout: LayoutOptions = LayoutOptions()
     resilience: FailureOptions = FailureOptions()
 
 

@@ -28,6 +28,7 @@ from hardware_catalog import (Catalog, Design, InputError, ModelSpec, check_path
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
+from provisioner.layouts import check_pins, plans
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, SearchOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
@@ -196,6 +197,9 @@ def budget_like(text: str, catalog: Catalog) -> Budget:
     return Budget(kind, float(f"{count * per_machine:.10g}"), like=f"{machine.name}:{count}")
 
 
+MIN_WINDOW_REQUESTS = 20
+
+
 def resolve_study(options: SearchOptions) -> Study:
     """The search's question as records: every name looked up once, here."""
     s = options.study
@@ -212,19 +216,26 @@ def resolve_study(options: SearchOptions) -> Study:
     designs = with_chunk_tokens(resolve_designs(options.question.designs, catalog),
                                 s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
+    check_pins(options.layout, catalog, designs)
     settings = options.settings
     if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
         settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
-    return Study(catalog=catalog, model=model, workload=workload,
-                 duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
-                 reference=catalog.machine(SLO_REFERENCE_SKU),
-                 designs=designs,
-                 goal=goal, constraints=options.constraints, settings=settings,
-                 chunk_tokens=s.chunk_tokens,
-                 sim_options=sim_options(options.study, options.resilience),
-                 assumptions=s.assumptions,
-                 survive_failures=options.question.survive_failures or 0,
-                 options=options)
+    if settings.min_rate * s.duration < MIN_WINDOW_REQUESTS:
+        # nor a window so thin that a sample may hold no request at all (percentiles of a
+        # handful of requests say nothing): max-rate's floor holds 20 expected requests
+        settings = replace(settings, min_rate=MIN_WINDOW_REQUESTS / s.duration)
+    study = Study(catalog=catalog, model=model, workload=workload,
+                  duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
+                  reference=catalog.machine(SLO_REFERENCE_SKU),
+                  designs=designs,
+                  goal=goal, constraints=options.constraints, settings=settings,
+                  chunk_tokens=s.chunk_tokens,
+                  sim_options=sim_options(options.study, options.resilience),
+                  assumptions=s.assumptions,
+                  survive_failures=options.question.survive_failures or 0,
+                  layout=options.layout, options=options)
+    plans(study, designs)   # a model or pinned layout that fits no design fails here, up front
+    return study
 
 
 def resolve_perf(study: StudyOptions) -> PerfSource:

@@ -18,8 +18,9 @@ from provisioner.chunked import comparison
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
-SCHEMA_VERSION = 3  # 2: verification, headroom, assumptions, warnings, sensitivity;
-#                       3: inputs.options, the question as asked (what `check` reads)
+SCHEMA_VERSION = 4  # 2: verification, headroom, assumptions, warnings, sensitivity;
+#                       3: inputs.options, the question as asked (what `check` reads);
+#                       4: layouts (optimum.layout, designs[].layouts, layouts_skipped)
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
 
 
@@ -38,6 +39,16 @@ def machines_of(m: Metrics, baseline: bool) -> dict:
     if baseline:
         return {"machines": m.prompt_machines}
     return {"prompt_machines": m.prompt_machines, "token_machines": m.token_machines}
+
+
+def layout_label(record: dict | None) -> str | None:
+    """'TP2' for one pool, 'TP2 / TP8' for a prompt and a token pool (terminal, `check`)."""
+    if not record:
+        return None
+    return " / ".join(f"TP{entry['tp']}" + (f"xPP{entry['pp']}" if entry["pp"] > 1 else "")
+                      + (f" x{entry['instances_per_machine']}"
+                         if entry["instances_per_machine"] > 1 else "")
+                      for entry in record.values())
 
 
 def optimum_dict(m: Metrics, baseline: bool) -> dict:
@@ -61,6 +72,7 @@ def design_dict(result: DesignResult) -> dict:
     optimum = None
     if result.optimum:
         optimum = {**optimum_dict(result.optimum, baseline),
+                   **({"layout": result.layout} if result.layout else {}),
                    "headroom_rps": num(result.headroom_rps),
                    **verification_dict(result.verification)}
     chunked = {}
@@ -71,6 +83,8 @@ def design_dict(result: DesignResult) -> dict:
             "feasible": result.feasible, "reason": result.reason,
             "uncalibrated_skus": list(result.uncalibrated), "optimum": optimum,
             "search_box": list(result.box) if result.box else None,
+            "layouts": [_rounded(line) for line in result.layouts],
+            "layouts_skipped": list(result.layouts_skipped),
             "rejected_candidates": [{**r, "rate_rps": num(r["rate_rps"])}
                                     for r in result.rejected],
             "frontier": [list(cell) for cell in result.frontier],

@@ -235,11 +235,11 @@ class _Scaled:
     model: object
     factor: float
 
-    def curves(self, model, machine):
-        return self.model.curves(model, machine).scaled(self.factor, self.factor)
+    def curves(self, model, machine, tp=None):
+        return self.model.curves(model, machine, tp).scaled(self.factor, self.factor)
 
-    def is_calibrated(self, model, machine) -> bool:
-        return self.model.is_calibrated(model, machine)
+    def is_calibrated(self, model, machine, tp=None) -> bool:
+        return self.model.is_calibrated(model, machine, tp)
 
 
 def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LEGACY_ENGINE,
@@ -281,6 +281,7 @@ class Study:
     chunk_tokens: int | str | None = None   # --chunk-tokens as given ("auto": searched)
     assumptions: str = "provision"   # the preset the catalog and options were resolved under
     survive_failures: int = field(default=0, metadata=OUTCOME)  # N+k: pass with k machines down
+    layout: Any = None    # LayoutOptions: pinned tp / pp (None: every layout that fits)
     options: Any = None   # the SearchOptions the study was resolved from
 
 
@@ -358,6 +359,9 @@ class DesignResult:
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
     rejected: list[dict] = field(default_factory=list)  # candidates that failed a verification seed
     resilience: dict | None = None   # --survive-failures: the plain and failure-aware optima
+    layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
+    layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate
+    layouts_skipped: list[dict] = field(default_factory=list)   # pool layouts that cannot run
 
     @property
     def feasible(self) -> bool:

@@ -10,6 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from provisioner.reports import layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
@@ -94,6 +95,8 @@ def optimum_table(document: dict) -> Table:
     seeds = document["inputs"]["options"]["verify_seeds"]
     table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
                         "* best", caption="P prompt / T token machines (baselines: P machines); "
+                        "under each design its layout: TP (xPP machines per instance) and "
+                        "instances per machine (prompt / token); "
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
                         "margin 1 - value/limit over the samples; headroom: highest rate the "
                         "optimum sustains on the base sample")
@@ -112,6 +115,8 @@ def optimum_table(document: dict) -> Table:
         if entry.get("uncalibrated_skus"):
             name += " [yellow]![/]"
         o = entry["optimum"]
+        if o is not None and o.get("layout"):
+            name += f"\n[dim]{layout_label(o['layout'])}[/]"
         price = [_price(entry)] if k else []
         if o is None:
             table.add_row(name, "-", "-", "-", "-", "-", "-", "-",
@@ -291,7 +296,8 @@ def simulation_summary(run) -> dict:
         "makespan_s": round(result.makespan_s, 6),
         "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
         if result.feasible else None,
-        "pools": _pools(result) if result.feasible else {},
+        "layout": run.layout,
+        "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
         "latency_source": run.latency_source,
@@ -330,15 +336,18 @@ def _prefill(design, result) -> dict:
             if whole > 0 else None}
 
 
-def _pools(result) -> dict:
+def _pools(result, cluster) -> dict:
     stats, pools = result.machine_stats, {}
+    machines = {ROLE_PROMPT: cluster.prompt_machines, ROLE_TOKEN: cluster.token_machines,
+                ROLE_BOTH: cluster.prompt_machines}
     for role, label in ((ROLE_PROMPT, "prompt"), (ROLE_TOKEN, "token"), (ROLE_BOTH, "machines")):
         mask = stats["role"] == role
         if not mask.any():
             continue
         peak = stats["max_memory_tokens"][mask] / np.maximum(stats["kv_capacity_tokens"][mask], 1)
         pools[label] = {
-            "count": int(mask.sum()), "sku": str(stats["sku"][mask][0]),
+            "count": machines[role], "instances": int(mask.sum()),
+            "sku": str(stats["sku"][mask][0]),
             "utilization": round(float(stats["utilization"][mask].mean()), 4),
             "mean_batch": round(float(stats["mean_batch"][mask].mean()), 3),
             "peak_kv_fraction": round(float(peak.max()), 4),

@@ -1,7 +1,11 @@
-"""Cluster description and the per-machine arrays both simulators run on.
+"""Cluster description and the per-instance arrays both simulators run on.
 
 Machines are numbered: a Splitwise cluster has its prompt machines first (0..P-1), then its
-token machines (P..P+T-1); a baseline cluster has N machines that serve both phases.
+token machines (P..P+T-1); a baseline cluster has N machines that serve both phases. Each pool's
+layout (`hardware_catalog.Layout`, `simcore.layout`) cuts its machines into instances: pipeline
+groups of pp consecutive machines, each holding gpus / tp instances. The simulators schedule
+instances (their "machines" are the instances numbered here, prompt pool first); a machine
+failure takes down every instance on it.
 """
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_catalog import Design, InputError, MachineSku, ModelSpec
+from hardware_catalog import Design, InputError, Layout, MachineSku, ModelSpec
+from simcore import layout as layouts
 from simcore.latency import LatencyCurves
 
 ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
@@ -100,7 +105,8 @@ class SimOptions:
 
 @dataclass(frozen=True, eq=False)
 class MachineArrays:
-    """Everything the simulators need about the machines, as arrays indexed by machine."""
+    """Everything the simulators need about the instances, as arrays indexed by instance (the
+    simulators call them machines: with one instance per machine they are)."""
     role: np.ndarray            # ROLE_PROMPT / ROLE_TOKEN / ROLE_BOTH
     kind: np.ndarray            # index into `curves` (one entry per distinct SKU)
     kv_capacity: np.ndarray     # KV tokens that fit in free HBM (int64)
@@ -121,55 +127,124 @@ class MachineArrays:
     detection_s: float = 0.0
     replicate: bool = False     # recovery: False restart, True replicate
     replica_peer: np.ndarray | None = None  # per machine: the peer holding its replicas, -1 host
+    # where the instances are: the machines each spans (one, or pp for a pipeline)
+    spans: tuple[tuple[int, ...], ...] = ()
 
     @property
     def count(self) -> int:
         return len(self.role)
 
 
-def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float) -> int:
-    """KV tokens that fit beside the weights: GPUs x HBM x (1 - reserve) - weights."""
-    free = machine.hbm_bytes * (1.0 - reserve_fraction) - model.weight_bytes
-    return max(0, int(free // model.kv_bytes_per_token))
+def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float,
+                       layout: Layout | None = None) -> int:
+    """KV tokens one instance holds beside the weights (the whole machine by default)."""
+    return layouts.kv_capacity(model, machine, layout or Layout(machine.gpus), reserve_fraction)
+
+
+def pool_layouts(design: Design, model: ModelSpec, reserve_fraction: float) -> tuple[Layout, ...]:
+    """Each pool's layout: the design's, or the whole machine on as few machines as hold the
+    model (`simcore.layout.default_layout`) where the design leaves it open."""
+    pools = (design.prompt,) if design.is_baseline else (design.prompt, design.token)
+    return tuple(chosen if chosen is not None
+                 else layouts.default_layout(model, machine, reserve_fraction)
+                 for chosen, machine in zip(design.layouts, pools))
+
+
+def pool_problem(cluster: Cluster, pool_layout: tuple[Layout, ...]) -> str:
+    """Why a pool holds no instance at all ("" when every pool holds one)."""
+    sizes = (cluster.prompt_machines, cluster.token_machines)
+    names = ("machines",) if cluster.design.is_baseline else ("prompt machines", "token machines")
+    for size, name, chosen in zip(sizes, names, pool_layout):
+        if size < chosen.pp:
+            return (f"{size} {name} cannot hold one instance of {chosen.label}: it spans "
+                    f"{chosen.pp} machines")
+    return ""
+
+
+def instance_spans(cluster: Cluster, pool_layout: tuple[Layout, ...]):
+    """(pool of each instance, machines each spans): instances in machine order, a pool's
+    pipeline groups of pp machines each holding gpus / tp instances (leftover machines idle)."""
+    pools, spans, first = [], [], 0
+    sizes = (cluster.prompt_machines, cluster.token_machines)
+    machines = (cluster.design.prompt, cluster.design.token)
+    for pool, (size, chosen) in enumerate(zip(sizes, pool_layout)):
+        per_group = chosen.instances_per_machine(machines[pool])
+        for group in range(size // chosen.pp):
+            members = tuple(range(first + group * chosen.pp, first + (group + 1) * chosen.pp))
+            pools += [pool] * per_group
+            spans += [members] * per_group
+        first += size
+    return pools, tuple(spans)
 
 
 def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
                          options: SimOptions) -> MachineArrays:
-    skus = cluster.skus
-    records = {m.name: m for m in cluster.design.machines()}
-    distinct = list(records)
-    baseline = cluster.design.is_baseline
-    role = np.array([ROLE_BOTH if baseline else (ROLE_PROMPT if i < cluster.prompt_machines
-                                                 else ROLE_TOKEN) for i in range(len(skus))],
+    design = cluster.design
+    baseline = design.is_baseline
+    pool_layout = pool_layouts(design, model, options.memory_reserve_fraction)
+    pools, spans = instance_spans(cluster, pool_layout)
+    records = (design.prompt, design.token)
+    kinds = list(dict.fromkeys((records[p].name, pool_layout[p]) for p in pools))
+    kind = np.array([kinds.index((records[p].name, pool_layout[p])) for p in pools],
                     dtype=np.int64)
-    mixed = (not baseline) and (cluster.design.mixed_pool if options.mixed_pool is None
+    by_name = {m.name: m for m in design.machines()}
+    role = np.array([ROLE_BOTH if baseline else (ROLE_PROMPT, ROLE_TOKEN)[p] for p in pools],
+                    dtype=np.int64)
+    mixed = (not baseline) and (design.mixed_pool if options.mixed_pool is None
                                 else options.mixed_pool)
-    per_sku = {s: kv_capacity_tokens(records[s], model, options.memory_reserve_fraction)
-               for s in distinct}
-    capacity = np.array([per_sku[s] for s in skus], dtype=np.int64)
-    peer = np.full(len(skus), -1, np.int64)
+    per_kind = [layouts.kv_capacity(model, by_name[name], chosen, options.memory_reserve_fraction)
+                for name, chosen in kinds]
+    capacity = np.array([per_kind[k] for k in kind], dtype=np.int64)
+    # an instance sends KV over its own GPUs' links (every GPU has its own NIC)
+    link = np.array([by_name[name].kv_link_gbps * 1e9 / 8.0 * chosen.gpus
+                     for name, chosen in kinds])[kind]
+    visible = np.array([by_name[name].kv_layerwise_visible_ms / 1000.0
+                        for name, _ in kinds])[kind]
+    peer = np.full(len(pools), -1, np.int64)
     if options.has_failures and options.recovery == "replicate" and options.replica_target == "peer":
-        # a ring over the decoding machines: each holds its own KV plus its predecessor's replica
+        # a ring over the decoding instances, each holding its own KV plus its predecessor's
+        # replica; the peer is on another machine where there is one (a machine failure takes
+        # both of its instances' copies)
         decoders = np.flatnonzero(role != ROLE_PROMPT)
-        peer[decoders] = np.roll(decoders, -1)
+        step = next((i for i in range(1, len(decoders))
+                     if not set(spans[decoders[i]]) & set(spans[decoders[0]])), 1)
+        peer[decoders] = np.roll(decoders, -step)
         capacity[decoders] //= 2
     return MachineArrays(
-        role=role,
-        kind=np.array([distinct.index(s) for s in skus], dtype=np.int64),
-        kv_capacity=capacity,
-        link_bytes_per_s=np.array([records[s].kv_link_bytes_per_s for s in skus]),
-        layerwise_visible_s=np.array([records[s].kv_layerwise_visible_ms / 1000.0 for s in skus]),
-        curves=tuple(perf.curves(model, records[s]) for s in distinct),
-        kv_bytes_per_token=model.kv_bytes_per_token, layers=model.layers, mixed_pool=mixed,
+        role=role, kind=kind, kv_capacity=capacity, link_bytes_per_s=link,
+        layerwise_visible_s=visible,
+        curves=tuple(layouts.curves(perf, model, by_name[name], chosen)
+                     for name, chosen in kinds),
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        layers=model.layers, mixed_pool=mixed,
         prompt_token_limit=options.prompt_token_limit,
         queue_threshold=options.mixed_pool_queue_threshold,
         layerwise_min_prompt_tokens=options.layerwise_min_prompt_tokens,
-        chunk_tokens=cluster.design.chunk_tokens if cluster.design.is_chunked else 0,
+        chunk_tokens=design.chunk_tokens if design.is_chunked else 0,
         tbt_per_output_token=options.tbt_per_output_token,
         detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
-        replica_peer=peer)
+        replica_peer=peer, spans=spans)
 
 
+def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:
+    """Machine failure rows (time_s, machine, down_s) as instance rows: each failure takes down
+    every instance on the machine; an instance spanning machines is down while any of them is
+    (overlapping outages merged), so no instance fails while it is down."""
+    on_machine: dict[int, list[int]] = {}
+    for instance, members in enumerate(spans):
+        for machine in members:
+            on_machine.setdefault(machine, []).append(instance)
+    outages: dict[int, list[list[float]]] = {}
+    for t, machine, down in sorted(map(tuple, machine_rows)):
+        for instance in on_machine.get(int(machine), ()):
+            runs = outages.setdefault(instance, [])
+            if runs and t < runs[-1][1]:
+                runs[-1][1] = max(runs[-1][1], t + down)
+            else:
+                runs.append([t, t + down])
+    rows = sorted((start, instance, end - start)
+                  for instance, runs in outages.items() for start, end in runs)
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
 def kv_transfer_seconds(prompt_tokens: int, src: int, dst: int, m: MachineArrays) -> float:
     """Time the KV transfer adds before the second token (SPEC 4).
 

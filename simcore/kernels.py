@@ -539,14 +539,15 @@ def pair_cost(tables: KernelTables, shapes: ModelShapes) -> float:
 class KernelPerformanceModel:
     """Latency curves per (model, machine) from the kernel tables, shaped like
     `simcore.perfmodel.PerformanceModel` (`curves`, `is_calibrated`) so it can be plugged in as
-    a performance model later. TP is the model's tensor_parallel unless `tp` is given."""
+    a performance model later. TP is the layout's (`curves(..., tp)`), the whole machine when
+    not given, unless the model was built with a fixed `tp`."""
 
     def __init__(self, engine: str = "vllm", dtype: str = "bf16", tp: int | None = None,
                  step_overhead_s: float = 0.0):
         self.engine, self.dtype, self.tp = engine, dtype, tp
         self.step_overhead_s = step_overhead_s
         self.source = f"kernels:{engine}:{dtype}"
-        self._cache: dict[tuple[str, str], LatencyCurves] = {}
+        self._cache: dict[tuple, LatencyCurves] = {}
 
     def tables(self, machine: MachineSku) -> KernelTables:
         gpu = GPU_OF_MACHINE.get(machine.gpu)
@@ -555,25 +556,25 @@ class KernelPerformanceModel:
                              f"'{machine.name}'; measured: {', '.join(sorted(GPU_OF_MACHINE))}")
         return load_tables(gpu, self.engine, self.dtype)
 
-    def tensor_parallel(self, model: ModelSpec, machine: MachineSku) -> int:
-        tp = self.tp or model.tensor_parallel
+    def tensor_parallel(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> int:
+        tp = self.tp or tp or machine.gpus
         if tp > machine.gpus:
             raise InputError(f"TP {tp} exceeds the {machine.gpus} GPUs of '{machine.name}'")
         return tp
 
-    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
         """Measured kernels exist for the machine's GPU (and the model has its shapes)."""
         gpu = GPU_OF_MACHINE.get(machine.gpu)
         if gpu is None or (gpu, self.engine, self.dtype) not in available_tables():
             return False
         return model.intermediate_size is not None and model.vocab_size is not None
 
-    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
+    def curves(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> LatencyCurves:
         """Latency curves in seconds, the power cap applied to prompt latencies only."""
-        key = (model, machine)   # the records: an fp8 model or an edited catalog is another key
+        tp = self.tensor_parallel(model, machine, tp)
+        key = (model, machine, tp)  # the records: an fp8 model or an edited catalog is another key
         if key not in self._cache:
-            curves = kernel_curves(model, self.tables(machine),
-                                   self.tensor_parallel(model, machine), self.step_overhead_s)
+            curves = kernel_curves(model, self.tables(machine), tp, self.step_overhead_s)
             self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
 
@@ -611,21 +612,21 @@ class EnginePerformanceModel:
         self.source = kernels.source
         self._covers: dict = {}
 
-    def covers(self, model: ModelSpec, machine: MachineSku) -> bool:
-        key = (model, machine)
+    def covers(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
+        key = (model, machine, tp or machine.gpus)
         if key not in self._covers:
             covered = self.kernels.is_calibrated(model, machine)
             if covered:
                 try:
-                    ModelShapes(model, self.kernels.tensor_parallel(model, machine))
+                    ModelShapes(model, self.kernels.tensor_parallel(model, machine, tp))
                 except InputError:
                     covered = False
             self._covers[key] = covered
         return self._covers[key]
 
-    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
-        source = self.kernels if self.covers(model, machine) else self.fallback
-        return source.curves(model, machine)
+    def curves(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> LatencyCurves:
+        source = self.kernels if self.covers(model, machine, tp) else self.fallback
+        return source.curves(model, machine, tp)
 
-    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
-        return self.covers(model, machine)
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
+        return self.covers(model, machine, tp)

@@ -211,7 +211,7 @@ class PairCoefficients:
     decode: DecodeCoefficients
     reference: Reference | None = None
 
-    def transferred(self, model: ModelSpec, machine: MachineSku) -> "PairCoefficients":
+    def transferred(self, model: ModelSpec, machine: MachineSku, tp: int) -> "PairCoefficients":
         """These coefficients scaled to another model/machine by datasheet ratios (see module doc)."""
         ref, new = self.reference, Reference.of(model, machine)
         per_flop = (new.flops_params_b / new.peak_flops) / (ref.flops_params_b / ref.peak_flops)
@@ -227,7 +227,7 @@ class PairCoefficients:
         decode = replace(d, overhead_s=d.overhead_s * layers, memory_s=d.memory_s * weights,
                          compute_s_per_request=d.compute_s_per_request * per_request,
                          context_s_per_token=d.context_s_per_token * kv)
-        return PairCoefficients(model.name, machine.name, model.tensor_parallel, prompt, decode,
+        return PairCoefficients(model.name, machine.name, tp, prompt, decode,
                                 new)
 
     def curves(self) -> LatencyCurves:
@@ -269,16 +269,19 @@ class PerformanceModel:
         self.source = source
         self._cache: dict[tuple[str, str], LatencyCurves] = {}
 
-    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
+    def curves(self, model: ModelSpec, machine: MachineSku,
+               tp: int | None = None) -> LatencyCurves:
         """Latency curves in seconds, the power cap applied to prompt latencies only."""
-        key = (model.name, machine.name)
+        tp = tp or machine.gpus
+        key = (model.name, machine.name, tp)
         if key not in self._cache:
-            attention_s, kv_read_s = self.chunk_terms(model, machine)
-            self._cache[key] = self._uncapped(model, machine).with_chunk_terms(
+            attention_s, kv_read_s = self.chunk_terms(model, machine, tp)
+            self._cache[key] = self._uncapped(model, machine, tp).with_chunk_terms(
                 attention_s, kv_read_s).scaled(prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
 
-    def chunk_terms(self, model: ModelSpec, machine: MachineSku) -> tuple[float, float]:
+    def chunk_terms(self, model: ModelSpec, machine: MachineSku,
+                    tp: int | None = None) -> tuple[float, float]:
         """(A, R) of chunked prefill (see the module docstring), uncapped.
 
         From the coefficients used for the pair: A = C x 2 x layers x hidden / active params
@@ -289,9 +292,9 @@ class PerformanceModel:
         (A = 4 x layers x hidden / peak FLOP/s, R = KV bytes per token / HBM bandwidth).
         """
         try:
-            pair = self.coefficients(model, machine)
+            pair = self.coefficients(model, machine, tp)
             if pair is None:
-                pair = default_performance_model().coefficients(model, machine)
+                pair = default_performance_model().coefficients(model, machine, tp)
         except InputError:
             pair = None
         if pair is None:
@@ -302,70 +305,80 @@ class PerformanceModel:
                      / (model.flops_params_b * 1e9))
         return attention, pair.decode.context_s_per_token
 
-    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku,
+                      tp: int | None = None) -> bool:
         """Are the pair's latencies measured (a table, or coefficients fitted to this pair),
         rather than scaled from another pair by datasheet ratios (15-30% error)?"""
-        if self._table(model, machine) is not None or self._direct(model, machine) is not None:
+        if self._table(model, machine, tp) is not None or self._direct(model, machine, tp) is not None:
             return True
-        return self.fallback is not None and self.fallback.is_calibrated(model, machine)
+        return self.fallback is not None and self.fallback.is_calibrated(model, machine, tp)
 
-    def coefficients(self, model: ModelSpec, machine: MachineSku) -> PairCoefficients | None:
+    def coefficients(self, model: ModelSpec, machine: MachineSku,
+                     tp: int | None = None) -> PairCoefficients | None:
         """The closed-form coefficients used for the pair (None when a table covers it)."""
-        if self._table(model, machine) is not None:
+        if self._table(model, machine, tp) is not None:
             return None
-        own = self._own(model, machine)
+        own = self._own(model, machine, tp)
         if own is not None:
             return own
         if self.fallback is not None:
-            return self.fallback.coefficients(model, machine)
-        raise self._missing(model, machine)
+            return self.fallback.coefficients(model, machine, tp)
+        raise self._missing(model, machine, tp)
 
-    def _uncapped(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
-        table = self._table(model, machine)
+    def _uncapped(self, model: ModelSpec, machine: MachineSku,
+                  tp: int | None = None) -> LatencyCurves:
+        table = self._table(model, machine, tp)
         if table is not None:
             return table
-        own = self._own(model, machine)
+        own = self._own(model, machine, tp)
         if own is not None:
             return own.curves()
         if self.fallback is not None:
-            return self.fallback._uncapped(model, machine)
-        raise self._missing(model, machine)
+            return self.fallback._uncapped(model, machine, tp)
+        raise self._missing(model, machine, tp)
 
-    def _own(self, model: ModelSpec, machine: MachineSku) -> PairCoefficients | None:
-        direct = self._direct(model, machine)
+    def _own(self, model: ModelSpec, machine: MachineSku,
+             tp: int | None = None) -> PairCoefficients | None:
+        direct = self._direct(model, machine, tp)
         if direct is None and self.transfer:
-            return self._transferred(model, machine)
+            return self._transferred(model, machine, tp)
         return direct
 
     @staticmethod
-    def _missing(model: ModelSpec, machine: MachineSku) -> InputError:
+    def _missing(model: ModelSpec, machine: MachineSku, tp: int | None) -> InputError:
+        at = f" at TP {tp}" if tp and tp != machine.gpus else ""
         return InputError(f"no performance data for model '{model.name}' on machine "
-                          f"'{machine.name}' (perf_profile '{machine.perf_profile}')")
+                          f"'{machine.name}' (perf_profile '{machine.perf_profile}'){at}")
 
-    def _table(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves | None:
+    def _table(self, model: ModelSpec, machine: MachineSku,
+               tp: int | None = None) -> LatencyCurves | None:
+        if (tp or machine.gpus) != machine.gpus:
+            return None   # a latency table measures the whole machine
         return self.tables.get((machine.name, model.name)) or self.tables.get((machine.name, None))
 
-    def _direct(self, model: ModelSpec, machine: MachineSku) -> PairCoefficients | None:
+    def _direct(self, model: ModelSpec, machine: MachineSku,
+                tp: int | None = None) -> PairCoefficients | None:
         """A group measured on this model and machine (by name, or by profile when calibrated)."""
         models = {model.name, model.perf_profile} - {None}
         for hardware in (machine.name, machine.perf_profile if machine.calibrated else None):
             for group in self.groups:
                 if (group.hardware == hardware and group.model in models
-                        and group.tensor_parallel == model.tensor_parallel):
+                        and group.tensor_parallel == (tp or machine.gpus)):
                     return group
         return None
 
-    def _transferred(self, model: ModelSpec, machine: MachineSku) -> PairCoefficients | None:
+    def _transferred(self, model: ModelSpec, machine: MachineSku,
+                     tp: int | None = None) -> PairCoefficients | None:
         """The closest calibrated pair on the machine's perf_profile hardware, scaled."""
         candidates = [g for g in self.groups if g.reference is not None
                       and g.hardware == machine.perf_profile
-                      and g.tensor_parallel == model.tensor_parallel]
+                      and g.tensor_parallel == (tp or machine.gpus)]
         if not candidates:
             return None
         same = [g for g in candidates if g.model == model.perf_profile]
         closest = same[0] if same else min(candidates, key=lambda g: abs(
             math.log(g.reference.flops_params_b / model.flops_params_b)))
-        return closest.transferred(model, machine)
+        return closest.transferred(model, machine, tp or machine.gpus)
 
 
 @lru_cache(maxsize=None)

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hardware_catalog import InputError, MachineSku, ModelSpec
-from simcore.cluster import ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays
+from simcore import layout as layouts
+from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays,
+                             instance_failures, pool_layouts, pool_problem)
 from simcore.fastsim import simulate_fast
 from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.refsim import Stalled, simulate_reference
@@ -36,6 +38,8 @@ class SimResult:
     machine_stats: dict = field(default_factory=dict)
     failure_stats: dict | None = None   # per request, when failures were simulated:
     # recoveries (times sent back after a loss), recomputed_tokens, recovery_s; and `schedule`
+    prompt_instance: np.ndarray | None = None   # the instances (prompt_machine: their machine)
+    token_instance: np.ndarray | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -49,6 +53,8 @@ class SimResult:
             "request": np.arange(len(w)), "arrival_s": w.arrival_s,
             "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
             "prompt_machine": self.prompt_machine, "token_machine": self.token_machine,
+            **({} if self.prompt_instance is None else {
+                "prompt_instance": self.prompt_instance, "token_instance": self.token_instance}),
             "ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "e2e_s": self.e2e_s,
             "kv_transfer_s": self.kv_transfer_s, "ttft_slowdown": self.ttft_slowdown,
             "tbt_slowdown": self.tbt_slowdown, "e2e_slowdown": self.e2e_slowdown,
@@ -68,14 +74,20 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     """
     if len(workload) == 0:
         raise InputError("the workload has no requests")
+    reason = pool_problem(cluster, pool_layouts(cluster.design, model,
+                                                options.memory_reserve_fraction))
+    if reason:
+        return _infeasible(workload, reason)
     machines = build_machine_arrays(cluster, model, perf, options)
     reason = _unservable_reason(cluster, workload, model, machines)
     if reason:
         return _infeasible(workload, reason)
+    schedule = None
     if options.has_failures:
         from simcore.failures import failure_array
         schedule = failure_array(cluster, options, float(np.max(workload.arrival_s)))
-        machines = dataclasses.replace(machines, failures=schedule)
+        machines = dataclasses.replace(machines,
+                                       failures=instance_failures(schedule, machines.spans))
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
     try:
         raw = run(workload, machines)
@@ -84,13 +96,15 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
             raise
         return _infeasible(workload, "requests were left unserved: every machine that could "
                            "take them is down for the rest of the run")
-    result = _result(workload, raw, machines, perf.curves(model, reference), cluster)
+    reference_layout = layouts.default_layout(model, reference, options.memory_reserve_fraction)
+    result = _result(workload, raw, machines,
+                     layouts.curves(perf, model, reference, reference_layout), cluster)
     if options.has_failures:
         n = len(workload)
         result = dataclasses.replace(result, failure_stats={
             "recoveries": raw.get("recoveries", np.zeros(n, np.int64)),
             "recomputed_tokens": raw.get("recomputed_tokens", np.zeros(n, np.int64)),
-            "recovery_s": raw.get("recovery_s", np.zeros(n)), "schedule": machines.failures})
+            "recovery_s": raw.get("recovery_s", np.zeros(n)), "schedule": schedule})
     return result
 
 
@@ -161,7 +175,9 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
     makespan = float(np.max(raw["finish_s"]))
     iterations = raw["iterations"]
     stats = {
-        "sku": np.array(cluster.skus), "role": machines.role,
+        "sku": np.array([cluster.skus[span[0]] for span in machines.spans]),
+        "machine": np.array([span[0] for span in machines.spans], dtype=np.int64),
+        "role": machines.role,
         "busy_s": raw["busy_s"],
         "utilization": raw["busy_s"] / makespan if makespan > 0 else raw["busy_s"] * 0,
         "iterations": iterations,
@@ -171,7 +187,10 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
     }
     if machines.chunk_tokens > 0 and "prompt_chunks" in raw:
         stats.update(_chunking_stats(w, raw, machines))
+    first_machine = np.array([span[0] for span in machines.spans] + [-1], dtype=np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
                          e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],
-                         raw["prompt_machine"], raw["token_machine"], raw["kv_transfer_s"], stats)
+                         first_machine[raw["prompt_machine"]], first_machine[raw["token_machine"]],
+                         raw["kv_transfer_s"], stats, prompt_instance=raw["prompt_machine"],
+                         token_instance=raw["token_machine"])

@@ -61,13 +61,14 @@ def _from_one(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
     return xs, ys
 
 
-def splitwise_sim_curves(model: ModelSpec, machine: MachineSku) -> LatencyCurves | None:
+def splitwise_sim_curves(model: ModelSpec, machine: MachineSku,
+                         tp: int | None = None) -> LatencyCurves | None:
     """SplitwiseSim's uncapped curves for the pair, or None when its profiles do not cover it."""
     if not machine.calibrated:
         return None
     groups = _groups()
     for name in (model.perf_profile, model.name):
-        group = groups.get((name, machine.perf_profile, model.tensor_parallel))
+        group = groups.get((name, machine.perf_profile, tp or machine.gpus))
         if group is not None:
             break
     else:
@@ -87,25 +88,26 @@ class SplitwiseSimPerformance:
         self.base = base
         self._cache: dict[tuple[str, str], LatencyCurves] = {}
 
-    def curves(self, model: ModelSpec, machine: MachineSku) -> LatencyCurves:
-        key = (model.name, machine.name)
+    def curves(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> LatencyCurves:
+        key = (model.name, machine.name, tp or machine.gpus)
         if key not in self._cache:
-            own = splitwise_sim_curves(model, machine)
+            own = splitwise_sim_curves(model, machine, tp)
             if own is None:
-                self._cache[key] = self.base.curves(model, machine)
+                self._cache[key] = self.base.curves(model, machine, tp)
             else:
-                attention_s, kv_read_s = self.base.chunk_terms(model, machine)
+                attention_s, kv_read_s = self.base.chunk_terms(model, machine, tp)
                 self._cache[key] = own.with_chunk_terms(attention_s, kv_read_s).scaled(
                     prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
 
-    def chunk_terms(self, model: ModelSpec, machine: MachineSku) -> tuple[float, float]:
-        return self.base.chunk_terms(model, machine)
+    def chunk_terms(self, model: ModelSpec, machine: MachineSku,
+                    tp: int | None = None) -> tuple[float, float]:
+        return self.base.chunk_terms(model, machine, tp)
 
-    def is_calibrated(self, model: ModelSpec, machine: MachineSku) -> bool:
-        return (splitwise_sim_curves(model, machine) is not None
-                or self.base.is_calibrated(model, machine))
+    def is_calibrated(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
+        return (splitwise_sim_curves(model, machine, tp) is not None
+                or self.base.is_calibrated(model, machine, tp))
 
-    def coefficients(self, model: ModelSpec, machine: MachineSku):
-        return None if splitwise_sim_curves(model, machine) is not None else \
-            self.base.coefficients(model, machine)
+    def coefficients(self, model: ModelSpec, machine: MachineSku, tp: int | None = None):
+        return None if splitwise_sim_curves(model, machine, tp) is not None else \
+            self.base.coefficients(model, machine, tp)

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from hardware_catalog import Design, load_catalog
+from hardware_catalog import Design, Layout, load_catalog
 from simcore import Cluster, LatencyCurves, SimOptions, Workload, simulate
 
 CATALOG = load_catalog()
@@ -25,7 +25,7 @@ class SyntheticPerf:
     def __init__(self, prompt_y, decode_y, context_coeff):
         self.prompt_y, self.decode_y, self.context_coeff = prompt_y, decode_y, context_coeff
 
-    def curves(self, model, machine):
+    def curves(self, model, machine, tp=None):
         speed = machine.fp16_tflops / 312.0
         prompt = LatencyCurves(np.array([1.0, 512.0, 2048.0, 8192.0]),
                                np.array(self.prompt_y) / speed * machine.prompt_slowdown,
@@ -69,6 +69,23 @@ def clusters(draw):
     if not draw(st.booleans()):
         design = dataclasses.replace(design, mixed_pool=False)
     return Cluster(design, draw(st.integers(1, 4)), draw(st.integers(1, 3)))
+
+
+# Layouts that cut machines into instances: several per machine (small model) and pipelines
+# across machines (BLOOM-176B needs 4+ GPUs' memory at the tight reserve, so TP4xPP2 / TP2xPP4)
+LAYOUTS = {"bloom-176b": [None, Layout(8, 1), Layout(4, 2), Layout(2, 4), Layout(8, 2)],
+           "llama-3-8b": [None, Layout(1), Layout(2), Layout(4), Layout(2, 2), Layout(1, 3)]}
+
+
+@st.composite
+def layout_clusters(draw):
+    """(cluster, model): a cluster of `clusters()` with a layout per pool drawn for the model."""
+    cluster = draw(clusters())
+    model = CATALOG.model(draw(st.sampled_from(sorted(LAYOUTS))))
+    choices = LAYOUTS[model.name]
+    design = cluster.design.with_layouts(draw(st.sampled_from(choices)),
+                                         draw(st.sampled_from(choices)))
+    return Cluster(design, cluster.prompt_machines, cluster.token_machines), model
 
 
 options = st.builds(SimOptions, prompt_token_limit=st.sampled_from([1, 512, 2048]),

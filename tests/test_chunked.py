@@ -33,7 +33,7 @@ class SyntheticPerf:
     def __init__(self, prompt_y, decode_y, context_coeff, attention, kv_read):
         self.args = prompt_y, decode_y, context_coeff, attention, kv_read
 
-    def curves(self, model, machine):
+    def curves(self, model, machine, tp=None):
         prompt_y, decode_y, context, attention, kv_read = self.args
         speed = machine.fp16_tflops / 312.0
         return LatencyCurves(np.array([1.0, 512.0, 2048.0, 8192.0]),

@@ -16,7 +16,8 @@ from simcore.perfmodel import default_performance_model
 from simcore.refsim import _ReferenceSimulation
 from simcore.workload import synthesize
 from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, assert_engines_agree, both_engines,
-                        clusters, failure_options, fit, perf_models, schedules, workloads)
+                        clusters, failure_options, fit, layout_clusters, perf_models, schedules,
+                        workloads)
 
 PERF = default_performance_model()
 LLAMA = CATALOG.model("llama2-70b")
@@ -34,6 +35,21 @@ def test_fast_core_agrees_with_reference_under_failures(cluster, workload, perf,
             np.testing.assert_array_equal(fast.failure_stats[key], ref.failure_stats[key])
         np.testing.assert_allclose(fast.failure_stats["recovery_s"],
                                    ref.failure_stats["recovery_s"], rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
+@given(cluster_model=layout_clusters(), workload=workloads(), perf=perf_models,
+       opts=failure_options, schedule=schedules())
+def test_engines_agree_under_failures_of_multi_instance_machines(cluster_model, workload, perf,
+                                                                 opts, schedule):
+    """A machine failure takes down every instance on it, and a pipeline spanning it."""
+    cluster, model = cluster_model
+    opts = dataclasses.replace(opts, failures=fit(schedule, cluster))
+    fast, ref = both_engines(cluster, workload, perf, opts, model=model)
+    assert_engines_agree(fast, ref, close=("busy_s", "mixed_pool_s"), atol=1e-9)
+    if fast.feasible and opts.failures:
+        for key in ("recoveries", "recomputed_tokens"):
+            np.testing.assert_array_equal(fast.failure_stats[key], ref.failure_stats[key])
 
 
 @SETTINGS

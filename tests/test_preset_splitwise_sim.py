@@ -24,7 +24,7 @@ class _Perf:
                             np.array([0.05, 0.09, 0.3, 1.5]), np.array([1.0, 16.0, 64.0]),
                             np.array([0.03, 0.032, 0.05]), 2e-7)
 
-    def curves(self, model, machine):
+    def curves(self, model, machine, tp=None):
         return self.curves_
 
 

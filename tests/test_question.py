@@ -146,7 +146,7 @@ OTHER_CHANGES = {   # options that change the search or its points, never a samp
     "custom_designs": {"mine": {"prompt_sku": "h200"}}, "max_machines": 9, "max_gpus": 64,
     "max_prompt": 3, "max_token": 3, "exhaustive": True, "search_limit": 32,
     "rate_tolerance": 0.1, "verify_seeds": 3, "verify_margin": 0.0, "sensitivity": True,
-    "start_rate": 2.0, "load_sweep": (0.9,),
+    "start_rate": 2.0, "load_sweep": (0.9,), "tp": 8, "tp_prompt": 8, "tp_token": 8, "pp": 1,
 }
 
 
@@ -198,7 +198,7 @@ def test_forged_cache_entries_cannot_change_the_answer(tmp_path, capsys):
     plain = provisioner.search(**SMALL)
     study = resolve_study(build(SearchOptions, from_keywords(SearchOptions, SMALL)))
     runner = Runner(SimulationEvaluator(study), 1, cache=DiskCache(cache))
-    design = study.designs[0]
+    design = plain.designs[0].design   # the layout variant the search simulated
     forged = Outcome(True, True, "", tuple((key, 1.0, limit) for key, _, limit in
                                            plain.designs[0].optimum.outcome.slo), 0.5, 100)
     for p in range(1, 5):

@@ -12,14 +12,24 @@ from simcore.cluster import ROLE_PROMPT, build_machine_arrays, kv_transfer_secon
 from simcore.perfmodel import default_performance_model
 from simcore.splitwise_sim import SplitwiseSimPerformance
 from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, TIGHT_RESERVE, SyntheticPerf,
-                        assert_engines_agree, both_engines, clusters, options, perf_models,
-                        workloads)
+                        assert_engines_agree, both_engines, clusters, layout_clusters, options,
+                        perf_models, workloads)
 
 
 @SETTINGS
 @given(cluster=clusters(), workload=workloads(), perf=perf_models, opts=options)
 def test_fast_core_agrees_with_reference(cluster, workload, perf, opts):
     assert_engines_agree(*both_engines(cluster, workload, perf, opts),
+                         series=("first_token_s", "finish_s", "kv_transfer_s", "ttft_s",
+                                 "e2e_s"))
+
+
+@SETTINGS
+@given(cluster_model=layout_clusters(), workload=workloads(), perf=perf_models, opts=options)
+def test_engines_agree_with_instances_and_pipelines(cluster_model, workload, perf, opts):
+    """Several instances per machine and pipelines across machines (issue 25)."""
+    cluster, model = cluster_model
+    assert_engines_agree(*both_engines(cluster, workload, perf, opts, model=model),
                          series=("first_token_s", "finish_s", "kv_transfer_s", "ttft_s",
                                  "e2e_s"))
 
@@ -121,7 +131,7 @@ def test_more_prompt_machines_never_delay_first_tokens(slots, prompt_machines, s
     w = Workload("slotted", arrival, np.full(n, 100, dtype=np.int64), np.full(n, 3, dtype=np.int64))
 
     class ConstantPrompt(SyntheticPerf):
-        def curves(self, model, machine):
+        def curves(self, model, machine, tp=None):
             return LatencyCurves(np.array([1.0, 2.0]), np.array([service, service]),
                                  np.array([1.0, 2.0]), np.array([0.02, 0.021]), 0.0)
 

@@ -1,0 +1,341 @@
+"""Layouts in the search: which layouts each design tries, their capacity bounds, the records.
+
+A design searched without pinned layouts becomes one variant per combination of its pools'
+layouts (`simcore.layout.candidate_layouts`: every TP dividing the machine, at the fewest
+machines per instance that hold the model). The search runs a design's variants one after the
+other, in order of a capacity bound (`capacity_bound`), and skips a variant whose bound cannot
+beat the best variant found so far (`provisioner.frontier.layout_search`).
+
+The capacity bound ignores queueing and the SLOs: every prompt token must be prefilled and
+every later token decoded, at no better than an instance's best throughput (prefill: its best
+tokens per second over the iteration sizes; decode: its best batch within the KV memory the
+workload's mean request leaves it). With Splitwise's mixed pool either pool may do either
+phase, so each phase is priced on the pool that does it cheaper. A layout whose bound costs
+more than a verified optimum of another layout cannot win.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hardware_catalog import Design, InputError, Layout, MachineSku
+from hardware_catalog.errors import option_ref
+from provisioner.study import DesignResult, Goal, Study
+from simcore import layout as layouts
+
+MAX_DECODE_BATCH = 4096   # the decode curves' last knot
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One design with its pools' layouts set, and the capacity bound of its objective."""
+    design: Design
+    bound: float   # min-cost / min-power: lower bound on $/h or kW; max-rate: upper bound, req/s
+
+
+@dataclass
+class LayoutPlan:
+    """A design's variants (in search order) and the layouts skipped, with why."""
+    variants: list[Variant]
+    skipped: list[dict] = field(default_factory=list)   # {pool, layout, reason}: cannot run
+    too_slow: list[dict] = field(default_factory=list)  # {layout, status, reason}: SLOs missed alone
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadShape:
+    """What the bounds and the memory check need from the workload's base sample."""
+    rate_rps: float
+    mean_prompt: float
+    mean_output: float
+    longest: int
+    prompt: np.ndarray     # the sample's sizes (the latency bound)
+    output: np.ndarray
+
+    @classmethod
+    def of(cls, study: Study) -> "WorkloadShape":
+        from provisioner.evaluate import workload_sample   # (evaluate reads the question)
+        rate = study.goal.rate_rps
+        if rate is None and study.goal.name == "max-rate":
+            rate = study.settings.start_rate   # sizes only: the bound is per unit of rate
+        sample = workload_sample(study.workload, rate, study.duration_s, study.seed, study.seed)
+        need = sample.prompt_tokens + sample.output_tokens
+        span = study.duration_s if rate is not None else max(
+            float(np.max(sample.arrival_s)), 1e-9)
+        return cls(len(sample) / span, float(np.mean(sample.prompt_tokens)),
+                   float(np.mean(sample.output_tokens)), int(np.max(need)),
+                   sample.prompt_tokens, sample.output_tokens)
+
+
+def pinned(study: Study, pool: str, baseline: bool) -> tuple[int | None, int | None]:
+    """(tp, pp) pinned for a pool ("prompt" or "token") by the options."""
+    o = study.layout
+    if o is None:
+        return None, None
+    tp = o.tp if baseline else ((o.tp_prompt if pool == "prompt" else o.tp_token) or o.tp)
+    return tp, o.pp
+
+
+def _pinned_names(study: Study, pool: str, baseline: bool) -> str:
+    o = study.layout
+    names = [] if o is None else [
+        option_ref(name) for name in (("tp",) if baseline else (f"tp_{pool}", "tp"))
+        if getattr(o, name) is not None][:1]
+    if o is not None and o.pp is not None:
+        names.append(option_ref("pp"))
+    return " ".join(names)
+
+
+def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
+    """Per pool (prompt, then token for Splitwise): (layouts, skipped entries)."""
+    pools = [("prompt", design.prompt)] if design.is_baseline else [
+        ("prompt", design.prompt), ("token", design.token)]
+    reserve = study.sim_options.memory_reserve_fraction
+    per_pool = []
+    for (pool, machine), given in zip(pools, design.layouts):
+        if given is not None:   # a design record that names its layout keeps it
+            per_pool.append(([given], []))
+            continue
+        tp, pp = pinned(study, pool, design.is_baseline)
+        chosen, skipped = layouts.candidate_layouts(study.model, machine, perf, reserve,
+                                                    shape.longest, tp, pp)
+        per_pool.append((chosen, [{"pool": "pool" if design.is_baseline else pool,
+                                   "layout": layout.label, "reason": reason}
+                                  for layout, reason in skipped]))
+    return per_pool
+
+
+def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan:
+    per_pool = pool_choices(study, design, shape, perf)
+    skipped = [entry for _, entries in per_pool for entry in entries]
+    combos = [(p,) for p in per_pool[0][0]] if design.is_baseline else [
+        (p, t) for p in per_pool[0][0] for t in per_pool[1][0]]
+    variants, slow, slack = [], [], {}
+    for v in (design.with_layouts(*combo) for combo in combos):
+        problem, slack[v] = latency_floor_problem(study, v, shape, perf)
+        if problem:
+            slow.append({"layout": " / ".join(layout.label for layout in v.layouts),
+                         "status": "too slow", "reason": problem})
+        else:
+            variants.append(Variant(v, capacity_bound(study, v, shape, perf)))
+    # best bound first; among equal bounds, the layout with the most latency slack (most
+    # likely to need the fewest machines), so that pruning bites early
+    sign = -1.0 if study.goal.name == "max-rate" else 1.0
+    variants.sort(key=lambda v: (sign * round(v.bound, 9), -slack[v.design]))
+    return LayoutPlan(variants, skipped, slow)
+
+
+def plans(study: Study, designs) -> dict[str, LayoutPlan]:
+    """Every design's plan (by design name); raises InputError when a pinned layout fits no
+    design, or when the model fits no design's machines at any layout."""
+    shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
+    result = {d.name: plan(study, d, shape, perf) for d in designs}
+    if designs and not any(p.variants for p in result.values()):
+        first = next(iter(result.values())).skipped
+        reason = first[0]["reason"] if first else "no layout"
+        pins = study.layout is not None and any(
+            getattr(study.layout, name) is not None for name in ("tp", "tp_prompt", "tp_token",
+                                                                 "pp"))
+        what = ("the pinned layout fits none of the designs" if pins
+                else f"{study.model.name} fits no design's machines at any layout")
+        raise InputError(f"{what}: {first[0]['layout'] if first else ''} {reason}".strip(),
+                         field=_first_pin(study) if pins else "model")
+    return result
+
+
+def _first_pin(study: Study) -> str:
+    return next(name for name in ("tp", "tp_prompt", "tp_token", "pp")
+                if getattr(study.layout, name) is not None)
+
+
+def check_pins(options, catalog, designs) -> None:
+    """Before any simulation: a pinned TP must divide the GPUs of some pool it applies to."""
+    for name in ("tp", "tp_prompt", "tp_token"):
+        tp = getattr(options, name)
+        if tp is None:
+            continue
+        machines = [m for d in designs for m in _pools_of(d, name)]
+        if machines and not any(m.gpus % tp == 0 for m in machines):
+            gpus = sorted({m.gpus for m in machines})
+            raise InputError(f"{option_ref(name)} {tp} does not divide the GPUs of any machine "
+                             f"it applies to ({', '.join(map(str, gpus))} GPUs); use a divisor",
+                             field=name)
+
+
+def _pools_of(design: Design, name: str) -> list[MachineSku]:
+    if name == "tp":
+        return list(design.machines())
+    if design.is_baseline:
+        return []
+    return [design.prompt if name == "tp_prompt" else design.token]
+
+
+def no_layout_result(design: Design, goal: Goal, layout_plan: LayoutPlan) -> DesignResult:
+    """The result of a design none of whose layouts can run the model (nothing simulated)."""
+    reasons = "; ".join(f"{e['pool']} {e['layout']}: {e['reason']}"
+                        for e in layout_plan.skipped[:3])
+    slow = "; ".join(f"{e['layout']}: {e['reason']}" for e in layout_plan.too_slow[:2])
+    why = (f"every layout is too slow for the SLOs ({slow})" if layout_plan.too_slow
+           else f"no layout can run {design.name}'s pools ({reasons})")
+    return DesignResult(design, goal, None, why, [], layouts=list(layout_plan.too_slow),
+                        layouts_skipped=layout_plan.skipped)
+
+
+# ----------------------------------------------------------------------------- the bounds
+def latency_floor_problem(study: Study, design: Design, shape: WorkloadShape,
+                          perf) -> tuple[str, float]:
+    """(why the design misses an SLO at any size, or "" when it may not; the worst margin of
+    these lower bounds, the layout's latency slack): every request of the
+    base sample run alone, on whichever pool is faster for each phase (no queue, batch of
+    one, no transfer), already misses a limit. Contention only adds, so more machines cannot
+    help; percentiles of these per-request lower bounds bound the run's percentiles."""
+    from simcore.metrics import uncontended_latencies
+    per_token = study.sim_options.tbt_per_output_token
+    reserve = study.sim_options.memory_reserve_fraction
+    pools = [(design.prompt, design.prompt_layout)]
+    if not design.is_baseline:
+        pools.append((design.token, design.token_layout))
+    alone = [uncontended_latencies(shape.prompt, shape.output,
+                                   layouts.curves(perf, study.model, m, layout), per_token)
+             for m, layout in pools]
+    ttft = np.minimum.reduce([a[0] for a in alone])
+    tbt = np.fmin.reduce([a[1] for a in alone])
+    e2e = ttft + np.minimum.reduce([a[2] - a[0] for a in alone])
+    values = {"ttft": ttft, "tbt": tbt, "e2e": e2e}
+    if study.slo.kind == "slowdown":
+        reference = layouts.curves(perf, study.model, study.reference, layouts.default_layout(
+            study.model, study.reference, reserve))
+        ref = uncontended_latencies(shape.prompt, shape.output, reference, per_token)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = {k: v / r for (k, v), r in zip(values.items(), ref)}
+        unit, scale = "x", 1.0
+    else:
+        unit, scale = "ms", 1000.0
+    from slo_profiles import PERCENTILES
+    missed, slack = [], 1.0
+    for (metric, pct), limit in study.slo.limits.items():
+        kept = values[metric][~np.isnan(values[metric])]
+        if not len(kept):
+            continue
+        value = float(np.percentile(kept, PERCENTILES[pct])) * scale
+        slack = min(slack, 1.0 - value / limit)
+        if value > limit:
+            missed.append(f"{metric.upper()} {pct.upper()} {value:.3g} > {limit:g}{unit}")
+    if not missed:
+        return "", slack
+    return "requests alone already miss " + "; ".join(missed[:3]), slack
+
+
+# ------------------------------------------------------------------------------- capacity
+def _prefill_rate(curves) -> float:
+    """An instance's best prompt tokens per second over its iteration sizes."""
+    tokens = curves.prompt_tokens
+    return float(np.max(tokens / curves.prompt_time(tokens)))
+
+
+def _decode_rate(curves, capacity: int, shape: WorkloadShape) -> float:
+    """An instance's best decode tokens per second with its batch held by KV memory: each
+    request reserves its prompt and output, and holds half its output on average."""
+    batch = max(1, min(MAX_DECODE_BATCH,
+                       int(capacity // max(1.0, shape.mean_prompt + shape.mean_output))))
+    sizes = np.arange(1, batch + 1, dtype=np.float64)
+    context = sizes * (shape.mean_prompt + shape.mean_output / 2.0)
+    return float(np.max(sizes / curves.token_time(sizes, context)))
+
+
+def machine_rates(study: Study, machine: MachineSku, layout: Layout, shape: WorkloadShape,
+                  perf) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of one machine at the layout (at best)."""
+    curves = layouts.curves(perf, study.model, machine, layout)
+    capacity = layouts.kv_capacity(study.model, machine, layout,
+                                   study.sim_options.memory_reserve_fraction)
+    per_machine = layout.instances_per_machine(machine) / layout.pp
+    return (_prefill_rate(curves) * per_machine,
+            _decode_rate(curves, capacity, shape) * per_machine)
+
+
+def capacity_bound(study: Study, design: Design, shape: WorkloadShape, perf) -> float:
+    """min-cost / min-power: a lower bound on the objective at the goal's rate; max-rate: an
+    upper bound on the rate within the budget (module docstring)."""
+    goal = study.goal
+    unit = _unit(goal)
+    pools = [(design.prompt, design.prompt_layout)]
+    if not design.is_baseline:
+        pools.append((design.token, design.token_layout))
+    rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pools]
+    prompt_load = shape.mean_prompt          # per request per second of rate
+    decode_load = max(shape.mean_output - 1.0, 0.0)
+    if design.is_baseline:
+        per_rate = unit(design.prompt) * (prompt_load / rates[0][0] + decode_load / rates[0][1])
+    else:
+        mixed = design.mixed_pool
+        prefill = [unit(m) / r[0] for (m, _), r in zip(pools, rates)]
+        decode = [unit(m) / r[1] for (m, _), r in zip(pools, rates)]
+        per_rate = (prompt_load * (min(prefill) if mixed else prefill[0])
+                    + decode_load * (min(decode) if mixed else decode[1]))
+    floor = sum(unit(m) * layout.pp for m, layout in pools)   # one instance per pool
+    if goal.name == "max-rate":
+        return goal.budget.value / per_rate if goal.budget.value >= floor else 0.0
+    return max(floor, per_rate * shape.rate_rps)
+
+
+def _unit(goal: Goal):
+    if goal.name == "min-power" or (goal.name == "max-rate" and goal.budget.kind == "power"):
+        return lambda machine: machine.power_kw
+    return lambda machine: machine.cost_per_hour
+
+
+def can_beat(bound: float, best: float, goal: Goal) -> bool:
+    """Could a variant with this bound beat the best variant's objective value?"""
+    return bound > best if goal.name == "max-rate" else bound < best
+
+
+# ------------------------------------------------------------------------------ the records
+def layout_record(design: Design, model, reserve: float) -> dict:
+    """Each pool's layout as reports give it: tp, pp, instances per machine, KV per instance."""
+    from simcore.cluster import pool_layouts
+    chosen = pool_layouts(design, model, reserve)
+    names = ("pool",) if design.is_baseline else ("prompt", "token")
+    machines = (design.prompt, design.token)
+    return {name: {"tp": layout.tp, "pp": layout.pp,
+                   "instances_per_machine": layout.instances_per_machine(machine),
+                   "kv_tokens_per_instance": layouts.kv_capacity(model, machine, layout,
+                                                                 reserve)}
+            for name, layout, machine in zip(names, chosen, machines)}
+
+
+def pinned_design(design: Design, options, model, reserve_fraction: float, longest: int,
+                  machines: tuple[int, int]) -> Design:
+    """`provision simulate`: the design with the layouts its options pin (unpinned pools: the
+    whole machine), checked: TP divides the GPUs, the layout holds the model and the longest
+    request, the pipeline fits the pool (InputError naming the option otherwise)."""
+    pools = [("prompt", design.prompt)] if design.is_baseline else [
+        ("prompt", design.prompt), ("token", design.token)]
+    chosen = []
+    for (pool, machine), size in zip(pools, machines):
+        o = options
+        tp = o.tp if design.is_baseline else ((o.tp_prompt if pool == "prompt" else o.tp_token)
+                                               or o.tp)
+        name = "tp" if design.is_baseline or tp == o.tp else f"tp_{pool}"
+        default = layouts.default_layout(model, machine, reserve_fraction, longest)
+        layout = Layout(tp or machine.gpus, o.pp or (default.pp if tp is None else 1))
+        if o.pp is None and tp is not None:   # the fewest machines that hold it at this TP
+            layout = next((Layout(tp, pp) for pp in range(1, layouts.MAX_PIPELINE + 1)
+                           if not layouts.fit_problem(model, machine, Layout(tp, pp),
+                                                      reserve_fraction, longest)), layout)
+        problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
+        if problem:
+            field_name = name if tp is not None else ("pp" if o.pp else "model")
+            raise InputError(f"{layout.label} on {machine.name}: {problem}", field=field_name)
+        if layout.pp > size:
+            count = "machines" if design.is_baseline else pool
+            where = "the pool" if design.is_baseline else f"the {pool} pool"
+            if o.pp:
+                raise InputError(f"an instance spans {layout.pp} machines, {where} has {size}",
+                                 field="pp")
+            raise InputError(f"{model.name} at {layout.label} spans {layout.pp} {machine.name} "
+                             f"machines per instance, {where} has {size}: give "
+                             f"{option_ref(count)} {layout.pp} or more", field=count)
+        chosen.append(layout)
+    return design.with_layouts(*chosen)
+

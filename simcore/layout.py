@@ -1,0 +1,132 @@
+"""Instance layouts: which (tp, pp) a pool may use, what an instance holds and how fast it runs.
+
+A pool is N machines of one SKU; its `Layout` cuts them into instances of `tp` GPUs of one
+machine, each spanning `pp` machines (pipeline stages). The simulators see instances only:
+`simcore.cluster` numbers them, and everything an instance needs comes from here.
+
+Memory. An instance's GPUs hold the weights (weights / (tp x pp) per GPU) and the reserve
+(a fraction of HBM for activations and fragmentation); what is left holds KV. When TP exceeds
+the model's KV heads, each KV head is stored on tp / kv_heads GPUs (a GPU holds at least one
+head), so a token's KV costs that much more of the instance's memory. A layout fits when its
+KV room holds at least one of the longest request (prompt + output) the workload has.
+
+Pipelines. An instance of pp > 1 runs one iteration at a time through its stages (no
+micro-batch interleaving): an iteration costs the tensor-parallel compute of every layer, as at
+pp = 1, plus pp - 1 stage hops (the activations of the iteration's tokens, hidden x 2 bytes
+each, sent by every TP rank over its own machine link, plus a fixed hop latency). This is
+exact for latency and a lower bound on a pipeline's throughput: each stage idles while the
+others run (the decode bubble), which micro-batching would partly fill.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hardware_catalog import InputError, Layout, MachineSku, ModelSpec
+from simcore.latency import LatencyCurves
+
+PIPELINE_HOP_S = 20e-6        # one stage hop's fixed latency (an RDMA send and its completion)
+ACTIVATION_BYTES = 2          # bf16 hidden states between stages
+MAX_PIPELINE = 8              # the deepest pipeline a search tries
+
+
+def kv_bytes_per_token(model: ModelSpec, layout: Layout) -> float:
+    """One token's KV in an instance: replicated KV heads when TP exceeds them."""
+    return model.kv_bytes_per_token * max(1.0, layout.tp / model.kv_heads)
+
+
+def kv_capacity(model: ModelSpec, machine: MachineSku, layout: Layout,
+                reserve_fraction: float) -> int:
+    """KV tokens one instance holds beside its share of the weights."""
+    hbm = layout.gpus * machine.hbm_gib * 2**30
+    free = hbm * (1.0 - reserve_fraction) - model.weight_bytes
+    return max(0, int(free // kv_bytes_per_token(model, layout)))
+
+
+def fit_problem(model: ModelSpec, machine: MachineSku, layout: Layout, reserve_fraction: float,
+                longest_request: int = 1) -> str:
+    """Why the layout cannot serve the model on the machine ("" when it can)."""
+    problem = layout.problem(machine)
+    if problem:
+        return problem
+    if layout.tp > 1 and model.heads % layout.tp:
+        return f"{model.heads} attention heads do not split over TP {layout.tp}"
+    capacity = kv_capacity(model, machine, layout, reserve_fraction)
+    if capacity < max(1, longest_request):
+        per_gpu = model.weight_bytes / layout.gpus / 1e9
+        return (f"{per_gpu:.1f} GB of weights per GPU leave room for {capacity} KV tokens, "
+                f"fewer than the longest request's {longest_request}")
+    return ""
+
+
+def default_layout(model: ModelSpec, machine: MachineSku, reserve_fraction: float,
+                   longest_request: int = 1) -> Layout:
+    """The whole machine per instance (tp = its GPUs), on as few machines as hold the model:
+    the layout of a design whose layout is not given (and of the SLO reference machine)."""
+    for pp in range(1, MAX_PIPELINE + 1):
+        layout = Layout(machine.gpus, pp)
+        if not fit_problem(model, machine, layout, reserve_fraction, longest_request):
+            return layout
+    return Layout(machine.gpus, 1)   # nothing fits: the simulation reports why
+
+
+def curves(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> LatencyCurves:
+    """The instance's iteration latencies: the performance model's at the layout's TP, plus
+    the pipeline's stage hops (linear in the iteration's tokens, so exact on the knots)."""
+    base = perf.curves(model, machine, layout.tp)
+    if layout.pp == 1:
+        return base
+    hops = layout.pp - 1
+    per_token = ACTIVATION_BYTES * model.hidden / (machine.kv_link_gbps * 1e9 / 8.0)
+
+    def hop(tokens):
+        return hops * (PIPELINE_HOP_S + per_token * tokens)
+
+    return replace(base, prompt_seconds=base.prompt_seconds + hop(base.prompt_tokens),
+                   decode_seconds=base.decode_seconds + hop(base.decode_batch))
+
+
+def latency_problem(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> str:
+    """Why the performance model cannot price the layout ("" when it can)."""
+    try:
+        perf.curves(model, machine, layout.tp)
+    except InputError as err:
+        return str(err)
+    return ""
+
+
+def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fraction: float,
+                      longest_request: int, tp: int | None = None, pp: int | None = None):
+    """(layouts to search, [(layout, why it is skipped)]) for one pool.
+
+    Every TP that divides the machine's GPUs (or the pinned one) within one machine; only when
+    the model fits no instance of one machine, each TP at the smallest pipeline depth that
+    holds it (or the pinned depth). A pipeline adds hops and its bubble to every iteration, so
+    it is a way to hold a model, not to serve one faster.
+    """
+    tps = [tp] if tp else [t for t in range(1, machine.gpus + 1) if machine.gpus % t == 0]
+    chosen, skipped = [], []
+    for t in tps:
+        depths = [pp] if pp else list(range(1, MAX_PIPELINE + 1))
+        first = Layout(t, depths[0])
+        problem = first.problem(machine) or latency_problem(perf, model, machine, first)
+        if not problem:
+            for depth in depths:
+                layout = Layout(t, depth)
+                why = fit_problem(model, machine, layout, reserve_fraction, longest_request)
+                if not why:
+                    chosen.append(layout)
+                    if depth > depths[0]:   # say why the shallower pipeline does not do
+                        skipped.append((first, f"{problem}; runs as {layout.label}"))
+                    problem = ""
+                    break
+                problem = problem or why
+        if problem:
+            deeper = f" (nor over up to {MAX_PIPELINE} machines)" if len(depths) > 1 else ""
+            skipped.append((first, problem + deeper))
+    if not pp and any(layout.pp == 1 for layout in chosen):
+        for layout in [c for c in chosen if c.pp > 1]:
+            chosen.remove(layout)
+            skipped = [(s, why.replace(f"; runs as {layout.label}", "; a pipeline is only "
+                                       "searched for a model one machine cannot hold"))
+                       if s.tp == layout.tp else (s, why) for s, why in skipped]
+    return chosen, skipped
