@@ -191,6 +191,7 @@ def search_notes(document: dict) -> list[str]:
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
+    lines += layout_lines(document)
     lines += comparison_lines(document)
     resilience = resilience_rows(document)
     if resilience:
@@ -200,6 +201,31 @@ def search_notes(document: dict) -> list[str]:
                   for name, cells in resilience]
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
+
+
+def layout_lines(document: dict) -> list[str]:
+    """One line per design that tried more than one layout: the one chosen, what the others
+    cost, and how many were pruned by their bound, too slow alone or infeasible."""
+    lines = []
+    for entry in document["designs"]:
+        tried = entry.get("layouts", [])
+        if len(tried) < 2:
+            continue
+        parts = [f"chosen {line['layout']}" for line in tried if line["status"] == "chosen"]
+        lost = [line for line in tried if line["status"] == "lost"]
+        money = "power_kw" if document["inputs"]["goal"]["name"] == "min-power" else \
+            "cost_per_hour"
+        parts += [f"{line['layout']} lost at " + (f"{line[money]:,.1f} kW" if money == "power_kw"
+                                                  else f"${line[money]:,.0f}/h")
+                  for line in lost[:3]]
+        for status, what in (("pruned", "pruned by their capacity bound"),
+                             ("infeasible", "infeasible or unable to beat it"),
+                             ("too slow", "too slow even alone")):
+            count = sum(line["status"] == status for line in tried)
+            if count:
+                parts.append(f"{count} {what}")
+        lines.append(f"  {entry['design']}: " + "; ".join(parts))
+    return ["Layouts tried (report.json: designs[].layouts):", *lines] if lines else []
 
 
 def _binding(optimum: dict) -> str:
