@@ -19,6 +19,7 @@ distribution (plots/decode_token_execution_plus_preemption_time.csv, written wit
 
     python bench/sarathi_vs_vidur.py trace --workload conversation --out /tmp/sv_conv.csv
     python bench/sarathi_vs_vidur.py compare --trace /tmp/sv_conv.csv --vidur-output DIR
+    python bench/sarathi_vs_vidur.py compare --trace /tmp/sv_conv.csv --tp 2 --vidur-output DIR
 """
 from __future__ import annotations
 
@@ -64,12 +65,14 @@ def summarize(ttft, tbt) -> dict:
             "tbt_p50": pct(tbt, 50), "tbt_p90": pct(tbt, 90), "tbt_p99": pct(tbt, 99)}
 
 
-def run_provision(trace: str, engine: str, machines: int, model: str, design: str) -> dict:
+def run_provision(trace: str, engine: str, machines: int, model: str, design: str,
+                  tp: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         req = os.path.join(tmp, "requests.csv")
         cmd = [sys.executable, "-m", "provisioner.cli", "simulate", "--design", design,
                "--machines", str(machines), "--model", model, "--workload", trace,
-               "--engine", engine, "--json", "--requests-csv", req]
+               "--engine", engine, "--json", "--requests-csv", req,
+               *(["--tp", str(tp)] if tp else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode not in (0, 1):  # 1: an SLO failed, the run is still complete
             raise SystemExit(f"provision failed ({' '.join(cmd)}):\n{proc.stderr}")
@@ -110,9 +113,11 @@ def read_vidur(folder: str) -> dict:
 
 def compare(args) -> None:
     results = {}
-    for engine in ("vllm", "splitwise-2023"):
+    # the 2023 profiles were measured at TP8 only: that engine cannot run another layout
+    engines = ("vllm", "splitwise-2023") if args.tp in (None, 8) else ("vllm",)
+    for engine in engines:
         results[f"provision {engine}"] = run_provision(args.trace, engine, args.machines,
-                                                       args.model, args.design)
+                                                       args.model, args.design, args.tp)
     if args.vidur_output:
         results["Vidur sarathi"] = read_vidur(args.vidur_output)
     elif args.vidur_ttft_p50 is not None:
@@ -131,7 +136,7 @@ def compare(args) -> None:
               f"P99 {vidur['gap_p99']:.4f} s")
     if not vidur:
         return
-    for name in ("provision vllm", "provision splitwise-2023"):
+    for name in [f"provision {engine}" for engine in engines]:
         r = results[name]
         for c in ("ttft_p50", "tbt_p99"):
             ratio = r[c] / vidur[c]
@@ -154,6 +159,8 @@ def main() -> None:
     c.add_argument("--design", default="sarathi-a100")
     c.add_argument("--machines", type=int, default=4)
     c.add_argument("--model", default="llama2-70b")
+    c.add_argument("--tp", type=int, help="provision's tensor parallelism per instance (2: 16 "
+                                          "TP2 instances on 4 DGX-A100, like Vidur's replicas)")
     c.add_argument("--vidur-output")
     c.add_argument("--vidur-ttft-p50", type=float)
     c.add_argument("--vidur-tbt-p99", type=float)

@@ -533,12 +533,12 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
-    optimum, rejected = yield from _verified(probe, optimum, candidates, goal, constraints,
-                                             design, settings)
+    optimum, rejected, exhausted = yield from _verified(probe, optimum, candidates, goal,
+                                                        constraints, design, settings)
     if optimum is None and not reason:
         reason = "no evaluated configuration meets the SLOs within the constraints"
         if rejected:
-            reason += " on every verification sample: " + _gave_up(rejected)
+            reason += " on every verification sample: " + _gave_up(rejected, exhausted)
     headroom = None
     if optimum is not None and optimum.rate_rps is not None:
         headroom = yield from _headroom(probe, optimum, goal, settings)
@@ -552,34 +552,85 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
                         rejected=[_rejection(m) for m in rejected])
 
 
-MAX_VERIFY_STEPS = 64   # candidates tried before a design is reported infeasible
+MAX_VERIFY_STEPS = 64   # complete verifications before a design is reported infeasible
+MAX_REJECTIONS = 1024   # candidates dropped (most after a quick check) before giving up
+GALLOP_AFTER = 16       # rejections before the step-up grows (x2 every GALLOP_AFTER more)
 
 
 def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
               constraints: Constraints, design: Design, settings: SearchSettings):
     """The best candidate that meets every SLO on every verification sample.
 
-    The search screened its points on a few samples; the optimum is now checked on all of
-    them. A candidate that fails one is dropped, its next-larger neighbours are screened, and
-    the best remaining candidate is checked in turn: the frontier steps up only where needed.
-    Returns (verified optimum or None, the verified Metrics of the candidates dropped).
+    The search screened its points on a few samples; the best candidate is now quick-checked
+    on the hardest samples (`Verify(point, QUICK_SAMPLES)`: a sample that failed before comes
+    first) and, when it passes, verified on all of them. A candidate that fails is dropped
+    with everything below it and its next-larger neighbours are screened; the best remaining
+    candidate goes next. So a frontier whose corners all fail one hard sample costs about one
+    simulation per corner, not a complete verification each. After GALLOP_AFTER rejections
+    the step up doubles every GALLOP_AFTER more (a large fleet whose screened frontier sits
+    far below what the hard samples need). Returns (verified optimum or None, the verified
+    Metrics of the candidates dropped, whether a limit ran out with candidates left).
     """
     if goal.name == "max-rate" and optimum is not None:
-        return (yield from _verified_rate(probe, optimum, settings))
+        return (*(yield from _verified_rate(probe, optimum, settings)), False)
     rejected: list[Metrics] = []
-    for _ in range(MAX_VERIFY_STEPS):
-        if optimum is None:
-            break
-        (verified,) = yield [Verify(optimum.point)]
-        if verified.meets_slos:
-            return verified, rejected
-        rejected.append(verified)
-        neighbours = yield from probe.measure_all(_step_up(probe, optimum, goal, settings))
+    complete = 0
+    while optimum is not None:
+        if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
+            return None, rejected, True
+        (quick,) = yield [Verify(optimum.point, QUICK_SAMPLES)]
+        checked = quick
+        if quick.meets_slos:
+            complete += 1
+            (checked,) = yield [Verify(optimum.point)]
+            if checked.meets_slos:
+                if len(rejected) >= GALLOP_AFTER:   # the steps galloped: come back down
+                    checked = yield from _descend(probe, checked, rejected)
+                return checked, rejected, False
+        rejected.append(checked)
+        step = 2 ** (len(rejected) // GALLOP_AFTER)
+        ups = [point for point in _step_up(probe, checked, goal, settings, step)
+               if max(point.prompt_machines, point.token_machines) <= settings.search_limit]
+        neighbours = yield from probe.measure_all(ups)
         # more machines never hurt: whatever is below a rejected point at its rate is out too
         candidates = [c for c in dict.fromkeys([*candidates, *neighbours])
                       if c.meets_slos and not any(_below(c, r) for r in rejected)]
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
-    return None, rejected
+    return None, rejected, False
+
+
+def _passes_everything(probe: Probe, prompt: int, token: int, rate):
+    """(Metrics verified on every sample, or None): screened, quick-checked, then verified."""
+    if not (yield from probe.meets_slos(prompt, token, rate)):
+        return None
+    point = probe.point(prompt, token, rate)
+    (quick,) = yield [Verify(point, QUICK_SAMPLES)]
+    if not quick.meets_slos:
+        return None
+    (full,) = yield [Verify(point)]
+    return full if full.meets_slos else None
+
+
+def _descend(probe: Probe, best: Metrics, rejected: list[Metrics]):
+    """After galloping steps, the verified point may sit well above the cheapest one: bisect
+    each pool down (the other fixed) to the smallest size still verified on every sample.
+    Sizes at or below a rejected point are skipped (more machines never hurt)."""
+    rate = best.rate_rps
+    for pool in ((0, 1) if best.token_machines else (0,)):
+        sizes = [best.prompt_machines, best.token_machines]
+        low, high = 0, sizes[pool]     # low fails (or is nothing), high passes
+        while high - low > 1:
+            sizes[pool] = (low + high) // 2
+            cell = tuple(sizes)
+            below = any(cell[0] <= r.prompt_machines and cell[1] <= r.token_machines
+                        and _rate_covers(rate, r.rate_rps) for r in rejected)
+            found = None if below else (yield from _passes_everything(probe, *cell, rate))
+            if found is None:
+                low = sizes[pool]
+            else:
+                high, best = sizes[pool], found
+        sizes[pool] = high
+    return best
 
 
 def _verified_rate(probe: Probe, optimum: Metrics, settings: SearchSettings):
@@ -637,20 +688,23 @@ def _below(candidate: Metrics, rejected: Metrics) -> bool:
             and _rate_covers(candidate.rate_rps, rejected.rate_rps))
 
 
-def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings) -> list[Point]:
+def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings,
+             step: int = 1) -> list[Point]:
     p, t, rate = optimum.prompt_machines, optimum.token_machines, optimum.rate_rps
     if goal.name == "max-rate":
         lower = round_rate(rate / (1 + settings.rate_tolerance))
         return [probe.point(p, t, lower if lower < rate else round_rate(rate * 0.98))]
     if t == 0:
-        return [probe.point(p + 1, 0, rate)]
-    return [probe.point(p + 1, t, rate), probe.point(p, t + 1, rate)]
+        return [probe.point(p + step, 0, rate)]
+    return [probe.point(p + step, t, rate), probe.point(p, t + step, rate)]
 
 
-def _gave_up(rejected: list[Metrics]) -> str:
-    """How many candidates failed verification, whether the limit on them stopped the search,
-    and by how much the closest one missed (its worst SLO margin over the samples it ran)."""
-    limit = " (the limit per design)" if len(rejected) >= MAX_VERIFY_STEPS else ""
+def _gave_up(rejected: list[Metrics], exhausted: bool = False) -> str:
+    """How many candidates failed verification, whether the limit on complete verifications
+    stopped the search, and by how much the closest one missed (its worst SLO margin over the
+    samples it ran)."""
+    limit = (f" (a limit per design: {MAX_VERIFY_STEPS} complete verifications or "
+             f"{MAX_REJECTIONS} candidates)" if exhausted else "")
     text = f"{len(rejected)} candidate(s) failed one{limit}"
     margins = [m for m in rejected if m.outcome.worst_margin is not None]
     if not margins:

@@ -130,8 +130,8 @@ def plans(study: Study, designs) -> dict[str, LayoutPlan]:
     design, or when the model fits no design's machines at any layout."""
     shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
     result = {d.name: plan(study, d, shape, perf) for d in designs}
-    if designs and not any(p.variants for p in result.values()):
-        first = next(iter(result.values())).skipped
+    if designs and not any(p.variants or p.too_slow for p in result.values()):
+        first = next(iter(result.values())).skipped[::-1]   # the largest TP tried first
         reason = first[0]["reason"] if first else "no layout"
         pins = study.layout is not None and any(
             getattr(study.layout, name) is not None for name in ("tp", "tp_prompt", "tp_token",

@@ -169,20 +169,23 @@ def json_text(document: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- evaluations.csv
-CSV_COLUMNS = ("design", "prompt_machines", "token_machines", "machines", "rate_rps", "feasible",
+CSV_COLUMNS = ("design", "layout", "prompt_machines", "token_machines", "machines", "rate_rps", "feasible",
                "completed", "cost_per_hour", "power_kw", "gpus", *SLO_KEYS, "worst_margin",
                "reason")
 
 
 def csv_text(results: Sequence[DesignResult]) -> str:
-    """One row per simulated (design, P, T, rate); baselines put their pool in prompt_machines."""
+    """One row per simulated (design, P, T, rate) of each design's chosen layout (prompt /
+    token); baselines put their pool in prompt_machines."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for result in results:
         for m in result.points:
             values = {key: value for key, value, _ in m.outcome.slo}
-            writer.writerow([result.design.name, m.prompt_machines, m.token_machines,
+            layout = " / ".join(layout.label for layout in result.design.layouts
+                                if layout is not None)
+            writer.writerow([result.design.name, layout, m.prompt_machines, m.token_machines,
                              m.prompt_machines + m.token_machines, _cell(m.rate_rps),
                              m.outcome.meets_slos, m.outcome.completed, _cell(m.cost_per_hour),
                              _cell(m.power_kw), m.gpus, *(_cell(values[k]) for k in SLO_KEYS),

@@ -958,7 +958,9 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, li
     _admit_decodes(requests, machine)
     extra = 0.0
     if _chunks_now(requests, machine, settings):
-        count, tokens, extra = _take_chunks(requests, machine, m, curves, settings.chunk_tokens)
+        # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
+        budget = max(0, settings.chunk_tokens - machine.running_count)
+        count, tokens, extra = _take_chunks(requests, machine, m, curves, budget)
     else:
         count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
                                       settings.chunk_tokens > 0)
@@ -1061,8 +1063,9 @@ def _chunk_step(curves, machine, piece, before, before_s):
 @_inlined
 def _start_chunk_run(requests, machines, curves, settings, m):
     """A colocated chunked machine that just started a full-budget piece of a prompt that goes
-    on after it: its next iterations are its running decodes beside the next full-budget
-    pieces of that prompt, up to the last full piece that leaves some of the prompt. Nothing
+    on after it (so with no running decode: they would take part of the budget): its next
+    iterations are the next full-budget pieces of that prompt, up to the last full piece that
+    leaves some of the prompt. Nothing
     routed meanwhile changes them (a new prompt queues behind this one; decodes only leave as
     they finish, and none waits to join: a colocated machine receives a KV cache only as a
     replica restored after a failure, which cuts the run at the iteration in flight), and

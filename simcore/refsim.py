@@ -38,9 +38,10 @@ runs a chunked iteration when it serves both phases (a baseline machine) or, on 
 design, when it has running decodes or a partially prefilled prompt (a mixed-pool machine, or
 the fallback); otherwise it batches whole prompts as above. A chunked iteration admits waiting
 decodes as above and runs every running decode (stall-free), then takes prompt work from the
-head of the queue within a budget of `chunk_tokens` prompt tokens: the ongoing partially
-prefilled prompt (always the head) continues, then new prompts join, each with the largest piece
-that fits the leftover budget; a prompt's KV is held from its first piece on (as above: its
+head of the queue within what the running decodes leave of a budget of `chunk_tokens` tokens
+(Sarathi-Serve's Algorithm 3: the decodes' tokens count first; with as many decodes as the
+budget, no prompt work joins): the ongoing partially prefilled prompt (always the head)
+continues, then new prompts join, each with the largest piece that fits the leftover budget; a prompt's KV is held from its first piece on (as above: its
 reservation, or its prompt tokens until transferred), and if that does not fit the queue waits.
 A prompt whose last piece is not in the iteration stays at the head of its queue (still counted
 as queued); pending prompt tokens fall by each piece at the end of its iteration. The iteration
@@ -482,7 +483,7 @@ class _ReferenceSimulation:
                 or bool(mc.prompt_queue and mc.prompt_queue[0].prefilled > 0))
 
     def _start_chunked_iteration(self, mc: _Machine, now: float) -> None:
-        budget, chunks = self.m.chunk_tokens, []
+        budget, chunks = max(0, self.m.chunk_tokens - len(mc.running)), []
         for req in mc.prompt_queue:
             if budget == 0:
                 break

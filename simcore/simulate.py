@@ -16,7 +16,7 @@ from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload
 
-SIMULATOR_VERSION = "4"  # bump when simulation semantics change (search caches key on it)
+SIMULATOR_VERSION = "5"  # bump when simulation semantics change (search caches key on it)
 
 
 @dataclass(frozen=True, eq=False)

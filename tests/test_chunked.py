@@ -140,7 +140,12 @@ def test_budget_bounds_prompt_tokens_and_no_decode_ever_stalls(design, budget):
     cluster = Cluster(dataclasses.replace(CATALOG.design(design), chunk_tokens=budget), 2)
     w = synthesize("coding", 8.0, 20.0, seed=1)
     raw, trace = _trace(cluster, w)
-    assert trace and max(sum(p for _, p, _ in it["chunks"]) for it in trace) <= budget
+    # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
+    assert trace and all(sum(p for _, p, _ in it["chunks"]) <= max(0, budget - len(it["decodes"]))
+                         for it in trace)
+    squeezed = [it for it in trace if it["decodes"] and it["chunks"]]
+    assert squeezed and any(sum(p for _, p, _ in it["chunks"]) + len(it["decodes"]) == budget
+                            for it in squeezed)
     # a prompt's pieces are consecutive slices that add up to the prompt
     done = np.zeros(len(w), dtype=np.int64)
     for it in trace:

@@ -23,10 +23,11 @@ from simcore.perfmodel import default_performance_model
 
 SMALL = dict(designs="splitwise-hh,sarathi-h100", rate=40, duration=30, verify_seeds=3, jobs=1)
 # The same search before --engine existed (commit 2dde709): design -> (P, T or pool, worst
-# margin, TTFT P99, TBT P99), and its evaluations.
+# margin, TTFT P99, TBT P99), and its evaluations; sarathi-h100 since its chunk budget counts
+# the running decodes (Sarathi-Serve's Algorithm 3): 32 -> 33 machines.
 BEFORE = {"splitwise-hh": (17, 3, 0.239971, 2.87578, 3.80015),
-          "sarathi-h100": (32, None, 0.0627821, 1.86215, 1.92462)}
-BEFORE_EVALUATIONS = 71
+          "sarathi-h100": (33, None, 0.0662507, 1.67296, 1.94943)}
+BEFORE_EVALUATIONS = 72   # (71 before the budget rule)
 
 
 def study_of(**values):

@@ -79,7 +79,7 @@ def test_report_json_schema_and_contents(report_dir):
             for p in ha["evaluated"] if p["feasible"] and p["rate_rps"] == 4.0]
     rows = list(csv.DictReader(io.StringIO((out / "evaluations.csv").read_text())))
     assert len(rows) == ha["evaluations"] + base["evaluations"]
-    assert set(rows[0]) >= {"design", "prompt_machines", "token_machines", "rate_rps",
+    assert set(rows[0]) >= {"design", "layout", "prompt_machines", "token_machines", "rate_rps",
                             "feasible", "cost_per_hour", "power_kw", "ttft_p50", "e2e_p99"}
     assert str(Path.home()) not in (out / "report.json").read_text()
 
