@@ -139,13 +139,15 @@ CANNOT_BEAT = "cannot beat the best layout: no pool sizes that cost less meet th
 GROWTH_CHECKED = 256   # up to here pools double blindly; beyond, only while margins improve
 
 
-def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool):
-    """Double the pools from (1, 1) until feasible: ((P, T), "") or (None, why not).
+def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool,
+          start: tuple[int, int] = (1, 1)):
+    """Double the pools from `start` ((1, 1), or pool sizes a capacity bound says are needed)
+    until feasible: ((P, T), "") or (None, why not).
 
     Beyond GROWTH_CHECKED machines it stops early when doubling both pools no longer improves
     the worst SLO margin: the SLOs are then out of reach at any size (e.g. one long prompt
     alone misses its TTFT), and simulating ever larger fleets would only cost time."""
-    p, t, before = 1, 0 if baseline else 1, None
+    p, t, before = min(start[0], p_cap), 0 if baseline else min(max(start[1], 1), t_cap), None
     while True:
         m = yield from probe.measure(p, t, rate)
         if m.meets_slos:
@@ -204,7 +206,8 @@ def _beaten_caps(design: Design, goal: Goal, beat: float, p_cap: int,
 
 
 def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
-                settings: SearchSettings, beat: float | None = None):
+                settings: SearchSettings, beat: float | None = None,
+                start: tuple[int, int] = (1, 1)):
     """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason).
 
     `beat` (another layout's verified optimum) bounds the pools the growth tries: when none
@@ -217,7 +220,7 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
         p_cap, t_cap = _beaten_caps(design, goal, beat, p_cap, t_cap)
         if p_cap < 1 or (not baseline and t_cap < 1):
             return [], [], None, CANNOT_BEAT
-    corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline)
+    corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline, start)
     if corner is None:
         return [], [], (p_cap, t_cap), CANNOT_BEAT if beat is not None else reason
     p_hi, t_hi = corner if baseline else _search_box(design, corner, constraints, p_cap, t_cap)
@@ -521,15 +524,17 @@ def _drive_concurrently(searches: dict[str, Search], run_batch: RunBatch,
 
 
 def design_search(design: Design, goal: Goal, constraints: Constraints,
-                  settings: SearchSettings, beat: float | None = None):
+                  settings: SearchSettings, beat: float | None = None,
+                  start: tuple[int, int] = (1, 1)):
     """One design's whole search (a generator for `drive`); returns a DesignResult. `beat`:
-    min-cost / min-power, an objective value the design must undercut (see `_min_search`)."""
+    min-cost / min-power, an objective value the design must undercut (see `_min_search`);
+    `start`: the pool sizes the growth starts from."""
     probe = Probe(design, infer=not settings.exhaustive)
     if goal.name == "max-rate":
         run = _max_rate_search
     else:
         def run(*args):
-            return _min_search(*args, beat=beat)
+            return _min_search(*args, beat=beat, start=start)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
@@ -797,7 +802,8 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                 continue
         beat = (objective(best.optimum, goal)
                 if best is not None and goal.name != "max-rate" else None)
-        result = yield from design_search(variant.design, goal, constraints, settings, beat)
+        result = yield from design_search(variant.design, goal, constraints, settings, beat,
+                                          getattr(variant, "floors", (1, 1)))
         last = result
         if result.feasible:
             o = result.optimum
@@ -811,6 +817,9 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
         if _better(result, best, goal):
             best = result
     chosen = best or last
+    ours = next(v for v in variants if v.design == chosen.design)
+    chosen.capacity_bound = {"value": float(ours.bound),
+                             "pool_floors": list(getattr(ours, "floors", (1, 1)))}
     for line in lines:
         if line["status"] == "feasible":
             ours = best is not None and line["layout"] == " / ".join(

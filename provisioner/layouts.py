@@ -29,9 +29,11 @@ MAX_DECODE_BATCH = 4096   # the decode curves' last knot
 
 @dataclass(frozen=True)
 class Variant:
-    """One design with its pools' layouts set, and the capacity bound of its objective."""
+    """One design with its pools' layouts set, the capacity bound of its objective, and the
+    pool sizes below which a pool cannot carry its own phase (where the search starts)."""
     design: Design
     bound: float   # min-cost / min-power: lower bound on $/h or kW; max-rate: upper bound, req/s
+    floors: tuple[int, int] = (1, 1)   # (prompt or pool, token) machines; (P, 0) for a baseline
 
 
 @dataclass
@@ -117,7 +119,8 @@ def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan
             slow.append({"layout": " / ".join(layout.label for layout in v.layouts),
                          "status": "too slow", "reason": problem})
         else:
-            variants.append(Variant(v, capacity_bound(study, v, shape, perf)))
+            variants.append(Variant(v, capacity_bound(study, v, shape, perf),
+                                    pool_floors(study, v, shape, perf)))
     # best bound first; among equal bounds, the layout with the most latency slack (most
     # likely to need the fewest machines), so that pruning bites early
     sign = -1.0 if study.goal.name == "max-rate" else 1.0
@@ -277,6 +280,26 @@ def capacity_bound(study: Study, design: Design, shape: WorkloadShape, perf) -> 
     if goal.name == "max-rate":
         return goal.budget.value / per_rate if goal.budget.value >= floor else 0.0
     return max(floor, per_rate * shape.rate_rps)
+
+
+def pool_floors(study: Study, design: Design, shape: WorkloadShape, perf) -> tuple[int, int]:
+    """Machines each pool needs to carry its own phase at the goal's rate at the best
+    throughput an instance has (prompt pool: prefill; token pool: decode; a colocated pool:
+    both): where the growth starts. Not a bound on the answer when the mixed pool lends
+    machines across pools; the frontier below the growth's corner is searched from 1 anyway."""
+    if study.goal.name == "max-rate":
+        return (1, 0 if design.is_baseline else 1)
+    pools = [(design.prompt, design.prompt_layout)]
+    if not design.is_baseline:
+        pools.append((design.token, design.token_layout))
+    rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pools]
+    prompt_load = shape.rate_rps * shape.mean_prompt
+    decode_load = shape.rate_rps * max(shape.mean_output - 1.0, 0.0)
+    if design.is_baseline:
+        need = prompt_load / rates[0][0] + decode_load / rates[0][1]
+        return (max(design.prompt_layout.pp, int(need)), 0)
+    return (max(design.prompt_layout.pp, int(prompt_load / rates[0][0])),
+            max(design.token_layout.pp, int(decode_load / rates[1][1])))
 
 
 def _unit(goal: Goal):

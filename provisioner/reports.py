@@ -83,6 +83,9 @@ def design_dict(result: DesignResult) -> dict:
             "feasible": result.feasible, "reason": result.reason,
             "uncalibrated_skus": list(result.uncalibrated), "optimum": optimum,
             "search_box": list(result.box) if result.box else None,
+            "capacity_bound": (None if result.capacity_bound is None else
+                               {"value": num(result.capacity_bound["value"]),
+                                "pool_floors": result.capacity_bound["pool_floors"]}),
             "layouts": [_rounded(line) for line in result.layouts],
             "layouts_skipped": list(result.layouts_skipped),
             "rejected_candidates": [{**r, "rate_rps": num(r["rate_rps"])}

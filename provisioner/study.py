@@ -360,6 +360,7 @@ class DesignResult:
     rejected: list[dict] = field(default_factory=list)  # candidates that failed a verification seed
     resilience: dict | None = None   # --survive-failures: the plain and failure-aware optima
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
+    capacity_bound: dict | None = None  # the chosen layout's bound: value, pool floors
     layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate
     layouts_skipped: list[dict] = field(default_factory=list)   # pool layouts that cannot run
 

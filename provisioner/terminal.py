@@ -191,7 +191,7 @@ def search_notes(document: dict) -> list[str]:
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
-    lines += layout_lines(document)
+    lines += layout_lines(document) + bound_lines(document)
     lines += comparison_lines(document)
     resilience = resilience_rows(document)
     if resilience:
@@ -201,6 +201,23 @@ def search_notes(document: dict) -> list[str]:
                   for name, cells in resilience]
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
+
+
+def bound_lines(document: dict) -> list[str]:
+    """One line: each design's capacity bound beside its optimum (min-cost / min-power)."""
+    goal = document["inputs"]["goal"]["name"]
+    if goal == "max-rate":
+        return []
+    key, unit = ("power_kw", "kW") if goal == "min-power" else ("cost_per_hour", "$/h")
+    cells = []
+    for e in document["designs"]:
+        bound = (e.get("capacity_bound") or {}).get("value") or 0
+        if e["optimum"] and bound > 0:
+            cells.append(f"{e['design']} {bound:,.0f} ({e['optimum'][key] / bound:.1f}x)")
+    if not cells:
+        return []
+    return [f"Capacity bound, {unit} (no queueing, no SLO; the optimum is that many times it): "
+            + ", ".join(cells)]
 
 
 def layout_lines(document: dict) -> list[str]:

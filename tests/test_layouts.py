@@ -229,3 +229,29 @@ def test_plan_of_a_design_record_with_its_layout_keeps_it():
     assert isinstance(plan, LayoutPlan)
     assert [v.design.layouts for v in plan.variants] == [(Layout(4),)]
     assert WorkloadShape.of(study).longest > 0
+
+
+# ------------------------------------------------------------------------------ bounds
+@pytest.fixture(scope="module")
+def default_search():
+    return provisioner.search().to_dict()
+
+
+def test_every_default_design_reports_a_bound_no_optimum_lies_below(default_search):
+    """The capacity bound (issue 26) is a lower bound: every design of the paper study's
+    default question (70 req/s) costs at least its bound, and the terminal prints both."""
+    for entry in default_search["designs"]:
+        bound = entry["capacity_bound"]
+        assert bound is not None and bound["value"] > 0, entry["design"]
+        assert entry["optimum"]["cost_per_hour"] >= bound["value"], entry["design"]
+        line = next(line for line in entry["layouts"] if line["status"] == "chosen")
+        assert line["bound"] == bound["value"]
+
+
+def test_the_bound_holds_at_700_requests_per_second():
+    result = provisioner.search(designs="baseline-h100", rate=700, verify_seeds=2).to_dict()
+    (entry,) = result["designs"]
+    assert entry["optimum"]["cost_per_hour"] >= entry["capacity_bound"]["value"] > 0
+    # the growth started from the pool the bound asks for, not from one machine
+    assert entry["capacity_bound"]["pool_floors"][0] > 1
+    assert min(p["machines"] for p in entry["evaluated"]) > 1
