@@ -50,7 +50,7 @@ def main() -> None:
     print(f"{len(workload)} requests, splitwise-hh 27P+5T")
     print(f"{'run':34s} {'ms':>7s} {'x':>5s} {'iters':>7s} {'fail':>4s} {'affected':>8s} "
           f"{'recomputed':>10s} {'E2E P99':>8s} {'goodput':>8s}")
-    good, rate = goodput(plain, profile)
+    good, rate = goodput(plain, profile, 120.0)
     print(f"{'no failures':34s} {base * 1000:7.1f} {1.0:5.2f} "
           f"{int(plain.machine_stats['iterations'].sum()):7d} {0:4d} {0:8d} {0:10d} "
           f"{np.percentile(plain.e2e_slowdown, 99):8.3f} {rate:8.2f}")
@@ -61,7 +61,7 @@ def main() -> None:
                                  recovery=recovery)
             wall, result = timed(cluster, workload, model, perf, reference, options)
             metrics = failure_metrics(result, result.failure_stats["schedule"])
-            good, rate = goodput(result, profile)
+            good, rate = goodput(result, profile, 120.0)
             worst = max(worst, wall / base)
             print(f"{f'MTBF 0.5 h, seed {seed}, {recovery}':34s} {wall * 1000:7.1f} "
                   f"{wall / base:5.2f} {int(result.machine_stats['iterations'].sum()):7d} "

@@ -15,7 +15,10 @@ def __getattr__(name: str):
     if name in _API:
         from provisioner import api
         return getattr(api, name)
+    if name == "InputError":   # what every bad input raises: `except provisioner.InputError`
+        from hardware_catalog import InputError
+        return InputError
     raise AttributeError(f"module 'provisioner' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_API]
+__all__ = ["__version__", "InputError", *_API]

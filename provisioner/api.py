@@ -210,15 +210,23 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
     results, stats = _search(study, execution, cache, on_batch)
     if results is None:   # the cache steered the search: again, reading nothing from it
         results, more = _search(study, execution, replace(cache, read=False), on_batch)
-        stats = RunStats(stats.simulated + more.simulated, stats.cache_hits + more.cache_hits,
-                         stats.memo_hits + more.memo_hits)
+        stats = add_stats(stats, more)
     for result in results:
         result.uncalibrated = uncalibrated(result.design, study)
     if study.survive_failures and resilience:
         price_of_resilience(study, execution, results)
-    moved = (sensitivity(study, execution, partial(run_study, resilience=False))
-             if study.settings.sensitivity else None)
+    moved = None
+    if study.settings.sensitivity:
+        moved, more = sensitivity(study, execution, partial(run_study, resilience=False),
+                                  results)
+        stats = add_stats(stats, *more)
     return SearchResult(study, results, stats, moved)
+
+
+def add_stats(*runs: RunStats) -> RunStats:
+    """The simulations of several searches, counted together (the summary line's count)."""
+    return RunStats(sum(r.simulated for r in runs), sum(r.cache_hits for r in runs),
+                    sum(r.memo_hits for r in runs))
 
 
 def _search(study: Study, execution: Execution, cache: DiskCache | None,
@@ -323,6 +331,7 @@ class SimulationRun:
     profile: Any = None   # the SLO profile (goodput counts requests within its limits)
     latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
+    window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -365,7 +374,8 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     uncal = uncalibrated_skus(cluster.design, model, perf)
     return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
                          profile, latency_source(source, perf, model, cluster.design.machines()),
-                         layout_record(cluster.design, model, reserve))
+                         layout_record(cluster.design, model, reserve),
+                         s.duration if rate is not None else float(np.max(requests.arrival_s)))
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

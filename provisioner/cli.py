@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from provisioner.options import (Execution, SearchOptions, SimulateOptions, buil
                                  command_parameters, given_options, option_fields)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Size LLM inference clusters (Splitwise prompt/token pools) for the least "
                        "cost, the least power or the most throughput under tail-latency SLOs.")
 
@@ -46,9 +47,15 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Size LLM inference clusters for the least cost, the least power or the most throughput."""
 
 
+PIPE_WIDTH = 200   # a pipe or file has no width to fit: wide enough that no table is squeezed
+
+
 def _console(stderr: bool = False):
     from rich.console import Console
-    return Console(stderr=stderr)
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, width=PIPE_WIDTH)
+    return console
 
 
 def note(message: str) -> None:
@@ -251,7 +258,7 @@ def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None
         print_json(document)
     else:
         console = _console()
-        console.print(optimum_table(document))
+        console.print(optimum_table(document, console.width))
         for line in search_notes(document):
             console.print(line, highlight=False, soft_wrap=True)
         moved = sensitivity_table(document)

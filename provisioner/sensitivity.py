@@ -3,9 +3,9 @@
 The variants: the rate +-10%; the HBM reserve at 0 or 10% (whichever the run did not use); every
 KV transfer serialized, or every one layer-wise; burstier arrivals (gamma, CV 2) for synthesized
 arrivals; and +-15% on every latency for designs with uncalibrated hardware (the datasheet
-transfer's typical error). To keep the cost at a few searches, base and variants are all
-verified on 3 samples (not the full verification), so their differences are due to the
-assumption alone.
+transfer's typical error). The "as run" row is the search's own answer, and every variant is
+searched and verified the same way (same samples, same guard band), so a row differs from it
+by its assumption alone.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from dataclasses import replace
 from typing import Callable
 
 from provisioner.options import Execution
-from provisioner.study import Study
-from provisioner.verify import SENSITIVITY_SEEDS
+from provisioner.study import DesignResult, Study
 
 LATENCY_ERROR = 0.15
 
@@ -52,22 +51,21 @@ def _uncalibrated_designs(study: Study) -> list[str]:
             if any(not perf.is_calibrated(study.model, m) for m in d.machines())]
 
 
-def sensitivity(study: Study, execution: Execution,
-                run: Callable[[Study, Execution], object]) -> list[dict]:
+def sensitivity(study: Study, execution: Execution, run: Callable[[Study, Execution], object],
+                as_run: list[DesignResult]) -> tuple[list[dict], list]:
     """One row per assumption: every design's optimum (machines, cost, power, rate) under it,
-    next to the base run screened the same way."""
-    screened = replace(study, settings=replace(study.settings, verify_seeds=SENSITIVITY_SEEDS,
-                                               load_sweep=(), sensitivity=False))
-    rows = [("as run", screened)] + variants(screened)
-    table = []
-    base = None
-    for label, variant in rows:
+    next to the search's own (`as_run`); and the variant searches' run statistics."""
+    quiet = replace(study, settings=replace(study.settings, load_sweep=(), sensitivity=False))
+    base = {r.design.name: _optimum(r) for r in as_run}
+    table = [{"assumption": "as run", "designs": base}]
+    stats = []
+    for label, variant in variants(quiet):
         result = run(variant, execution)
+        stats.append(result.stats)
         optima = {r.design.name: _optimum(r) for r in result.designs}
-        base = base or optima
         table.append({"assumption": label, "designs": {
             name: {**o, **_delta(o, base.get(name))} for name, o in optima.items()}})
-    return table
+    return table, stats
 
 
 def _optimum(result) -> dict:

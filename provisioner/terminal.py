@@ -90,7 +90,14 @@ class SearchProgress:
             self._progress.__exit__(*exc)
 
 
-def optimum_table(document: dict) -> Table:
+NARROW = 100   # below this many columns the table gives each design a block, not a row
+
+
+def optimum_table(document: dict, width: int | None = None) -> Table:
+    """The optimum per design: a row each, or below NARROW columns a block each (the label
+    and the figures, which wrap only between figures)."""
+    if width is not None and width < NARROW:
+        return _narrow_table(document)
     goal = document["inputs"]["goal"]
     seeds = document["inputs"]["options"]["verify_seeds"]
     table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
@@ -100,9 +107,15 @@ def optimum_table(document: dict) -> Table:
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
                         "margin 1 - value/limit over the samples; headroom: highest rate the "
                         "optimum sustains on the base sample")
-    table.add_column("design", no_wrap=True)
-    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs", "binding SLO / margin", "headroom"):
-        table.add_column(column, justify="right")
+    # numbers never shrink below their width (rich would cut "2,587.20" to "2,58…"); the
+    # words wrap instead: design names, the binding SLO and headroom break at their spaces
+    widths = _number_widths(document)
+    table.add_column("design", overflow="fold")
+    for column in ("P", "T", "req/s", "$/h", "kW", "GPUs"):
+        table.add_column(column, justify="right", no_wrap=True,
+                         min_width=max(len(column), widths.get(column, 1)))
+    for column in ("binding SLO / margin", "headroom"):
+        table.add_column(column, justify="right", overflow="fold")
     k = document["inputs"]["options"]["survive_failures"]
     if k:  # --survive-failures: the price of resilience (cost against no failures)
         what = "rate" if goal["name"] == "max-rate" else "cost"
@@ -128,6 +141,47 @@ def optimum_table(document: dict) -> Table:
                       _fmt(o["power_kw"], ",.1f"), str(o["gpus"]), _binding(o), _headroom(o),
                       *price)
     return table
+
+
+def _narrow_table(document: dict) -> Table:
+    goal = document["inputs"]["goal"]
+    table = Table(title=f"Optimum per design — {goal['name']}; * best", show_header=False,
+                  caption="P prompt / T token machines; layout: TP (xPP) and instances per "
+                          "machine (prompt / token)")
+    table.add_column("design", overflow="fold")
+    table.add_column("answer", overflow="fold")
+    best = document["summary"]["best_design"]
+    for entry in document["designs"]:
+        name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
+        o = entry["optimum"]
+        if o is None:
+            table.add_row(name, f"[red]infeasible[/]: {entry['reason']}")
+            continue
+        pools = (f"{o['machines']} machines" if "machines" in o
+                 else f"{o['prompt_machines']} P + {o['token_machines']} T")
+        figures = [pools, f"{_fmt(o['rate_rps'], '.4g')} req/s",
+                   f"${_fmt(o['cost_per_hour'], ',.2f')}/h", f"{_fmt(o['power_kw'], ',.1f')} kW",
+                   f"{o['gpus']} GPUs", f"binding {_binding(o)}", f"headroom {_headroom(o)}"]
+        if o.get("layout"):
+            figures.insert(1, f"layout {layout_label(o['layout'])}")
+        table.add_row(name, "\n".join(figures))
+    return table
+
+
+def _number_widths(document: dict) -> dict[str, int]:
+    """The widest figure of each numeric column of `optimum_table`."""
+    widths: dict[str, int] = {}
+    for entry in document["designs"]:
+        o = entry["optimum"]
+        if o is None:
+            continue
+        cells = {"P": str(o.get("machines", o.get("prompt_machines"))),
+                 "T": str(o.get("token_machines", "-")), "req/s": _fmt(o["rate_rps"], ".4g"),
+                 "$/h": _fmt(o["cost_per_hour"], ",.2f"), "kW": _fmt(o["power_kw"], ",.1f"),
+                 "GPUs": str(o["gpus"])}
+        for column, text in cells.items():
+            widths[column] = max(widths.get(column, 0), len(text))
+    return widths
 
 
 def _price(entry: dict) -> str:
@@ -358,7 +412,7 @@ def _failures(run) -> dict:
     if not result.feasible:
         return summary
     metrics = failure_metrics(result, schedule)
-    good, rate = goodput(result, run.profile)
+    good, rate = goodput(result, run.profile, run.window_s)
     return {**summary, **{k: round(v, 6) if isinstance(v, float) else v
                           for k, v in metrics.items()},
             "goodput_requests": good, "goodput_rps": round(rate, 6)}

@@ -29,7 +29,6 @@ SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates ar
 VERIFY_STEP = 2      # verification samples simulated at a time, after the screening seed
 QUICK_SAMPLES = 3    # a max-rate quick check: the screening seed and the 2 hardest samples
 INTERVAL_SEEDS = 3   # samples given an interval: each needs a run's per-request latencies
-SENSITIVITY_SEEDS = 3  # each --sensitivity variant's optimum verified on 3 samples
 PASS_RATE_Z = 2.0    # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
 
 

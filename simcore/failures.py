@@ -165,11 +165,13 @@ def failure_metrics(result, failures: np.ndarray, slo_limits: dict | None = None
     }
 
 
-def goodput(result, profile) -> tuple[int, float]:
-    """(requests within the SLO, those per second of the run): a request counts when each of
-    its TTFT, TBT and E2E is within the profile's loosest limit for that metric (its P99 limit
-    in the Splitwise profile)."""
-    if not result.feasible or not result.makespan_s:
+def goodput(result, profile, window_s: float) -> tuple[int, float]:
+    """(requests within the SLO, those per second of the arrival window `window_s`): a request
+    counts when each of its TTFT, TBT and E2E is within the profile's loosest limit for that
+    metric (its P99 limit in the Splitwise profile). Per second of arrivals, not of the run's
+    makespan: the offered rate is per second of arrivals, and the drain after the window is
+    not more time to serve it in."""
+    if not result.feasible or window_s <= 0:
         return 0, 0.0
     slowdown = profile.kind == "slowdown"
     good = np.ones(len(result.workload), dtype=bool)
@@ -181,4 +183,4 @@ def goodput(result, profile) -> tuple[int, float]:
         values = values if slowdown else values * 1000.0
         good &= np.isnan(values) | (values <= max(limits))
     count = int(good.sum())
-    return count, count / result.makespan_s
+    return count, count / window_s

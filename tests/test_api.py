@@ -177,3 +177,41 @@ def test_readme_python_api_examples_run_as_written(tmp_path, run_python):
         run = run_python(block, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
     assert (tmp_path / "my-report" / "report.json").exists()
+
+
+def test_input_error_is_exported_and_short_help_works(cli):
+    """Issue 27: notebooks catch `provisioner.InputError`; `-h` is `--help`."""
+    from hardware_catalog import InputError
+    assert provisioner.InputError is InputError
+    with pytest.raises(provisioner.InputError):
+        provisioner.search(rate=-1)
+    for args in (["-h"], ["search", "-h"], ["simulate", "-h"]):
+        run = cli(args)
+        assert run.returncode == 0 and "Usage" in run.stdout, args
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_the_optimum_table_never_cuts_a_number(width):
+    """Issue 27: at any width every figure of the table is whole (rich cut "2,587.20" to
+    "2,58…" at 80 columns); words wrap instead."""
+    import io
+
+    from rich.console import Console
+
+    from provisioner.terminal import optimum_table
+    document = provisioner.search(designs="baseline-a100,splitwise-ha", model="bloom-176b",
+                                  rate=70, duration=30, verify_seeds=1).to_dict()
+    buffer = io.StringIO()
+    Console(file=buffer, width=width).print(optimum_table(document, width))
+    text = buffer.getvalue()
+    assert "…" not in text
+    for entry in document["designs"]:
+        o = entry["optimum"]
+        for figure in (f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", str(o["gpus"])):
+            assert figure in text, (figure, width)
+
+
+def test_a_piped_search_prints_whole_numbers(run_cli):
+    run = run_cli("search", "--designs", "baseline-a100", "--rate", "70", "--duration", "30",
+                  "--verify-seeds", "1", "--no-cache", "--out", "/dev/null/x", env={"COLUMNS": ""})
+    assert "…" not in run.stdout

@@ -243,6 +243,9 @@ def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_p
         failures = json.loads(run.stdout)["failures"]
         assert failures["schedule"] == [[5.0, 6, None], [8.0, 1, 3.0]]
         assert failures["requests_affected"] > 0 and failures["goodput_rps"] > 0
+        # per second of the 20 s arrival window, not of the makespan (issue 27)
+        assert failures["goodput_rps"] == pytest.approx(failures["goodput_requests"] / 20.0,
+                                                        abs=1e-6)
     text = cli(common[:-1] + ["--mtbf-hours", "0.01", "--repair-minutes", "0.5"])
     assert "requests affected" in text.stdout and "goodput" in text.stdout
 

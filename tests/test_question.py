@@ -201,8 +201,9 @@ def test_forged_cache_entries_cannot_change_the_answer(tmp_path, capsys):
     design = plain.designs[0].design   # the layout variant the search simulated
     forged = Outcome(True, True, "", tuple((key, 1.0, limit) for key, _, limit in
                                            plain.designs[0].optimum.outcome.slo), 0.5, 100)
-    for p in range(1, 5):
-        for t in range(1, 5):
+    low = plain.designs[0].optimum   # cheap points around and below the growth's start
+    for p in range(1, low.prompt_machines):
+        for t in range(1, low.token_machines + 1):
             for seed in range(3):
                 sample = (Point(design, p, t, 40.0), seed)
                 runner.cache.put(runner._cache_key(sample), forged)

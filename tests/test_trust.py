@@ -166,8 +166,11 @@ def test_splitwise_sim_preset_changes_exactly_its_choices():
 def test_sensitivity_table_moves_with_the_rate(tmp_path):
     # one layout (TP8): at 6 req/s smaller instances reach the one-machine-per-pool floor,
     # where the +-10% rows move only by sampling noise
+    # (more requests than SMALL: with one sample of ~100 requests the +-10% rows move by
+    # sampling noise as much as by the rate)
+    larger = dict(SMALL, rate=20.0, duration=60.0)
     result = provisioner.search(designs="splitwise-hh", sensitivity=True, verify_seeds=1,
-                                tp=8, **SMALL)
+                                tp=8, **larger)
     rows = {row["assumption"]: row["designs"]["splitwise-hh"]
             for row in result.to_dict()["sensitivity"]}
     assert {"as run", "rate +10%", "rate -10%", "HBM reserve 0%",
@@ -175,6 +178,23 @@ def test_sensitivity_table_moves_with_the_rate(tmp_path):
     up, down = rows["rate +10%"], rows["rate -10%"]
     assert up["cost_per_hour"] >= rows["as run"]["cost_per_hour"] >= down["cost_per_hour"]
     assert "cost_change" in up
+    # the "as run" row is the main table's optimum, and the count includes the variants' runs
+    (main,) = result.designs
+    assert rows["as run"]["prompt_machines"] == main.optimum.prompt_machines
+    assert rows["as run"]["token_machines"] == main.optimum.token_machines
+    alone = provisioner.search(designs="splitwise-hh", verify_seeds=1, tp=8, **larger)
+    assert result.stats.simulated > 2 * alone.stats.simulated
+
+
+def test_sensitivity_as_run_row_is_the_main_optimum_under_full_verification():
+    """Issue 27: with the default verification the row the terminal shows beside the main
+    table must be that table's optimum (it was re-verified on 3 samples and could differ)."""
+    result = provisioner.search(designs="baseline-a100", sensitivity=True, verify_seeds=5,
+                                **SMALL)
+    (row,) = [r for r in result.to_dict()["sensitivity"] if r["assumption"] == "as run"]
+    entry = row["designs"]["baseline-a100"]
+    assert entry["prompt_machines"] == result.designs[0].optimum.prompt_machines
+    assert entry["cost_per_hour"] == pytest.approx(result.designs[0].optimum.cost_per_hour)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
