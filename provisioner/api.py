@@ -33,7 +33,8 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchO
 from provisioner.presets import preset_catalog
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
                                   check_resilience, merge_options, python_style,
-                                  resolve_catalog, resolve_design, resolve_perf, resolve_study,
+                                  resolve_catalog, resolve_design, resolve_model, resolve_perf,
+                                  resolve_study,
                                   sim_options, to_echo)
 from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
                                  sensitivity_dict, summary_dict, write_reports)
@@ -350,7 +351,8 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                                                      s.chunk_tokens),
                                   c.prompt, c.token, c.machines)
     source = resolve_perf(s)
-    model, profile = model_in_dtype(catalog.model(s.model), s.dtype), load_slo_profile(s.slo)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype)
+    profile = load_slo_profile(s.slo)
     perf = source.load(catalog)
     check_engine_coverage(source, perf, model, [cluster.design])
     workload = workload_source(s.workload)

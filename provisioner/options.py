@@ -83,6 +83,11 @@ class StudyOptions:
     """The question's data: model, workload, SLOs, performance model, catalog."""
     model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
                         short="-m", metavar="NAME", outcome=True)
+    model_config: Optional[str] = option(
+        None, "A Hugging Face config.json to size instead of a catalog model (its layers, "
+              "hidden size, heads, KV heads, MLP, vocabulary and experts; named after the "
+              "file).", Text(), path=True, metavar="CONFIG.JSON",
+        default_text="the catalog model --model names", outcome=True)
     workload: str = option("coding", "Built-in workload (coding, conversation) or a CSV trace.",
                            Text(), short="-w", path=True, metavar="NAME|CSV", outcome=True)
     rate: Optional[float] = option(

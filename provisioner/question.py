@@ -101,6 +101,8 @@ def input_files(options: Any, spec: str | Path | None = None) -> dict[str, Path]
         files["--slo profile"] = Path(s.slo)
     if s.perf_model is not None:
         files["--perf-model file"] = Path(s.perf_model)
+    if s.model_config is not None:
+        files["--model-config file"] = Path(s.model_config)
     failures = getattr(getattr(options, "cluster", None), "failures", None)
     if failures is not None:
         files["--failures schedule"] = Path(failures)
@@ -108,6 +110,18 @@ def input_files(options: Any, spec: str | Path | None = None) -> dict[str, Path]
         for name in ("machines", "models", "designs"):
             files[f"catalog file ({name})"] = Path(s.catalog) / f"{name}.yaml"
     return files
+
+
+def resolve_model(study: StudyOptions, catalog: Catalog) -> ModelSpec:
+    """--model-config's config.json when given, else the catalog model --model names."""
+    if study.model_config is not None:
+        from hardware_catalog.hf_config import model_from_hf_config
+        check_path(study.model_config, "model_config")
+        if not Path(study.model_config).is_file():
+            raise InputError(f"model config file not found: {study.model_config}",
+                             field="model_config")
+        return model_from_hf_config(study.model_config)
+    return catalog.model(study.model)
 
 
 def resolve_catalog(directory: str | None) -> Catalog:
@@ -212,7 +226,7 @@ def resolve_study(options: SearchOptions) -> Study:
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures")
-    model = model_in_dtype(catalog.model(s.model), s.dtype)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype)
     designs = with_chunk_tokens(resolve_designs(options.question.designs, catalog),
                                 s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
@@ -365,7 +379,7 @@ def kv_capacities(study: Study) -> dict[str, int]:
 # ---------------------------------------------------------------------------- its inverse
 FILE_READERS = {   # option -> what the file is (read by `_read_named_file`)
     "catalog": "catalog directory", "workload": "workload trace", "slo": "SLO profile",
-    "perf_model": "performance model",
+    "perf_model": "performance model", "model_config": "model config.json",
 }
 
 
@@ -465,6 +479,8 @@ def _read_named_file(name: str, value: str, study: StudyOptions) -> None:
         load_trace(value)
     elif name == "slo":
         load_slo_profile(value)
+    elif name == "model_config":
+        resolve_model(replace(study, model_config=value), None)
     else:
         catalog = preset_catalog(study.assumptions, resolve_catalog(study.catalog))
         perf_source(value).load(catalog)

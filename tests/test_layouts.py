@@ -255,3 +255,64 @@ def test_the_bound_holds_at_700_requests_per_second():
     # the growth started from the pool the bound asks for, not from one machine
     assert entry["capacity_bound"]["pool_floors"][0] > 1
     assert min(p["machines"] for p in entry["evaluated"]) > 1
+
+
+# ------------------------------------------------------------------ bring your own model
+CONFIG = DATA_DIR.parent / "examples" / "models" / "mistral-7b-v0.1.json"
+
+
+def _config_of(model) -> dict:
+    """A Hugging Face config.json written from a catalog record (the inverse mapping)."""
+    config = {"num_hidden_layers": model.layers, "hidden_size": model.hidden,
+              "num_attention_heads": model.heads, "num_key_value_heads": model.kv_heads,
+              "vocab_size": model.vocab_size, "tie_word_embeddings": False}
+    if model.head_dim_size is not None:
+        config["head_dim"] = model.head_dim_size
+    if model.is_moe:
+        config.update(num_experts=model.experts, num_experts_per_tok=model.experts_per_token,
+                      moe_intermediate_size=model.expert_intermediate_size,
+                      intermediate_size=model.intermediate_size)
+    else:
+        config["intermediate_size"] = model.intermediate_size
+    return config
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+                                  "qwen3-30b-a3b"])
+def test_a_config_json_gives_the_catalog_record(name, tmp_path):
+    """The parameter count from the shapes matches the catalog's (from the same configs)."""
+    import json
+
+    from hardware_catalog.hf_config import model_from_hf_config
+    model = CATALOG.model(name)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(_config_of(model)))
+    mine = model_from_hf_config(path)
+    assert mine.name == name
+    assert mine.kv_bytes_per_token == model.kv_bytes_per_token
+    assert mine.params_b == pytest.approx(model.params_b, rel=0.01)
+    if model.is_moe:
+        assert mine.active_params_b == pytest.approx(model.active_params_b, rel=0.02)
+
+
+def test_search_and_check_a_model_from_its_config(cli, tmp_path):
+    out = tmp_path / "out"
+    run = cli(["search", "--model-config", CONFIG, "--designs", "baseline-h100", "--rate", "20",
+               "--duration", "30", "--verify-seeds", "2", "--no-cache", "--out", out])
+    assert run.returncode == 0, run.stderr
+    import json
+    report = json.loads((out / "report.json").read_text())
+    assert report["inputs"]["model"]["name"] == "mistral-7b-v0.1"
+    assert report["inputs"]["model"]["params_b"] == pytest.approx(7.24, abs=0.01)
+    check = cli(["check", out / "report.json", "--no-cache"])
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_config_that_is_not_one(cli, bad_input, tmp_path):
+    broken = tmp_path / "config.json"
+    broken.write_text('{"hidden_size": 4096}')
+    bad_input(cli(["search", "--model-config", broken]), "config.json", "num_hidden_layers")
+    latent = tmp_path / "deepseek.json"
+    latent.write_text('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, '
+                      '"vocab_size": 10, "kv_lora_rank": 512, "intermediate_size": 128}')
+    bad_input(cli(["search", "--model-config", latent]), "latent attention")

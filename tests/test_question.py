@@ -26,6 +26,7 @@ from simcore import SimOptions
 
 REPO = Path(__file__).resolve().parents[1]
 PERF_TABLE = REPO / "examples" / "perf-tables" / "dgx-h100-bloom.yaml"
+MODEL_CONFIG = REPO / "examples" / "models" / "mistral-7b-v0.1.json"
 
 
 def study_of(**values):
@@ -123,6 +124,7 @@ def _catalog_with_a_wider_reference(tmp_path: Path) -> str:
 FAILING = {"survive_failures": 1}   # failure options apply only when machines fail
 OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "model": ({}, "llama2-70b"),
+    "model_config": ({}, str(MODEL_CONFIG)),
     "workload": ({}, "conversation"),
     "duration": ({}, 60.0),
     "seed": ({}, 3),
