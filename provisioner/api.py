@@ -18,6 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+import html
+
 import numpy as np
 
 from hardware_catalog import Design, InputError
@@ -36,7 +38,9 @@ from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_e
                                   resolve_catalog, resolve_design, resolve_model, resolve_perf,
                                   resolve_study,
                                   sim_options, to_echo)
-from provisioner.reports import (REPORT_FILES, machines_of, render_reports, report_document,
+from provisioner.figures import optimum_html
+from provisioner.reports import (REPORT_FILES, answer_sentence, csv_text, layout_label,
+                                 machines_of, render_reports, report_document,
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
 from provisioner.sensitivity import sensitivity
@@ -193,6 +197,43 @@ class SearchResult:
     def write(self, out_dir: str | Path) -> list[Path]:
         """Write report.json, evaluations.csv and report.html atomically; returns the paths."""
         return write_reports(Path(out_dir), render_reports(self.to_dict(), self.designs))
+
+    def __repr__(self) -> str:   # one line (a notebook shows it; the full record is to_dict)
+        goal = self.study.goal
+        at = f" at {goal.rate_rps:g} req/s" if goal.rate_rps is not None else ""
+        feasible = sum(r.feasible for r in self.designs)
+        return (f"SearchResult({goal.name}{at}, {len(self.designs)} designs, {feasible} "
+                f"feasible; {answer_sentence(self.to_dict())})")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the answer and the optimum per design, as report.html shows."""
+        document = self.to_dict()
+        return (f"<p><b>{html.escape(answer_sentence(document))}</b></p>"
+                + optimum_html(document))
+
+    def to_pandas(self, evaluations: bool = False):
+        """One row per design (its optimum, layout, bound and binding SLO), or with
+        `evaluations=True` every simulated point (evaluations.csv)."""
+        import io
+
+        import pandas as pd
+        if evaluations:
+            return pd.read_csv(io.StringIO(csv_text(self.designs)))
+        rows = []
+        for entry in self.to_dict()["designs"]:
+            o = entry["optimum"] or {}
+            rows.append({
+                "design": entry["design"], "feasible": entry["feasible"],
+                "layout": layout_label(o.get("layout")),
+                "prompt_machines": o.get("machines", o.get("prompt_machines")),
+                "token_machines": o.get("token_machines"), "rate_rps": o.get("rate_rps"),
+                "cost_per_hour": o.get("cost_per_hour"), "power_kw": o.get("power_kw"),
+                "gpus": o.get("gpus"), "binding_slo": o.get("binding_slo"),
+                "binding_margin": o.get("binding_margin"),
+                "headroom_rps": o.get("headroom_rps"),
+                "capacity_bound": (entry.get("capacity_bound") or {}).get("value"),
+                "reason": entry["reason"]})
+        return pd.DataFrame(rows).set_index("design")
 
     @property
     def best(self) -> DesignResult | None:

@@ -148,10 +148,18 @@ class SimulationEvaluator:
     def latencies(self, point: Point, seed: int) -> dict[str, np.ndarray]:
         """`latency_values` of the point's run on sample `seed` (kept from its verification,
         or simulated again)."""
+        return self.run_latencies(point, seed)[0]
+
+    def run_latencies(self, point: Point, seed: int):
+        """(`latency_values`, and the run's TTFT / TPOT / E2E in seconds when it was simulated
+        here, else None) of the point's run on sample `seed`."""
         kept = _kept(self, point, seed)
         if kept is not None:
-            return kept
-        return latency_values(self.simulate(point, seed)[0], self.study.slo)
+            return kept, None
+        result = self.simulate(point, seed)[0]
+        seconds = ({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s}
+                   if result.feasible else None)
+        return latency_values(result, self.study.slo), seconds
 
     def sample_size(self, rate_rps: float | None, seed: int) -> int:
         """Requests in the workload sample drawn with `seed` at `rate_rps` (its arrivals only:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
-from provisioner.reports import layout_label
+from provisioner.reports import answer_sentence, layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
@@ -52,7 +52,8 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
         "padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
         ".warn{color:#a15c00}</style>",
         "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
-        _inputs_html(inputs), _optimum_html(document), _comparison_html(document), _non_monotone_html(document),
+        f"<p class=\"answer\"><b>{html.escape(answer_sentence(document))}</b></p>",
+        _inputs_html(inputs), optimum_html(document), _comparison_html(document), _non_monotone_html(document),
         *parts, "</body>", "</html>", ""])
 
 
@@ -103,7 +104,7 @@ def _comparison_html(document: dict) -> str:
             f"<table><tr>{head}</tr>{''.join(rows)}</table>")
 
 
-def _optimum_html(document: dict) -> str:
+def optimum_html(document: dict) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("design", "layout", "P", "T", "rate req/s",
                                                "cost $/h", "power kW", "GPUs",
                                                "binding SLO / margin", "headroom req/s"))

@@ -83,11 +83,6 @@ class StudyOptions:
     """The question's data: model, workload, SLOs, performance model, catalog."""
     model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
                         short="-m", metavar="NAME", outcome=True)
-    model_config: Optional[str] = option(
-        None, "A Hugging Face config.json to size instead of a catalog model (its layers, "
-              "hidden size, heads, KV heads, MLP, vocabulary and experts; named after the "
-              "file).", Text(), path=True, metavar="CONFIG.JSON",
-        default_text="the catalog model --model names", outcome=True)
     workload: str = option("coding", "Built-in workload (coding, conversation) or a CSV trace.",
                            Text(), short="-w", path=True, metavar="NAME|CSV", outcome=True)
     rate: Optional[float] = option(
@@ -101,6 +96,11 @@ class StudyOptions:
     perf_model: Optional[str] = option(
         None, "Latency tables or calibrated coefficients file (docs/perf-model-tables.md).",
         Text(), path=True, default_text="the built-in model", metavar="FILE", outcome=True)
+    model_config: Optional[str] = option(
+        None, "A Hugging Face config.json to size instead of a catalog model (its layers, "
+              "hidden size, heads, KV heads, MLP, vocabulary and experts; named after the "
+              "file).", Text(), path=True, metavar="CONFIG.JSON",
+        default_text="the catalog model --model names", outcome=True)
     engine: str = option(
         "vllm", "Whose latencies: the serving engine's measured kernels (aiconfigurator-core "
                 "tables; GPUs without them fall back to splitwise-2023 and are marked "

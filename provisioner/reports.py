@@ -51,6 +51,35 @@ def layout_label(record: dict | None) -> str | None:
                       for entry in record.values())
 
 
+def answer_sentence(document: dict) -> str:
+    """The answer in one sentence: the best design, its machines per pool with their SKUs and
+    layouts, cost, power, and the SLO that binds it (report.html's first line, the reprs)."""
+    best = document["summary"]["best_design"]
+    if best is None:
+        return "No design meets every SLO within the constraints (see each design's reason)."
+    entry = next(e for e in document["designs"] if e["design"] == best)
+    o = entry["optimum"]
+    layout = o.get("layout") or {}
+
+    def pool(count, role, sku, key):
+        shape = layout.get(key)
+        how = "" if not shape else f" ({layout_label({key: shape})})"
+        return f"{count} {role}{sku}{how}"
+
+    if "machines" in o:
+        pools = pool(o["machines"], "", entry["prompt_sku"], "pool")
+    else:
+        pools = (pool(o["prompt_machines"], "prompt ", entry["prompt_sku"], "prompt") + " + "
+                 + pool(o["token_machines"], "token ", entry["token_sku"], "token"))
+    rate = "" if o["rate_rps"] is None else f" at {o['rate_rps']:g} req/s"
+    binding = ""
+    if o.get("binding_slo"):
+        binding = (f"; binding SLO {o['binding_slo'].replace('_', ' ').upper()}, margin "
+                   f"{o['binding_margin']:+.1%}")
+    return (f"Best: {best}, {pools}{rate}: ${o['cost_per_hour']:,.2f}/h, "
+            f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.")
+
+
 def optimum_dict(m: Metrics, baseline: bool) -> dict:
     return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps),
             "cost_per_hour": num(m.cost_per_hour), "power_kw": num(m.power_kw), "gpus": m.gpus,
@@ -116,7 +145,11 @@ def verification_dict(verification: dict | None) -> dict:
                  "margin": num(entry["margin"])}
            for key, entry in verification["slo"].items()}
     binding = verification["binding_slo"]
-    return {"binding_slo": binding,
+    latency_ms = verification.get("latency_ms")
+    return {"latency_ms": None if latency_ms is None else {
+                metric: {name: num(value) for name, value in percentiles.items()}
+                for metric, percentiles in latency_ms.items()},
+            "binding_slo": binding,
             "binding_margin": slo[binding]["margin"] if binding else None,
             "verification": {"seeds": verification["seeds"], "slo": slo}}
 

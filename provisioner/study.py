@@ -297,6 +297,12 @@ class Point:
     token_machines: int
     rate_rps: float | None
 
+    def __repr__(self) -> str:   # the design's name, not its whole record (notebooks)
+        pools = (f"{self.prompt_machines}" if self.design.is_baseline
+                 else f"{self.prompt_machines}P+{self.token_machines}T")
+        rate = "trace" if self.rate_rps is None else f"{self.rate_rps:g} req/s"
+        return f"Point({self.design.name} {pools} at {rate})"
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -318,6 +324,11 @@ class Metrics:
     power_kw: float
     gpus: int
     samples: tuple[tuple[int, Outcome], ...] = ()   # (seed, outcome) of each sample evaluated
+
+    def __repr__(self) -> str:
+        verdict = "meets the SLOs" if self.meets_slos else f"fails: {self.outcome.reason}"
+        return (f"Metrics({self.point!r}, ${self.cost_per_hour:,.2f}/h, {self.power_kw:,.1f} kW,"
+                f" {len(self.samples)} sample(s), {verdict})")
 
     @classmethod
     def of(cls, point: Point, outcome: Outcome,
@@ -363,6 +374,12 @@ class DesignResult:
     capacity_bound: dict | None = None  # the chosen layout's bound: value, pool floors
     layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate
     layouts_skipped: list[dict] = field(default_factory=list)   # pool layouts that cannot run
+
+    def __repr__(self) -> str:   # one line, not every evaluated point (notebooks)
+        if self.optimum is None:
+            return f"DesignResult({self.design.name}: infeasible, {len(self.points)} points)"
+        return (f"DesignResult({self.design.name}: {self.optimum!r}, "
+                f"{len(self.points)} points)")
 
     @property
     def feasible(self) -> bool:

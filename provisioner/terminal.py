@@ -245,7 +245,7 @@ def search_notes(document: dict) -> list[str]:
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
-    lines += layout_lines(document) + bound_lines(document)
+    lines += latency_lines(document) + layout_lines(document) + bound_lines(document)
     lines += comparison_lines(document)
     resilience = resilience_rows(document)
     if resilience:
@@ -255,6 +255,28 @@ def search_notes(document: dict) -> list[str]:
                   for name, cells in resilience]
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
+
+
+def latency_lines(document: dict) -> list[str]:
+    """Each optimum's latencies in milliseconds on the base sample (beside the slowdowns the
+    SLOs may be stated in): TTFT and TPOT P50 / P99."""
+    lines = []
+    for entry in document["designs"]:
+        ms = (entry["optimum"] or {}).get("latency_ms")
+        if not ms:
+            continue
+        cells = []
+        for metric in ("ttft", "tpot", "e2e"):
+            p50, p99 = ms[metric]["p50"], ms[metric]["p99"]
+            if p50 is not None:
+                cells.append(f"{metric.upper()} {_ms(p50)} / {_ms(p99)}")
+        lines.append(f"  {entry['design']}: " + ", ".join(cells))
+    return ["Latencies of each optimum, ms P50 / P99 (base sample; TPOT: a request's mean gap "
+            "between tokens):", *lines] if lines else []
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def bound_lines(document: dict) -> list[str]:

@@ -263,10 +263,25 @@ def interval_samples(design: DesignResult) -> list:
     return [(optimum.point, seed) for seed, _ in optimum.samples[:INTERVAL_SEEDS]]
 
 
-def intervals_of(evaluator, sample) -> dict[str, list[float]]:
-    """`percentile_intervals` of one sample's run (a runner function: runs on the workers)."""
+def intervals_of(evaluator, sample) -> dict:
+    """{"ci": `percentile_intervals` of one sample's run, "ms": its percentiles in
+    milliseconds when it was simulated for this (the base sample: the others' runs are kept
+    as SLO values only)} (a runner function: runs on the workers)."""
     point, seed = sample
-    return percentile_intervals(evaluator.latencies(point, seed), evaluator.study.slo, seed)
+    values, seconds = evaluator.run_latencies(point, seed)
+    return {"ci": percentile_intervals(values, evaluator.study.slo, seed),
+            "ms": milliseconds(seconds) if seconds is not None else None}
+
+
+def milliseconds(seconds: dict[str, np.ndarray]) -> dict[str, dict[str, float | None]]:
+    """P50 / P90 / P99 in ms of each of TTFT, TPOT (a request's mean gap between tokens, the
+    simulator's TBT) and E2E; None where no request has the metric."""
+    out = {}
+    for metric, values in seconds.items():
+        kept = values[~np.isnan(values)]
+        out[metric] = {name: (float(np.percentile(kept, PERCENTILES[name])) * 1000.0
+                              if len(kept) else None) for name in ("p50", "p90", "p99")}
+    return out
 
 
 def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
@@ -277,7 +292,9 @@ def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
     if optimum is None or not optimum.samples:
         return None
     seeds = [seed for seed, _ in optimum.samples]
-    intervals = list(intervals) + [{}] * (len(seeds) - len(intervals))
+    runs = list(intervals)
+    latency_ms = next((run["ms"] for run in runs if run.get("ms") is not None), None)
+    intervals = [run["ci"] for run in runs] + [{}] * (len(seeds) - len(runs))
     slo = {}
     for i, key in enumerate(SLO_KEYS):
         limit = optimum.outcome.slo[i][2]
@@ -288,7 +305,7 @@ def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
                     else 1.0 - worst / limit}
     limited = [(v["margin"], key) for key, v in slo.items() if v["margin"] is not None]
     binding = min(limited)[1] if limited else None
-    return {"seeds": seeds, "binding_slo": binding, "slo": slo}
+    return {"seeds": seeds, "binding_slo": binding, "slo": slo, "latency_ms": latency_ms}
 
 
 def attach_verification(results: Sequence[DesignResult], runner: Any) -> None:

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -172,11 +173,16 @@ def test_readme_python_api_examples_run_as_written(tmp_path, run_python):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## Python API", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    outputs = []
     for block in blocks:
         run = run_python(block, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
+        outputs.append(run.stdout)
     assert (tmp_path / "my-report" / "report.json").exists()
+    # the DataFrame the README shows is the one the notebook example prints
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0].split()
+    assert outputs[1].split() == shown
 
 
 def test_input_error_is_exported_and_short_help_works(cli):
@@ -215,3 +221,48 @@ def test_a_piped_search_prints_whole_numbers(run_cli):
     run = run_cli("search", "--designs", "baseline-a100", "--rate", "70", "--duration", "30",
                   "--verify-seeds", "1", "--no-cache", "--out", "/dev/null/x", env={"COLUMNS": ""})
     assert "…" not in run.stdout
+
+
+def test_results_read_well_in_a_notebook(tmp_path):
+    """Issue 27: short reprs (they ran to 54-176 KB), an HTML view, DataFrames, and the
+    answer in one sentence at the top of report.html."""
+    result = provisioner.search(designs="splitwise-hh,baseline-h100", model="llama-3-8b",
+                                rate=20, duration=30, verify_seeds=2)
+    assert len(repr(result)) < 400 and "Best: " in repr(result)
+    assert all(len(repr(r)) < 300 for r in result.designs)
+    assert len(repr(result.designs[0].points)) < 200 * len(result.designs[0].points)
+    view = result._repr_html_()
+    assert "<table" in view and "Best: " in view
+    frame = result.to_pandas()
+    assert list(frame.index) == ["splitwise-hh", "baseline-h100"]
+    best = result.best
+    assert frame.loc[best.design.name, "cost_per_hour"] == pytest.approx(
+        best.optimum.cost_per_hour)
+    assert frame.loc[best.design.name, "layout"]
+    points = result.to_pandas(evaluations=True)
+    assert len(points) == sum(len(r.points) for r in result.designs)
+    result.write(tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    sentence = page.split('<p class="answer"><b>')[1].split("</b>")[0]
+    assert sentence.startswith("Best: " + best.design.name)
+    assert "dgx-h100" in sentence and f"{best.optimum.gpus} GPUs" in sentence
+
+
+def test_every_optimum_reports_its_latencies_in_milliseconds(cli, tmp_path):
+    """Issue 27: TTFT, TPOT and E2E in ms beside the slowdown SLOs: report.json and the
+    terminal; the base sample's percentiles, recomputed here from `simulate` on it."""
+    out = tmp_path / "out"
+    run = cli(["search", "--designs", "baseline-h100", "--model", "llama-3-8b", "--rate", "20",
+               "--duration", "30", "--verify-seeds", "2", "--no-cache", "--out", out])
+    assert run.returncode == 0, run.stderr
+    report = json.loads((out / "report.json").read_text())
+    optimum = report["designs"][0]["optimum"]
+    ms = optimum["latency_ms"]
+    assert set(ms) == {"ttft", "tpot", "e2e"}
+    again = provisioner.simulate(design="baseline-h100", machines=optimum["machines"],
+                                 model="llama-3-8b", rate=20, duration=30,
+                                 tp=optimum["layout"]["pool"]["tp"])
+    ttft = again.result.ttft_s * 1000.0
+    assert ms["ttft"]["p50"] == pytest.approx(float(np.percentile(ttft, 50)), rel=1e-5)
+    assert ms["ttft"]["p50"] <= ms["ttft"]["p90"] <= ms["ttft"]["p99"]
+    assert "Latencies of each optimum, ms" in run.stdout
