@@ -273,3 +273,12 @@ def test_sim_options_refuse_a_reserve_out_of_range_from_python():
         SimOptions(memory_reserve_fraction=-0.5)
     with pytest.raises(InputError, match="memory_reserve_fraction"):
         SimOptions(memory_reserve_fraction=1.0)
+
+
+def test_the_committed_reference_reports_echo_every_option():
+    """`provision check` refuses a report whose echo lacks an option: a new option means
+    regenerating examples/reference (examples/ci/regenerate_reference.sh), or CI's reference
+    check fails."""
+    for path in sorted((REPO / "examples" / "reference").glob("*/report.json")):
+        echoed = json.loads(path.read_text())["inputs"]["options"]
+        assert set(echoed) == set(echoed_options()), path
