@@ -244,9 +244,10 @@ def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None
         check_not_an_input(out / name, inputs, "out")
     check_execution(options.execution)
     study = resolve_study(options)
-    with compile_notice(enabled=not as_json):
+    shown = not (as_json or options.execution.quiet)
+    with compile_notice(enabled=shown):
         warm_up(study)
-    with SearchProgress([d.name for d in study.designs], enabled=not as_json) as progress:
+    with SearchProgress([d.name for d in study.designs], enabled=shown) as progress:
         started = time.perf_counter()
         result = run_study(study, options.execution, progress.update)
         wall = time.perf_counter() - started

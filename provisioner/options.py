@@ -257,6 +257,9 @@ class Execution:
                                       echo=False)
     no_cache: bool = option(False, "Neither read nor write the evaluation cache.", Flag(),
                             flag="--no-cache", echo=False)
+    quiet: bool = option(False, "No progress or compile notice on stderr (results, warnings "
+                                "and errors still print).", Flag(), short="-q",
+                         flag="--quiet", echo=False)
 
 
 @dataclass(frozen=True)

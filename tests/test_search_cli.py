@@ -358,3 +358,13 @@ def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path, run_python):
              "      file=sys.stderr)\n")
     run = run_python(probe, timeout=300)
     assert run.stderr.strip().splitlines()[-1] == "['ortools.linear_solver.pywraplp']", run.stderr
+
+
+def test_quiet_keeps_stderr_for_warnings_and_errors(run_cli, tmp_path):
+    """Issue 27: `-q` drops the progress; the results still print."""
+    args = ["search", "--designs", "baseline-a100", "--rate", "20", "--duration", "20",
+            "--verify-seeds", "1", "--no-cache", "--out", tmp_path / "out"]
+    loud, quiet = run_cli(*args), run_cli(*args, "-q")
+    assert loud.returncode == quiet.returncode == 0
+    assert "evaluations" in loud.stderr and quiet.stderr == ""
+    assert "Optimum per design" in quiet.stdout
