@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import provisioner  # noqa: E402
-from provisioner.reports import layout_label  # noqa: E402
+from provisioner.tables import layout_label  # noqa: E402
 
 MODELS = ("bloom-176b", "llama2-70b", "llama-3-8b", "llama-3.1-70b")
 

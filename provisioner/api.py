@@ -39,11 +39,12 @@ from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_e
                                   resolve_study,
                                   sim_options, to_echo)
 from provisioner.figures import optimum_html
-from provisioner.reports import (REPORT_FILES, answer_sentence, csv_text, layout_label,
-                                 machines_of, render_reports, report_document,
+from provisioner.reports import (REPORT_FILES, csv_text, machines_of, render_reports,
+                                 report_document,
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
 from provisioner.sensitivity import sensitivity
+from provisioner.tables import answer_sentence, layout_label
 from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource,
                                model_in_dtype, workload_source)
 from provisioner.verify import (SCREEN_SEEDS, Verifier, attach_verification,

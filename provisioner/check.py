@@ -20,7 +20,8 @@ from hardware_catalog import InputError, read_json
 from provisioner.api import SearchResult, run_study
 from provisioner.options import Execution
 from provisioner.question import changed_inputs, from_echo
-from provisioner.reports import SCHEMA, SCHEMA_VERSION, layout_label
+from provisioner.reports import SCHEMA, SCHEMA_VERSION
+from provisioner.tables import layout_label
 
 COMPARED = ("feasible", "machines", "prompt_machines", "token_machines", "rate_rps",
             "cost_per_hour", "power_kw", "gpus", "layout")   # a changed layout is a changed optimum

@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
-from provisioner.reports import answer_sentence, layout_label
+from provisioner.tables import answer_sentence, layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics

@@ -56,11 +56,10 @@ class WorkloadShape:
 
     @classmethod
     def of(cls, study: Study) -> "WorkloadShape":
-        from provisioner.evaluate import workload_sample   # (evaluate reads the question)
         rate = study.goal.rate_rps
         if rate is None and study.goal.name == "max-rate":
             rate = study.settings.start_rate   # sizes only: the bound is per unit of rate
-        sample = workload_sample(study.workload, rate, study.duration_s, study.seed, study.seed)
+        sample = study.workload.at(rate, study.duration_s, study.seed, base_seed=study.seed)
         need = sample.prompt_tokens + sample.output_tokens
         span = study.duration_s if rate is not None else max(
             float(np.max(sample.arrival_s)), 1e-9)

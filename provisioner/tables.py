@@ -66,3 +66,42 @@ def sensitivity_cells(document: dict) -> tuple[list[str], list[tuple[str, list[s
                          + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))
         table.append((row["assumption"], cells))
     return names, table
+
+
+def layout_label(record: dict | None) -> str | None:
+    """'TP2' for one pool, 'TP2 / TP8' for a prompt and a token pool (terminal, `check`)."""
+    if not record:
+        return None
+    return " / ".join(f"TP{entry['tp']}" + (f"xPP{entry['pp']}" if entry["pp"] > 1 else "")
+                      + (f" x{entry['instances_per_machine']}"
+                         if entry["instances_per_machine"] > 1 else "")
+                      for entry in record.values())
+
+
+def answer_sentence(document: dict) -> str:
+    """The answer in one sentence: the best design, its machines per pool with their SKUs and
+    layouts, cost, power, and the SLO that binds it (report.html's first line, the reprs)."""
+    best = document["summary"]["best_design"]
+    if best is None:
+        return "No design meets every SLO within the constraints (see each design's reason)."
+    entry = next(e for e in document["designs"] if e["design"] == best)
+    o = entry["optimum"]
+    layout = o.get("layout") or {}
+
+    def pool(count, role, sku, key):
+        shape = layout.get(key)
+        how = "" if not shape else f" ({layout_label({key: shape})})"
+        return f"{count} {role}{sku}{how}"
+
+    if "machines" in o:
+        pools = pool(o["machines"], "", entry["prompt_sku"], "pool")
+    else:
+        pools = (pool(o["prompt_machines"], "prompt ", entry["prompt_sku"], "prompt") + " + "
+                 + pool(o["token_machines"], "token ", entry["token_sku"], "token"))
+    rate = "" if o["rate_rps"] is None else f" at {o['rate_rps']:g} req/s"
+    binding = ""
+    if o.get("binding_slo"):
+        binding = (f"; binding SLO {o['binding_slo'].replace('_', ' ').upper()}, margin "
+                   f"{o['binding_margin']:+.1%}")
+    return (f"Best: {best}, {pools}{rate}: ${o['cost_per_hour']:,.2f}/h, "
+            f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.")

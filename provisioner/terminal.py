@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from provisioner.reports import layout_label
+from provisioner.tables import layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
