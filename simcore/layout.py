@@ -109,6 +109,7 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
         depths = [pp] if pp else list(range(1, MAX_PIPELINE + 1))
         first = Layout(t, depths[0])
         problem = first.problem(machine) or latency_problem(perf, model, machine, first)
+        memory = not problem   # a problem found below is the memory's, at every depth
         if not problem:
             for depth in depths:
                 layout = Layout(t, depth)
@@ -121,7 +122,8 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
                     break
                 problem = problem or why
         if problem:
-            deeper = f" (nor over up to {MAX_PIPELINE} machines)" if len(depths) > 1 else ""
+            deeper = (f" (nor over up to {MAX_PIPELINE} machines)"
+                      if memory and len(depths) > 1 else "")
             skipped.append((first, problem + deeper))
     if not pp and any(layout.pp == 1 for layout in chosen):
         for layout in [c for c in chosen if c.pp > 1]:
