@@ -234,7 +234,10 @@ class SearchResult:
                 "headroom_rps": o.get("headroom_rps"),
                 "capacity_bound": (entry.get("capacity_bound") or {}).get("value"),
                 "reason": entry["reason"]})
-        return pd.DataFrame(rows).set_index("design")
+        frame = pd.DataFrame(rows).set_index("design")
+        for column in ("prompt_machines", "token_machines", "gpus"):   # whole, or missing
+            frame[column] = frame[column].astype("Int64")
+        return frame
 
     @property
     def best(self) -> DesignResult | None:

@@ -88,6 +88,10 @@ def _param(name: str, annotation, option) -> inspect.Parameter:
 
 
 JSON = _param("as_json", bool, typer.Option(False, "--json", help="Print one JSON document."))
+FORMAT = _param("output_format", str, typer.Option(
+    "table", "--format", metavar="table|json|csv|markdown",
+    help="What search prints on stdout: the terminal tables, report.json (as --json), or one "
+         "row per design's optimum as CSV or Markdown (for pasting into a document)."))
 SPEC = _param("spec", Optional[Path], typer.Option(
     None, "--spec", metavar="FILE", help="YAML file whose keys are these options' names (plus custom_designs: "
                          "{NAME: {prompt_sku, token_sku}}); options given here override it."))
@@ -213,23 +217,31 @@ def _coefficients_text(path: Path, document: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- search, check
-@generated_command("search", SearchOptions, [SPEC, JSON])
-def search(spec: Optional[Path] = None, as_json: bool = False, **values):
+@generated_command("search", SearchOptions, [SPEC, JSON, FORMAT])
+def search(spec: Optional[Path] = None, as_json: bool = False, output_format: str = "table",
+           **values):
     """Find the optimal prompt/token pools of every design (writes report.json, evaluations.csv,
     report.html). With no options: BLOOM-176B, coding at 70 req/s, all designs, min-cost."""
     from provisioner.question import asked, cli_style
 
+    if output_format not in OUTPUT_FORMATS:
+        raise InputError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got "
+                         f"{output_format!r}", field="format")
     given = given_options(SearchOptions, values)
     with asked(SearchOptions, given, spec, cli_style(SearchOptions)) as options:
-        _search(options, spec, as_json)
+        _search(options, spec, "json" if as_json else output_format)
 
 
-def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None:
+OUTPUT_FORMATS = ("table", "json", "csv", "markdown")
+
+
+def _search(options: SearchOptions, spec: Optional[Path], output_format: str) -> None:
+    as_json = output_format == "json"
     from provisioner.api import check_writable_dir, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
-    from provisioner.terminal import (SearchProgress, compile_notice, optimum_table,
-                                      search_notes, sensitivity_table)
+    from provisioner.terminal import (SearchProgress, compile_notice, markdown_table,
+                                      optimum_table, search_notes, sensitivity_table)
 
     from provisioner.runner import check_execution
 
@@ -257,6 +269,9 @@ def _search(options: SearchOptions, spec: Optional[Path], as_json: bool) -> None
         write_reports(out, texts)
     if as_json:
         print_json(document)
+    elif output_format in ("csv", "markdown"):
+        frame = result.to_pandas()
+        sys.stdout.write(frame.to_csv() if output_format == "csv" else markdown_table(frame))
     else:
         console = _console()
         console.print(optimum_table(document, console.width))

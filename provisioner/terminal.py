@@ -275,6 +275,22 @@ def latency_lines(document: dict) -> list[str]:
             "between tokens):", *lines] if lines else []
 
 
+def markdown_table(frame) -> str:
+    """A DataFrame as a Markdown table (index first; empty cells for missing values)."""
+    import pandas as pd
+    columns = [frame.index.name or "", *map(str, frame.columns)]
+
+    def cell(value) -> str:
+        if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+            return ""
+        return str(value).replace("|", "\\|")
+
+    rows = [[cell(index), *map(cell, values)] for index, values in
+            zip(frame.index, frame.itertuples(index=False))]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 

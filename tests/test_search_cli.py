@@ -368,3 +368,21 @@ def test_quiet_keeps_stderr_for_warnings_and_errors(run_cli, tmp_path):
     assert loud.returncode == quiet.returncode == 0
     assert "evaluations" in loud.stderr and quiet.stderr == ""
     assert "Optimum per design" in quiet.stdout
+
+
+@pytest.mark.parametrize("output", ["csv", "markdown"])
+def test_format_prints_one_row_per_design(run_cli, tmp_path, output):
+    """Issue 27: CSV and Markdown on stdout, whole numbers, one row per design."""
+    run = run_cli("search", "--designs", "baseline-a100,splitwise-hh", "--rate", "20",
+                  "--duration", "20", "--verify-seeds", "1", "--no-cache", "--out",
+                  tmp_path / "out", "-q", "--format", output)
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    lines = run.stdout.strip().splitlines()
+    body = lines[1:] if output == "csv" else lines[2:]
+    assert len(body) == 2
+    for entry, line in zip(report["designs"], body):
+        assert entry["design"] in line
+        assert f"{entry['optimum']['gpus']}" in line
+    if output == "markdown":
+        assert lines[1].startswith("|---|")
