@@ -29,7 +29,7 @@ from provisioner import __version__
 from provisioner.options import (Execution, SearchOptions, SimulateOptions, build,
                                  command_parameters, given_options, option_fields)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Size LLM inference clusters (Splitwise prompt/token pools) for the least "
                        "cost, the least power or the most throughput under tail-latency SLOs.")

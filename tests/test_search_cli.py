@@ -386,3 +386,10 @@ def test_format_prints_one_row_per_design(run_cli, tmp_path, output):
         assert f"{entry['optimum']['gpus']}" in line
     if output == "markdown":
         assert lines[1].startswith("|---|")
+
+
+def test_shell_completion_is_on(run_cli):
+    """Issue 27: typer's completion (`provision --install-completion`)."""
+    run = run_cli("--show-completion", "bash")
+    assert run.returncode == 0 and "complete" in run.stdout
+    assert "--install-completion" in run_cli("--help").stdout
