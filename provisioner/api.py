@@ -29,7 +29,7 @@ from provisioner.chunked import budget_variants, collapse_variants, progress_by_
 from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
 from provisioner.frontier import search_designs
-from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans
+from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
                                  SimulateOptions, from_keywords)
 from provisioner.presets import preset_catalog
@@ -71,8 +71,7 @@ def uncalibrated(design: Design, study: Study) -> list[str]:
 
 def uncalibrated_skus(design: Design, model, perf) -> list[str]:
     """The design's SKUs whose latencies (at their pools' TP) are not measured."""
-    pools = (design.prompt, design.token)[:len(design.layouts)]
-    flagged = [m.name for m, layout in zip(pools, design.layouts)
+    flagged = [m.name for m, layout in pools(design)
                if not perf.is_calibrated(model, m, layout.tp if layout else None)]
     return list(dict.fromkeys(flagged))
 

@@ -68,36 +68,32 @@ class WorkloadShape:
                    sample.prompt_tokens, sample.output_tokens)
 
 
-def pinned(study: Study, pool: str, baseline: bool) -> tuple[int | None, int | None]:
-    """(tp, pp) pinned for a pool ("prompt" or "token") by the options."""
-    o = study.layout
-    if o is None:
+def pinned(options, pool: str, baseline: bool) -> tuple[int | None, int | None]:
+    """(tp, pp) the layout options pin for a pool ("prompt" or "token"; a colocated pool
+    takes --tp only, a Splitwise pool its own --tp-prompt / --tp-token before --tp)."""
+    if options is None:
         return None, None
-    tp = o.tp if baseline else ((o.tp_prompt if pool == "prompt" else o.tp_token) or o.tp)
-    return tp, o.pp
+    tp = options.tp if baseline else (
+        (options.tp_prompt if pool == "prompt" else options.tp_token) or options.tp)
+    return tp, options.pp
 
 
-def _pinned_names(study: Study, pool: str, baseline: bool) -> str:
-    o = study.layout
-    names = [] if o is None else [
-        option_ref(name) for name in (("tp",) if baseline else (f"tp_{pool}", "tp"))
-        if getattr(o, name) is not None][:1]
-    if o is not None and o.pp is not None:
-        names.append(option_ref("pp"))
-    return " ".join(names)
+def pools(design: Design) -> list[tuple[MachineSku, Layout | None]]:
+    """(machine, layout) of each pool: the prompt pool (a colocated design's one pool), then
+    the token pool."""
+    return [(design.prompt, design.prompt_layout)] + (
+        [] if design.is_baseline else [(design.token, design.token_layout)])
 
 
 def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
     """Per pool (prompt, then token for Splitwise): (layouts, skipped entries)."""
-    pools = [("prompt", design.prompt)] if design.is_baseline else [
-        ("prompt", design.prompt), ("token", design.token)]
     reserve = study.sim_options.memory_reserve_fraction
     per_pool = []
-    for (pool, machine), given in zip(pools, design.layouts):
+    for pool, (machine, given) in zip(("prompt", "token"), pools(design)):
         if given is not None:   # a design record that names its layout keeps it
             per_pool.append(([given], []))
             continue
-        tp, pp = pinned(study, pool, design.is_baseline)
+        tp, pp = pinned(study.layout, pool, design.is_baseline)
         chosen, skipped = layouts.candidate_layouts(study.model, machine, perf, reserve,
                                                     shape.longest, tp, pp)
         per_pool.append((chosen, [{"pool": "pool" if design.is_baseline else pool,
@@ -118,8 +114,7 @@ def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan
             slow.append({"layout": " / ".join(layout.label for layout in v.layouts),
                          "status": "too slow", "reason": problem})
         else:
-            variants.append(Variant(v, capacity_bound(study, v, shape, perf),
-                                    pool_floors(study, v, shape, perf)))
+            variants.append(Variant(v, *capacity(study, v, shape, perf)))
     # best bound first; among equal bounds, the layout with the most latency slack (most
     # likely to need the fewest machines), so that pruning bites early
     sign = -1.0 if study.goal.name == "max-rate" else 1.0
@@ -128,21 +123,32 @@ def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan
 
 
 def plans(study: Study, designs) -> dict[str, LayoutPlan]:
-    """Every design's plan (by design name); raises InputError when a pinned layout fits no
-    design, or when the model fits no design's machines at any layout."""
+    """Every design's plan (by design name)."""
     shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
-    result = {d.name: plan(study, d, shape, perf) for d in designs}
-    if designs and not any(p.variants or p.too_slow for p in result.values()):
-        first = next(iter(result.values())).skipped[::-1]   # the largest TP tried first
-        reason = first[0]["reason"] if first else "no layout"
-        pins = study.layout is not None and any(
-            getattr(study.layout, name) is not None for name in ("tp", "tp_prompt", "tp_token",
-                                                                 "pp"))
-        what = ("the pinned layout fits none of the designs" if pins
-                else f"{study.model.name} fits no design's machines at any layout")
-        raise InputError(f"{what}: {first[0]['layout'] if first else ''} {reason}".strip(),
-                         field=_first_pin(study) if pins else "model")
-    return result
+    return {d.name: plan(study, d, shape, perf) for d in designs}
+
+
+def check_fits(study: Study, designs) -> None:
+    """Before any simulation: InputError when a pinned layout fits no design, or the model
+    fits no design's machines at any layout (memory and pricing only: the latencies and
+    bounds are the search's, `plans`)."""
+    shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
+    skipped = []
+    for design in designs:
+        per_pool = pool_choices(study, design, shape, perf)
+        if all(chosen for chosen, _ in per_pool):
+            return
+        skipped += [entry for _, entries in per_pool for entry in entries]
+    if not designs:
+        return
+    first = next(iter(skipped[::-1]), None)   # the largest TP tried first
+    pins = study.layout is not None and any(
+        getattr(study.layout, name) is not None for name in ("tp", "tp_prompt", "tp_token",
+                                                             "pp"))
+    what = ("the pinned layout fits none of the designs" if pins
+            else f"{study.model.name} fits no design's machines at any layout")
+    detail = f"{first['layout']} {first['reason']}" if first else "no layout"
+    raise InputError(f"{what}: {detail}", field=_first_pin(study) if pins else "model")
 
 
 def _first_pin(study: Study) -> str:
@@ -194,12 +200,9 @@ def latency_floor_problem(study: Study, design: Design, shape: WorkloadShape,
     from simcore.metrics import uncontended_latencies
     per_token = study.sim_options.tbt_per_output_token
     reserve = study.sim_options.memory_reserve_fraction
-    pools = [(design.prompt, design.prompt_layout)]
-    if not design.is_baseline:
-        pools.append((design.token, design.token_layout))
     alone = [uncontended_latencies(shape.prompt, shape.output,
                                    layouts.curves(perf, study.model, m, layout), per_token)
-             for m, layout in pools]
+             for m, layout in pools(design)]
     ttft = np.minimum.reduce([a[0] for a in alone])
     tbt = np.fmin.reduce([a[1] for a in alone])
     e2e = ttft + np.minimum.reduce([a[2] - a[0] for a in alone])
@@ -256,60 +259,45 @@ def machine_rates(study: Study, machine: MachineSku, layout: Layout, shape: Work
             _decode_rate(curves, capacity, shape) * per_machine)
 
 
-def capacity_bound(study: Study, design: Design, shape: WorkloadShape, perf) -> float:
-    """min-cost / min-power: a lower bound on the objective at the goal's rate; max-rate: an
-    upper bound on the rate within the budget (module docstring)."""
-    goal = study.goal
-    unit = _unit(goal)
-    pools = [(design.prompt, design.prompt_layout)]
-    if not design.is_baseline:
-        pools.append((design.token, design.token_layout))
-    rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pools]
+def capacity(study: Study, design: Design, shape: WorkloadShape,
+             perf) -> tuple[float, tuple[int, int]]:
+    """(bound, floors). The bound: min-cost / min-power, a lower bound on the objective at the
+    goal's rate; max-rate, an upper bound on the rate within the budget (module docstring).
+    The floors: machines each pool needs to carry its own phase at the goal's rate at the
+    best throughput an instance has (prompt pool: prefill; token pool: decode; a colocated
+    pool: both), where the growth starts; not a bound on the answer when the mixed pool
+    lends machines across pools (the frontier below the growth's corner is searched from 1
+    anyway). max-rate has no rate to size for: floors (1, 1)."""
+    goal, unit = study.goal, _unit(study.goal)
+    pooled = pools(design)
+    rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pooled]
     prompt_load = shape.mean_prompt          # per request per second of rate
     decode_load = max(shape.mean_output - 1.0, 0.0)
+    floor = sum(unit(m) * layout.pp for m, layout in pooled)   # one instance per pool
     if design.is_baseline:
         per_rate = unit(design.prompt) * (prompt_load / rates[0][0] + decode_load / rates[0][1])
+        floors = (int(shape.rate_rps * prompt_load / rates[0][0]
+                      + shape.rate_rps * decode_load / rates[0][1]), 0)
     else:
         mixed = design.mixed_pool
-        prefill = [unit(m) / r[0] for (m, _), r in zip(pools, rates)]
-        decode = [unit(m) / r[1] for (m, _), r in zip(pools, rates)]
+        prefill = [unit(m) / r[0] for (m, _), r in zip(pooled, rates)]
+        decode = [unit(m) / r[1] for (m, _), r in zip(pooled, rates)]
         per_rate = (prompt_load * (min(prefill) if mixed else prefill[0])
                     + decode_load * (min(decode) if mixed else decode[1]))
-    floor = sum(unit(m) * layout.pp for m, layout in pools)   # one instance per pool
+        floors = (int(shape.rate_rps * prompt_load / rates[0][0]),
+                  int(shape.rate_rps * decode_load / rates[1][1]))
     if goal.name == "max-rate":
-        return goal.budget.value / per_rate if goal.budget.value >= floor else 0.0
-    return max(floor, per_rate * shape.rate_rps)
-
-
-def pool_floors(study: Study, design: Design, shape: WorkloadShape, perf) -> tuple[int, int]:
-    """Machines each pool needs to carry its own phase at the goal's rate at the best
-    throughput an instance has (prompt pool: prefill; token pool: decode; a colocated pool:
-    both): where the growth starts. Not a bound on the answer when the mixed pool lends
-    machines across pools; the frontier below the growth's corner is searched from 1 anyway."""
-    if study.goal.name == "max-rate":
-        return (1, 0 if design.is_baseline else 1)
-    pools = [(design.prompt, design.prompt_layout)]
-    if not design.is_baseline:
-        pools.append((design.token, design.token_layout))
-    rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pools]
-    prompt_load = shape.rate_rps * shape.mean_prompt
-    decode_load = shape.rate_rps * max(shape.mean_output - 1.0, 0.0)
-    if design.is_baseline:
-        need = prompt_load / rates[0][0] + decode_load / rates[0][1]
-        return (max(design.prompt_layout.pp, int(need)), 0)
-    return (max(design.prompt_layout.pp, int(prompt_load / rates[0][0])),
-            max(design.token_layout.pp, int(decode_load / rates[1][1])))
+        bound = goal.budget.value / per_rate if goal.budget.value >= floor else 0.0
+        return bound, (1, 0 if design.is_baseline else 1)
+    floors = tuple(max(layout.pp, f) for (_, layout), f in zip(pooled, floors)) + (
+        (0,) if design.is_baseline else ())
+    return max(floor, per_rate * shape.rate_rps), floors
 
 
 def _unit(goal: Goal):
     if goal.name == "min-power" or (goal.name == "max-rate" and goal.budget.kind == "power"):
         return lambda machine: machine.power_kw
     return lambda machine: machine.cost_per_hour
-
-
-def can_beat(bound: float, best: float, goal: Goal) -> bool:
-    """Could a variant with this bound beat the best variant's objective value?"""
-    return bound > best if goal.name == "max-rate" else bound < best
 
 
 # ------------------------------------------------------------------------------ the records
@@ -331,28 +319,24 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
     """`provision simulate`: the design with the layouts its options pin (unpinned pools: the
     whole machine), checked: TP divides the GPUs, the layout holds the model and the longest
     request, the pipeline fits the pool (InputError naming the option otherwise)."""
-    pools = [("prompt", design.prompt)] if design.is_baseline else [
-        ("prompt", design.prompt), ("token", design.token)]
     chosen = []
-    for (pool, machine), size in zip(pools, machines):
-        o = options
-        tp = o.tp if design.is_baseline else ((o.tp_prompt if pool == "prompt" else o.tp_token)
-                                               or o.tp)
-        name = "tp" if design.is_baseline or tp == o.tp else f"tp_{pool}"
-        default = layouts.default_layout(model, machine, reserve_fraction, longest)
-        layout = Layout(tp or machine.gpus, o.pp or (default.pp if tp is None else 1))
-        if o.pp is None and tp is not None:   # the fewest machines that hold it at this TP
-            layout = next((Layout(tp, pp) for pp in range(1, layouts.MAX_PIPELINE + 1)
-                           if not layouts.fit_problem(model, machine, Layout(tp, pp),
-                                                      reserve_fraction, longest)), layout)
+    for (pool, (machine, _)), size in zip(zip(("prompt", "token"), pools(design)), machines):
+        tp, pp = pinned(options, pool, design.is_baseline)
+        name = "tp" if design.is_baseline or tp == options.tp else f"tp_{pool}"
+        if pp is not None:
+            layout = Layout(tp or machine.gpus, pp)
+        else:   # the fewest machines that hold it at this TP (the whole machine's by default)
+            layout = (layouts.fewest_machines(model, machine, tp or machine.gpus,
+                                              reserve_fraction, longest)
+                      or Layout(tp or machine.gpus, 1))
         problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
         if problem:
-            field_name = name if tp is not None else ("pp" if o.pp else "model")
+            field_name = name if tp is not None else ("pp" if pp else "model")
             raise InputError(f"{layout.label} on {machine.name}: {problem}", field=field_name)
         if layout.pp > size:
             count = "machines" if design.is_baseline else pool
             where = "the pool" if design.is_baseline else f"the {pool} pool"
-            if o.pp:
+            if pp:
                 raise InputError(f"an instance spans {layout.pp} machines, {where} has {size}",
                                  field="pp")
             raise InputError(f"{model.name} at {layout.label} spans {layout.pp} {machine.name} "

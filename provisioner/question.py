@@ -28,7 +28,7 @@ from hardware_catalog import (Catalog, Design, InputError, ModelSpec, check_path
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
-from provisioner.layouts import check_pins, plans
+from provisioner.layouts import check_fits, check_pins
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, SearchOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
@@ -248,7 +248,7 @@ def resolve_study(options: SearchOptions) -> Study:
                   assumptions=s.assumptions,
                   survive_failures=options.question.survive_failures or 0,
                   layout=options.layout, options=options)
-    plans(study, designs)   # a model or pinned layout that fits no design fails here, up front
+    check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
 
 

@@ -58,15 +58,21 @@ def fit_problem(model: ModelSpec, machine: MachineSku, layout: Layout, reserve_f
     return ""
 
 
+def fewest_machines(model: ModelSpec, machine: MachineSku, tp: int, reserve_fraction: float,
+                    longest_request: int = 1) -> Layout | None:
+    """The layout of `tp` GPUs on as few machines as hold the model (None: not within
+    MAX_PIPELINE machines)."""
+    return next((Layout(tp, pp) for pp in range(1, MAX_PIPELINE + 1)
+                 if not fit_problem(model, machine, Layout(tp, pp), reserve_fraction,
+                                    longest_request)), None)
+
+
 def default_layout(model: ModelSpec, machine: MachineSku, reserve_fraction: float,
                    longest_request: int = 1) -> Layout:
     """The whole machine per instance (tp = its GPUs), on as few machines as hold the model:
     the layout of a design whose layout is not given (and of the SLO reference machine)."""
-    for pp in range(1, MAX_PIPELINE + 1):
-        layout = Layout(machine.gpus, pp)
-        if not fit_problem(model, machine, layout, reserve_fraction, longest_request):
-            return layout
-    return Layout(machine.gpus, 1)   # nothing fits: the simulation reports why
+    return (fewest_machines(model, machine, machine.gpus, reserve_fraction, longest_request)
+            or Layout(machine.gpus, 1))   # nothing fits: the simulation reports why
 
 
 def curves(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> LatencyCurves:
@@ -106,25 +112,22 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
     tps = [tp] if tp else [t for t in range(1, machine.gpus + 1) if machine.gpus % t == 0]
     chosen, skipped = [], []
     for t in tps:
-        depths = [pp] if pp else list(range(1, MAX_PIPELINE + 1))
-        first = Layout(t, depths[0])
+        first = Layout(t, pp or 1)
         problem = first.problem(machine) or latency_problem(perf, model, machine, first)
-        memory = not problem   # a problem found below is the memory's, at every depth
-        if not problem:
-            for depth in depths:
-                layout = Layout(t, depth)
-                why = fit_problem(model, machine, layout, reserve_fraction, longest_request)
-                if not why:
-                    chosen.append(layout)
-                    if depth > depths[0]:   # say why the shallower pipeline does not do
-                        skipped.append((first, f"{problem}; runs as {layout.label}"))
-                    problem = ""
-                    break
-                problem = problem or why
         if problem:
-            deeper = (f" (nor over up to {MAX_PIPELINE} machines)"
-                      if memory and len(depths) > 1 else "")
-            skipped.append((first, problem + deeper))
+            skipped.append((first, problem))
+            continue
+        why = fit_problem(model, machine, first, reserve_fraction, longest_request)
+        layout = (None if why and pp else
+                  first if not why else
+                  fewest_machines(model, machine, t, reserve_fraction, longest_request))
+        if layout is None:
+            deeper = "" if pp else f" (nor over up to {MAX_PIPELINE} machines)"
+            skipped.append((first, why + deeper))
+            continue
+        chosen.append(layout)
+        if layout != first:   # say why the one-machine instance does not do
+            skipped.append((first, f"{why}; runs as {layout.label}"))
     if not pp and any(layout.pp == 1 for layout in chosen):
         for layout in [c for c in chosen if c.pp > 1]:
             chosen.remove(layout)
