@@ -29,6 +29,7 @@ from typing import Any, Callable, Generator, Iterable, Sequence
 import numpy as np
 
 from hardware_catalog import Design
+from provisioner.chunked import goal_key
 from provisioner.options import Constraints, SearchSettings
 from provisioner.select import select_optimum
 from provisioner.study import Budget, DesignResult, Goal, Metrics, Point
@@ -583,15 +584,12 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     while optimum is not None:
         if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
             return None, rejected, True
-        (quick,) = yield [Verify(optimum.point, QUICK_SAMPLES)]
-        checked = quick
-        if quick.meets_slos:
-            complete += 1
-            (checked,) = yield [Verify(optimum.point)]
-            if checked.meets_slos:
-                if len(rejected) >= GALLOP_AFTER:   # the steps galloped: come back down
-                    checked = yield from _descend(probe, checked, rejected)
-                return checked, rejected, False
+        checked, ran_fully = yield from _quick_then_full(optimum.point)
+        complete += ran_fully
+        if checked.meets_slos:
+            if len(rejected) >= GALLOP_AFTER:   # the steps galloped: come back down
+                checked = yield from _descend(probe, checked, rejected)
+            return checked, rejected, False
         rejected.append(checked)
         step = 2 ** (len(rejected) // GALLOP_AFTER)
         ups = [point for point in _step_up(probe, checked, goal, settings, step)
@@ -604,32 +602,32 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     return None, rejected, False
 
 
-def _passes_everything(probe: Probe, prompt: int, token: int, rate):
-    """(Metrics verified on every sample, or None): screened, quick-checked, then verified."""
-    if not (yield from probe.meets_slos(prompt, token, rate)):
-        return None
-    point = probe.point(prompt, token, rate)
+def _quick_then_full(point: Point):
+    """(Metrics, whether the complete verification ran): the point quick-checked on the
+    hardest samples and, when it passes, verified on all of them."""
     (quick,) = yield [Verify(point, QUICK_SAMPLES)]
     if not quick.meets_slos:
-        return None
+        return quick, False
     (full,) = yield [Verify(point)]
-    return full if full.meets_slos else None
+    return full, True
 
 
 def _descend(probe: Probe, best: Metrics, rejected: list[Metrics]):
     """After galloping steps, the verified point may sit well above the cheapest one: bisect
-    each pool down (the other fixed) to the smallest size still verified on every sample.
-    Sizes at or below a rejected point are skipped (more machines never hurt)."""
+    each pool down (the other fixed) to the smallest size still verified on every sample:
+    screened, quick-checked, then verified. Sizes at or below a rejected point are skipped
+    (more machines never hurt)."""
     rate = best.rate_rps
     for pool in ((0, 1) if best.token_machines else (0,)):
         sizes = [best.prompt_machines, best.token_machines]
         low, high = 0, sizes[pool]     # low fails (or is nothing), high passes
         while high - low > 1:
             sizes[pool] = (low + high) // 2
-            cell = tuple(sizes)
-            below = any(cell[0] <= r.prompt_machines and cell[1] <= r.token_machines
-                        and _rate_covers(rate, r.rate_rps) for r in rejected)
-            found = None if below else (yield from _passes_everything(probe, *cell, rate))
+            found = None
+            if (not any(_cell_below(*sizes, rate, r) for r in rejected)
+                    and (yield from probe.meets_slos(*sizes, rate))):
+                checked, _ = yield from _quick_then_full(probe.point(*sizes, rate))
+                found = checked if checked.meets_slos else None
             if found is None:
                 low = sizes[pool]
             else:
@@ -688,9 +686,13 @@ def _quick_bracket(check, failed: float, settings: SearchSettings):
 
 def _below(candidate: Metrics, rejected: Metrics) -> bool:
     """Is `candidate` no larger than `rejected`, at a rate no lower (so it cannot do better)?"""
-    return (candidate.prompt_machines <= rejected.prompt_machines
-            and candidate.token_machines <= rejected.token_machines
-            and _rate_covers(candidate.rate_rps, rejected.rate_rps))
+    return _cell_below(candidate.prompt_machines, candidate.token_machines, candidate.rate_rps,
+                       rejected)
+
+
+def _cell_below(prompt: int, token: int, rate, rejected: Metrics) -> bool:
+    return (prompt <= rejected.prompt_machines and token <= rejected.token_machines
+            and _rate_covers(rate, rejected.rate_rps))
 
 
 def _step_up(probe: Probe, optimum: Metrics, goal: Goal, settings: SearchSettings,
@@ -769,29 +771,18 @@ def objective(metrics: Metrics, goal: Goal) -> float:
             "max-rate": metrics.rate_rps}[goal.name]
 
 
-def _better(result: DesignResult, best: DesignResult | None, goal: Goal) -> bool:
-    if not result.feasible:
-        return False
-    if best is None:
-        return True
-    mine, theirs = result.optimum, best.optimum
-    second = "power_kw" if goal.name == "min-cost" else "cost_per_hour"
-    sign = -1.0 if goal.name == "max-rate" else 1.0
-    return ((sign * objective(mine, goal), getattr(mine, second))
-            < (sign * objective(theirs, goal), getattr(theirs, second)))
-
-
 def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                   settings: SearchSettings):
-    """A design's layout variants (records with `design` and a capacity `bound`, best bound
-    first), one after the other: a variant whose bound cannot beat the best verified optimum
-    so far is not simulated, and the others must undercut it (`beat`). Returns the best
-    variant's DesignResult with every variant's fate in `layouts`. Sequential within a
-    design, so what is pruned does not depend on jobs or batching."""
-    best, last, lines = None, None, []
+    """A design's layout variants (records with `design`, a capacity `bound` and the pool
+    `floors` the growth starts from; best bound first), one after the other: a variant whose
+    bound cannot beat the best verified optimum so far is not simulated, and the others must
+    undercut it (`beat`). Returns the best variant's DesignResult with every variant's fate
+    in `layouts`. Sequential within a design, so what is pruned does not depend on jobs or
+    batching."""
+    better = goal_key(goal.name)
+    best, best_variant, last, lines = None, None, None, []
     for variant in variants:
-        label = " / ".join(layout.label for layout in variant.design.layouts)
-        line = {"layout": label, "bound": float(variant.bound)}
+        line = {"layout": _layout_label(variant.design), "bound": float(variant.bound)}
         if best is not None:
             value = objective(best.optimum, goal)
             beaten = (variant.bound <= value if goal.name == "max-rate"
@@ -803,30 +794,32 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
         beat = (objective(best.optimum, goal)
                 if best is not None and goal.name != "max-rate" else None)
         result = yield from design_search(variant.design, goal, constraints, settings, beat,
-                                          getattr(variant, "floors", (1, 1)))
+                                          variant.floors)
         last = result
         if result.feasible:
             o = result.optimum
             line.update(status="feasible", cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,
                         rate_rps=o.rate_rps, gpus=o.gpus, prompt_machines=o.prompt_machines,
                         token_machines=o.token_machines)
+            if best is None or better(result) < better(best):
+                best, best_variant = result, variant
         else:
             line.update(status="infeasible", reason=result.reason)
         line["evaluations"] = len(result.points)
         lines.append(line)
-        if _better(result, best, goal):
-            best = result
     chosen = best or last
-    ours = next(v for v in variants if v.design == chosen.design)
-    chosen.capacity_bound = {"value": float(ours.bound),
-                             "pool_floors": list(getattr(ours, "floors", (1, 1)))}
+    ours = best_variant or next(v for v in variants if v.design == chosen.design)
+    chosen.capacity_bound = {"value": float(ours.bound), "pool_floors": list(ours.floors)}
+    chosen_label = _layout_label(best.design) if best is not None else None
     for line in lines:
         if line["status"] == "feasible":
-            ours = best is not None and line["layout"] == " / ".join(
-                layout.label for layout in best.design.layouts)
-            line["status"] = "chosen" if ours else "lost"
+            line["status"] = "chosen" if line["layout"] == chosen_label else "lost"
     chosen.layouts = lines
     return chosen
+
+
+def _layout_label(design: Design) -> str:
+    return " / ".join(layout.label for layout in design.layouts)
 
 
 def search_designs(designs: Sequence[Design], goal: Goal, constraints: Constraints,
