@@ -177,11 +177,13 @@ def instance_spans(cluster: Cluster, pool_layout: tuple[Layout, ...]):
     return pools, tuple(spans)
 
 
-def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf,
-                         options: SimOptions) -> MachineArrays:
+def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,
+                         pool_layout: tuple[Layout, ...] | None = None) -> MachineArrays:
+    """The instances' arrays; `pool_layout`: the pools' layouts when the caller has them
+    (`pool_layouts`)."""
     design = cluster.design
     baseline = design.is_baseline
-    pool_layout = pool_layouts(design, model, options.memory_reserve_fraction)
+    pool_layout = pool_layout or pool_layouts(design, model, options.memory_reserve_fraction)
     pools, spans = instance_spans(cluster, pool_layout)
     records = (design.prompt, design.token)
     kinds = list(dict.fromkeys((records[p].name, pool_layout[p]) for p in pools))

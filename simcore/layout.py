@@ -19,6 +19,7 @@ others run (the decode bubble), which micro-batching would partly fill.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 from hardware_catalog import InputError, Layout, MachineSku, ModelSpec
@@ -81,6 +82,20 @@ def curves(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> Laten
     base = perf.curves(model, machine, layout.tp)
     if layout.pp == 1:
         return base
+    # one object per (base curves, pipeline): the fast core stacks curves, and simulate
+    # prices the reference's requests, once per curve object, not once per simulation
+    known = _PIPELINED.setdefault(base, {})
+    key = (layout.pp, model.hidden, machine.kv_link_gbps)
+    if key not in known:
+        known[key] = _with_hops(base, model, machine, layout)
+    return known[key]
+
+
+_PIPELINED: "weakref.WeakKeyDictionary[LatencyCurves, dict]" = weakref.WeakKeyDictionary()
+
+
+def _with_hops(base: LatencyCurves, model: ModelSpec, machine: MachineSku,
+               layout: Layout) -> LatencyCurves:
     hops = layout.pp - 1
     per_token = ACTIVATION_BYTES * model.hidden / (machine.kv_link_gbps * 1e9 / 8.0)
 

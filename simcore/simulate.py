@@ -74,11 +74,11 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     """
     if len(workload) == 0:
         raise InputError("the workload has no requests")
-    reason = pool_problem(cluster, pool_layouts(cluster.design, model,
-                                                options.memory_reserve_fraction))
+    pool_layout = pool_layouts(cluster.design, model, options.memory_reserve_fraction)
+    reason = pool_problem(cluster, pool_layout)
     if reason:
         return _infeasible(workload, reason)
-    machines = build_machine_arrays(cluster, model, perf, options)
+    machines = build_machine_arrays(cluster, model, perf, options, pool_layout)
     reason = _unservable_reason(cluster, workload, model, machines)
     if reason:
         return _infeasible(workload, reason)
