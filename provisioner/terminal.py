@@ -135,11 +135,7 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
             table.add_row(name, "-", "-", "-", "-", "-", "-", "-",
                           f"[red]infeasible[/]: {entry['reason']}", *price)
             continue
-        p = o.get("machines", o.get("prompt_machines"))
-        t = "-" if "machines" in o else str(o["token_machines"])
-        table.add_row(name, str(p), t, _fmt(o["rate_rps"], ".4g"), _fmt(o["cost_per_hour"], ",.2f"),
-                      _fmt(o["power_kw"], ",.1f"), str(o["gpus"]), _binding(o), _headroom(o),
-                      *price)
+        table.add_row(name, *_figures(o).values(), _binding(o), _headroom(o), *price)
     return table
 
 
@@ -159,28 +155,30 @@ def _narrow_table(document: dict) -> Table:
             continue
         pools = (f"{o['machines']} machines" if "machines" in o
                  else f"{o['prompt_machines']} P + {o['token_machines']} T")
-        figures = [pools, f"{_fmt(o['rate_rps'], '.4g')} req/s",
-                   f"${_fmt(o['cost_per_hour'], ',.2f')}/h", f"{_fmt(o['power_kw'], ',.1f')} kW",
-                   f"{o['gpus']} GPUs", f"binding {_binding(o)}", f"headroom {_headroom(o)}"]
+        cell = _figures(o)
+        figures = [pools, f"{cell['req/s']} req/s", f"${cell['$/h']}/h", f"{cell['kW']} kW",
+                   f"{cell['GPUs']} GPUs", f"binding {_binding(o)}", f"headroom {_headroom(o)}"]
         if o.get("layout"):
             figures.insert(1, f"layout {layout_label(o['layout'])}")
         table.add_row(name, "\n".join(figures))
     return table
 
 
+def _figures(o: dict) -> dict[str, str]:
+    """The numeric cells of an optimum, by column of `optimum_table`."""
+    return {"P": str(o.get("machines", o.get("prompt_machines"))),
+            "T": "-" if "machines" in o else str(o["token_machines"]),
+            "req/s": _fmt(o["rate_rps"], ".4g"), "$/h": _fmt(o["cost_per_hour"], ",.2f"),
+            "kW": _fmt(o["power_kw"], ",.1f"), "GPUs": str(o["gpus"])}
+
+
 def _number_widths(document: dict) -> dict[str, int]:
     """The widest figure of each numeric column of `optimum_table`."""
     widths: dict[str, int] = {}
     for entry in document["designs"]:
-        o = entry["optimum"]
-        if o is None:
-            continue
-        cells = {"P": str(o.get("machines", o.get("prompt_machines"))),
-                 "T": str(o.get("token_machines", "-")), "req/s": _fmt(o["rate_rps"], ".4g"),
-                 "$/h": _fmt(o["cost_per_hour"], ",.2f"), "kW": _fmt(o["power_kw"], ",.1f"),
-                 "GPUs": str(o["gpus"])}
-        for column, text in cells.items():
-            widths[column] = max(widths.get(column, 0), len(text))
+        if entry["optimum"] is not None:
+            for column, text in _figures(entry["optimum"]).items():
+                widths[column] = max(widths.get(column, 0), len(text))
     return widths
 
 
@@ -515,7 +513,7 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
     for label, pool in summary["pools"].items():
         console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
                       f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, KV "
-                      f"capacity {pool['kv_capacity_tokens']:,} tokens/machine (peak "
+                      f"capacity {pool['kv_capacity_tokens']:,} tokens/instance (peak "
                       f"{pool['peak_kv_fraction']:.0%}), mixed pool {pool['mixed_pool_s']:.1f} s",
                       highlight=False)
     prefill = summary.get("prefill")

@@ -372,6 +372,14 @@ def test_max_rate_exhaustive_agrees_with_pattern_search():
         assert a.optimum.rate_rps == pytest.approx(b.optimum.rate_rps, rel=0.045)
 
 
+def _load_outcome(load: float) -> Outcome:
+    """An oracle's outcome at `load` (demand over capacity): TTFT P99 is the load against a
+    1x limit, the other SLOs pass with room."""
+    slo = tuple((key, load if key == "ttft_p99" else 0.5, 1.0) for key in SLO_KEYS)
+    return Outcome(load <= 1.0, True, "" if load <= 1.0 else f"TTFT P99 {load:.4g} > 1x",
+                   slo, 1.0 - load, 100)
+
+
 @dataclass(frozen=True)
 class CapacityBySeed:
     """A baseline of N machines sustains 4.5 N req/s x the sample's factor: the screening
@@ -382,9 +390,7 @@ class CapacityBySeed:
     def outcome(self, point, seed):
         self.asked.append((point.rate_rps, seed))
         load = point.rate_rps / (4.5 * point.prompt_machines * self.factors.get(seed, 1.0))
-        slo = tuple((key, load if key == "ttft_p99" else 0.5, 1.0) for key in SLO_KEYS)
-        return Outcome(load <= 1.0, True, "" if load <= 1.0 else f"TTFT P99 {load:.4g} > 1x",
-                       slo, 1.0 - load, 100)
+        return _load_outcome(load)
 
     def identity(self):
         return {"oracle": "capacity by seed"}
@@ -576,9 +582,7 @@ class HardSample:
     def outcome(self, point, seed):
         self.asked.append((point.prompt_machines, point.token_machines, seed))
         load = (4 if seed == 0 else self.need) / (point.prompt_machines + point.token_machines)
-        slo = tuple((key, load if key == "ttft_p99" else 0.5, 1.0) for key in SLO_KEYS)
-        return Outcome(load <= 1.0, True, "" if load <= 1.0 else f"TTFT P99 {load:.4g} > 1x",
-                       slo, 1.0 - load, 100)
+        return _load_outcome(load)
 
     def identity(self):
         return {"oracle": "hard sample"}
