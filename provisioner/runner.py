@@ -245,6 +245,24 @@ def shutdown_workers() -> None:
         pass
 
 
+def _start_quiet_resource_tracker() -> None:
+    """Start loky's resource tracker (the process that unlinks the workers' semaphores) with
+    its shutdown warnings off. After Ctrl-C it may find a semaphore already unlinked and warn
+    about it on our stderr after "provision: interrupted"; what it cleans is gone either way,
+    so the warning tells a user nothing. The setting reaches only the tracker's environment."""
+    from joblib.externals.loky.backend import resource_tracker
+    previous = os.environ.get("PYTHONWARNINGS")
+    quiet = "ignore:resource_tracker:UserWarning"
+    os.environ["PYTHONWARNINGS"] = f"{previous},{quiet}" if previous else quiet
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if previous is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = previous
+
+
 def check_backend(backend: str, address: str | None, timeout: float = 3.0) -> None:
     """Before any simulation: the backend is known and installed, and a cluster address is
     reachable (a TCP connect within `timeout` seconds), naming the address when not."""
@@ -458,6 +476,7 @@ class Runner:
                     future = self._thread_pool().submit(function, self.evaluator, sample)
                 else:
                     from joblib.externals.loky import get_reusable_executor
+                    _start_quiet_resource_tracker()
                     future = get_reusable_executor(max_workers=self.jobs).submit(
                         _in_worker, function, self.evaluator, sample, os.getpid())
             future.add_done_callback(lambda _: self._slots.release())
