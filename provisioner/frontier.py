@@ -166,11 +166,18 @@ def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool,
         p, t = min(2 * p, p_cap), (0 if baseline else min(2 * t, t_cap))
 
 
-def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
+WALK_CORNERS = 32   # a staircase with more corners is searched for its cheapest one instead
+STAIRCASE_NEIGHBOURS = 16   # token pools either side of the cheapest one found, looked at too
+
+
+def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int,
+                  objective: Callable[[int, int], float] | None = None):
     """Corners of the feasibility staircase below a feasible corner (p_hi, t_hi).
 
     For each prompt pool P the smallest feasible token pool f(P) is non-increasing; only the
-    corners (where f drops) can be optimal, and each costs O(log) evaluations to find.
+    corners (where f drops) can be optimal, and each costs O(log) evaluations to find. A
+    fleet-scale staircase has hundreds of corners: past WALK_CORNERS, with an `objective`, the
+    rest of it is searched for its cheapest point (`cheapest_on_staircase`) instead.
     """
     def at_token(t):
         return lambda p: probe.meets_slos(p, t, rate)
@@ -184,10 +191,57 @@ def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int):
     t = yield from lowest(at_prompt(p), t_min, t_hi)
     corners = [(p, t)]
     while t > t_min:
+        if objective is not None and len(corners) >= WALK_CORNERS:
+            rest = yield from cheapest_on_staircase(probe, rate, (t_min, t - 1), (p + 1, p_hi),
+                                                    objective)
+            return corners + rest
         p = yield from lowest_galloping(at_token(t - 1), p + 1, p_hi)
         t = yield from lowest(at_prompt(p), t_min, t - 1)
         corners.append((p, t))
     return corners
+
+
+def cheapest_on_staircase(probe: Probe, rate, tokens: tuple[int, int],
+                          prompts: tuple[int, int], objective: Callable[[int, int], float]):
+    """The staircase's points (f(T), T) at the token pools a ternary search visits for the
+    cheapest one, T in `tokens`, f(T) (the smallest feasible prompt pool) in `prompts`.
+
+    Along the staircase the objective first falls (a token machine saves more than a prompt
+    machine costs) and then rises; a ternary search over T finds its minimum in O(log T)
+    points, each bisected within the prompt pools its known neighbours allow (f is
+    non-increasing), so O(log T x log P) simulations instead of O(T log P) for the walk.
+    A plateau (equal costs) keeps its smaller token pool."""
+    known: dict[int, int] = {}
+
+    def f(t: int):
+        if t not in known:
+            low = max([known[u] for u in known if u > t] + [prompts[0]])
+            high = min([known[u] for u in known if u < t] + [prompts[1]])
+            known[t] = yield from lowest(lambda p: probe.meets_slos(p, t, rate), low, high)
+        return known[t]
+
+    def cost(t: int):
+        return objective((yield from f(t)), t)
+
+    low, high = tokens
+    while high - low > 2:
+        third = (high - low) // 3
+        left, right = low + third, high - third
+        if (yield from cost(left)) <= (yield from cost(right)):
+            high = right
+        else:
+            low = left
+    # the staircase's steps make the cost jagged near its minimum: every token pool within
+    # STAIRCASE_NEIGHBOURS of the best one found is looked at too (cheap: f is known on
+    # both sides, so each bisects a few prompt pools)
+    best = min(range(low, high + 1), key=lambda t: (objective(known.get(t) or 0, t)
+                                                    if t in known else math.inf, t))
+    if best not in known:
+        yield from f(best)
+    for t in range(max(tokens[0], best - STAIRCASE_NEIGHBOURS),
+                   min(tokens[1], best + STAIRCASE_NEIGHBOURS) + 1):
+        yield from f(t)
+    return sorted(((p, t) for t, p in known.items()), key=lambda c: -c[1])
 
 
 def _beaten_caps(design: Design, goal: Goal, beat: float, p_cap: int,
@@ -234,7 +288,8 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
         n = yield from lowest(lambda k: probe.meets_slos(k, 0, rate), corner[0] // 2 + 1, corner[0])
         frontier = [(n, 0)]
     else:
-        frontier = yield from frontier_walk(probe, rate, p_hi, t_hi)
+        frontier = yield from frontier_walk(probe, rate, p_hi, t_hi,
+                                            lambda p, t: objective_at(design, goal, p, t))
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
     at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
     return at_rate, frontier, (p_hi, t_hi), ""
@@ -766,6 +821,13 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------ layouts
+def objective_at(design: Design, goal: Goal, prompt: int, token: int) -> float:
+    """min-cost / min-power: the objective of P + T machines of the design."""
+    if goal.name == "min-power":
+        return design.power_kw(prompt, token)
+    return design.cost_per_hour(prompt, token)
+
+
 def objective(metrics: Metrics, goal: Goal) -> float:
     return {"min-cost": metrics.cost_per_hour, "min-power": metrics.power_kw,
             "max-rate": metrics.rate_rps}[goal.name]

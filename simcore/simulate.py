@@ -174,9 +174,10 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
     ref_ttft, ref_tbt, ref_e2e = _uncontended(w, reference, per_token)
     makespan = float(np.max(raw["finish_s"]))
     iterations = raw["iterations"]
+    first = np.array([span[0] for span in machines.spans], dtype=np.int64)
     stats = {
-        "sku": np.array([cluster.skus[span[0]] for span in machines.spans]),
-        "machine": np.array([span[0] for span in machines.spans], dtype=np.int64),
+        "sku": np.array(cluster.skus)[first],   # one list, not one per instance
+        "machine": first,
         "role": machines.role,
         "busy_s": raw["busy_s"],
         "utilization": raw["busy_s"] / makespan if makespan > 0 else raw["busy_s"] * 0,
@@ -187,7 +188,7 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
     }
     if machines.chunk_tokens > 0 and "prompt_chunks" in raw:
         stats.update(_chunking_stats(w, raw, machines))
-    first_machine = np.array([span[0] for span in machines.spans] + [-1], dtype=np.int64)
+    first_machine = np.append(first, -1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
                          e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],

@@ -54,6 +54,13 @@ def hyperbola(design, p, t, rate):
     return p * t >= 40
 
 
+def fleet_hyperbola(design, p, t, rate):
+    """A fleet-scale staircase: hundreds of corners (P x T >= 40,000; baselines: 300)."""
+    if t == 0:
+        return p >= 300
+    return p * t >= 40_000
+
+
 def capacity(design, p, t, rate):
     """Sustainable rate min(10 P, 7 T) (baselines 4.5 N): monotone in P, T and rate."""
     limit = 4.5 * p if t == 0 else min(10.0 * p, 7.0 * t)

@@ -316,3 +316,23 @@ def test_a_config_that_is_not_one(cli, bad_input, tmp_path):
     latent.write_text('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, '
                       '"vocab_size": 10, "kv_lora_rank": 512, "intermediate_size": 128}')
     bad_input(cli(["search", "--model-config", latent]), "latent attention")
+
+
+REFERENCE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "reference"
+
+
+@pytest.mark.parametrize("report", sorted(REFERENCE.glob("*/report.json")),
+                         ids=lambda path: path.parent.name)
+def test_no_reference_optimum_lies_below_its_capacity_bound(report):
+    """The paper study (its four reference specs, every design): each verified optimum costs
+    at least the design's capacity bound, and each pool at least its floor. At 700 and 7,000
+    req/s the same holds (bench/fleet_bench.py checks it; figures in bench/RESULTS.md)."""
+    import json
+    document = json.loads(report.read_text())
+    for entry in document["designs"]:
+        optimum, bound = entry["optimum"], entry["capacity_bound"]
+        if optimum is None:
+            continue
+        assert optimum["cost_per_hour"] >= bound["value"] - 1e-6, entry["design"]
+        if "machines" in optimum:   # a colocated pool's floor bounds it (a mixed pool's not)
+            assert optimum["machines"] >= bound["pool_floors"][0], entry["design"]

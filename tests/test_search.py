@@ -88,6 +88,23 @@ def test_frontier_walk_matches_exhaustive_grid(rule, goal):
     assert walked.simulated < enumerated.simulated / 2
 
 
+@pytest.mark.parametrize("goal", ["min-cost", "min-power"])
+def test_a_fleet_scale_staircase_costs_log_simulations(goal):
+    """Hundreds of corners: past the first WALK_CORNERS the cheapest point is searched, not
+    walked; it is the cheapest point of the whole staircase, for far fewer simulations than
+    the corners."""
+    results, stats = run(oracles.fleet_hyperbola, Goal(goal, 10.0), designs=DESIGNS[1:3],
+                         search_limit=4096)
+    objective = COST if goal == "min-cost" else POWER
+    for result in results:
+        pools = result.design
+        staircase = [(math.ceil(40_000 / t), t) for t in range(10, 4097)]
+        best = min(objective(pools, p, t) for p, t in staircase if p <= 4096)
+        o = result.optimum
+        assert objective(pools, o.prompt_machines, o.token_machines) == best
+    assert stats.simulated < 1200   # walking every corner: 4,093 simulations
+
+
 def test_optimum_on_the_edge_of_the_grid():
     """Feasible only with the full prompt pool the search may use: found, not missed."""
     def edge(design, p, t, rate):
