@@ -9,7 +9,7 @@ import errno
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,7 +18,7 @@ import yaml
 
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Number,
                                      OneOf, Text)
-from hardware_catalog.errors import InputError
+from hardware_catalog.errors import InputError, option_ref
 
 DATA_DIR = Path(__file__).resolve().parent
 
@@ -308,6 +308,24 @@ class Catalog:
                 raise InputError(f"design '{name}' redefines a catalog design; give it "
                                  "another name", field="custom_designs")
         return Catalog(self.machines, self.models, {**self.designs, **extra})
+
+    def with_machines(self, machines: Mapping[str, MachineSku]) -> "Catalog":
+        """This catalog with some machine records replaced, its designs bound to them."""
+        table = {**self.machines, **machines}
+        designs = {name: replace(d, prompt=table[d.prompt.name],
+                                 token=table[d.token.name] if d.token is not None else None)
+                   for name, d in self.designs.items()}
+        return Catalog(table, self.models, designs)
+
+    def with_prices(self, prices: tuple[tuple[str, float], ...]) -> "Catalog":
+        """--price: these SKUs at these prices per hour (an unknown SKU named with the known)."""
+        if not prices:
+            return self
+        try:
+            return self.with_machines({sku: replace(self.machine(sku), cost_per_hour=usd)
+                                       for sku, usd in prices})
+        except InputError as err:
+            raise InputError(f"{option_ref('price')}: {err}") from None
 
 
 def _lookup(table: Mapping[str, Any], name: str, what: str):
@@ -640,12 +658,33 @@ def _parse_table(path: Path, parse) -> dict[str, Any]:
     return {str(name): parse(str(name), entry, str(path)) for name, entry in data.items()}
 
 
+CATALOG_FILES = ("machines.yaml", "models.yaml", "designs.yaml")
+
+
 @lru_cache(maxsize=None)
 def load_catalog(directory: str | None = None) -> Catalog:
-    """Load and validate machines.yaml, models.yaml and designs.yaml (the packaged ones by default)."""
-    base = Path(directory) if directory else DATA_DIR
-    machines = _parse_table(base / "machines.yaml", parse_machine)
-    models = _parse_table(base / "models.yaml", parse_model)
-    designs = _parse_table(base / "designs.yaml",
-                           lambda name, entry, source: parse_design(name, entry, source, machines))
+    """Load and validate machines.yaml, models.yaml and designs.yaml: the packaged ones, and
+    with `directory` an overlay: each of the three files it holds adds entries to the packaged
+    table or replaces those of the same name (one SKU, one model, or a whole catalog). The
+    packaged designs are bound to the overlaid machines, so a SKU given again changes them."""
+    machines = _parse_table(DATA_DIR / "machines.yaml", parse_machine)
+    models = _parse_table(DATA_DIR / "models.yaml", parse_model)
+    tables = [DATA_DIR / "designs.yaml"]
+    if directory:
+        base = Path(directory)
+        present = [name for name in CATALOG_FILES    # a directory or broken link: its error
+                   if (base / name).exists() or (base / name).is_symlink()]
+        if not present:
+            raise InputError(f"holds none of {', '.join(CATALOG_FILES)}; put the entries to add "
+                             "or replace in one of them", source=str(directory))
+        if "machines.yaml" in present:
+            machines.update(_parse_table(base / "machines.yaml", parse_machine))
+        if "models.yaml" in present:
+            models.update(_parse_table(base / "models.yaml", parse_model))
+        if "designs.yaml" in present:
+            tables.append(base / "designs.yaml")
+    designs: dict[str, Design] = {}
+    for path in tables:
+        designs.update(_parse_table(path, lambda name, entry, source:
+                                    parse_design(name, entry, source, machines)))
     return Catalog(machines, models, designs)

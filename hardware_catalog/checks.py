@@ -175,6 +175,44 @@ class NumberList:
 
 
 @dataclass(frozen=True)
+class Prices:
+    """Machine prices per hour by SKU: "SKU=USD,SKU=USD" (a command line), a mapping (a spec
+    file or Python) or the echo's [[SKU, USD], ...]; returned as ((SKU, USD), ...) in SKU
+    order, each price a number > 0."""
+
+    def __call__(self, value: Any) -> tuple:
+        pairs = self._pairs(value)
+        price = positive(1e9)
+        checked = {}
+        for sku, usd in pairs:
+            Text()(sku)
+            if sku in checked:
+                raise Invalid(f"gives {sku} twice")
+            try:
+                checked[sku] = price(float(usd) if isinstance(usd, str) else usd)
+            except (Invalid, ValueError):
+                raise Invalid(f"{sku}: the price must be a number of USD per hour > 0, "
+                              f"got {_short(usd)}") from None
+        return tuple(sorted(checked.items()))
+
+    def _pairs(self, value: Any) -> list:
+        if isinstance(value, dict):
+            return list(value.items())
+        if isinstance(value, str):
+            items = [item.strip() for item in value.split(",") if item.strip()]
+            if not all("=" in item for item in items):
+                raise Invalid(f"must be {self.describe()}, got {_short(value)}")
+            return [tuple(part.strip() for part in item.split("=", 1)) for item in items]
+        if isinstance(value, (list, tuple)) and all(
+                isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
+            return [tuple(v) for v in value]
+        raise Invalid(f"must be {self.describe()}, got {_short(value)}")
+
+    def describe(self) -> str:
+        return "SKU=USD_PER_HOUR pairs, comma-separated (e.g. dgx-h100=30.5)"
+
+
+@dataclass(frozen=True)
 class OrAuto:
     """The word "auto", or a value `inner` accepts (a command line's digits count as a number)."""
     inner: Number

@@ -32,11 +32,10 @@ from provisioner.frontier import search_designs
 from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
                                  SimulateOptions, from_keywords)
-from provisioner.presets import preset_catalog
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
                                   check_resilience, merge_options, python_style,
-                                  resolve_catalog, resolve_design, resolve_model, resolve_perf,
-                                  resolve_study,
+                                  resolve_design, resolve_model, resolve_perf,
+                                  resolve_study, study_catalog,
                                   sim_options, to_echo)
 from provisioner.figures import optimum_html
 from provisioner.reports import (REPORT_FILES, csv_text, machines_of, render_reports,
@@ -109,9 +108,20 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
 
 
 CALIBRATION_HINT = ("latencies scaled from datasheets (uncalibrated: expect 15-30% error); "
-                    "measure one prompt and one batch-1 decode latency per GPU, run `provision "
-                    "calibrate PROFILE.csv --out coeffs.json`, then search with `--perf-model "
-                    "coeffs.json`")
+                    "profile the model on that GPU at 5 or more (prompt size, batch size) points "
+                    "over at least 2 of each (docs/perf-model-tables.md: the CSV), run "
+                    "`provision calibrate PROFILE.csv --out coeffs.json`, then search with "
+                    "`--perf-model coeffs.json`")
+SHAPES_HINT = ("the model's kernel shapes are estimated: it has no intermediate_size or "
+               "vocab_size; give both in its catalog entry or size it from its Hugging Face "
+               "config.json (--model-config)")
+
+
+def calibration_hint(model) -> str:
+    """What is estimated (the model's shapes, or the GPU's latencies) and what to do."""
+    if model.intermediate_size is None or model.vocab_size is None:
+        return SHAPES_HINT
+    return CALIBRATION_HINT
 
 
 def assumptions(study: Study) -> list[dict]:
@@ -189,7 +199,8 @@ class SearchResult:
     def to_dict(self) -> dict:
         """Exactly the content of report.json (and of `provision search --json`)."""
         document = report_document(to_echo(self.study), self.designs, versions(),
-                                   assumptions(self.study), CALIBRATION_HINT)
+                                   assumptions(self.study),
+                                   calibration_hint(self.study.model))
         if self.sensitivity is not None:
             document["sensitivity"] = sensitivity_dict(self.sensitivity)
         return document
@@ -212,7 +223,8 @@ class SearchResult:
                 + optimum_html(document))
 
     def to_pandas(self, evaluations: bool = False):
-        """One row per design (its optimum, layout, bound and binding SLO), or with
+        """One row per design (its optimum, layout, bound, binding SLO and its latencies in
+        ms on the base sample: TTFT, TPOT and E2E at P50/P90/P99), or with
         `evaluations=True` every simulated point (evaluations.csv)."""
         import io
 
@@ -232,6 +244,7 @@ class SearchResult:
                 "binding_margin": o.get("binding_margin"),
                 "headroom_rps": o.get("headroom_rps"),
                 "capacity_bound": (entry.get("capacity_bound") or {}).get("value"),
+                **_latency_columns(o.get("latency_ms")),
                 "reason": entry["reason"]})
         frame = pd.DataFrame(rows).set_index("design")
         for column in ("prompt_machines", "token_machines", "gpus"):   # whole, or missing
@@ -242,6 +255,18 @@ class SearchResult:
     def best(self) -> DesignResult | None:
         best = summary_dict(self.designs, self.study.goal.name)["best_design"]
         return next((r for r in self.designs if r.design.name == best), None)
+
+
+LATENCY_COLUMNS = tuple(f"{metric}_{pct}_ms" for metric in ("ttft", "tpot", "e2e")
+                        for pct in ("p50", "p90", "p99"))
+
+
+def _latency_columns(latency_ms: dict | None) -> dict:
+    """The optimum's latencies in ms as columns (ttft_p50_ms, ..., e2e_p99_ms; None without
+    an optimum)."""
+    latency_ms = latency_ms or {}
+    return {column: latency_ms.get(column.split("_")[0], {}).get(column.split("_")[1])
+            for column in LATENCY_COLUMNS}
 
 
 def _seeds(study: Study) -> tuple[int, ...]:
@@ -388,7 +413,7 @@ def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
 
 def simulate_options(options: SimulateOptions) -> SimulationRun:
     s, c = options.study, options.cluster
-    catalog = preset_catalog(s.assumptions, resolve_catalog(s.catalog))
+    catalog = study_catalog(s)
     if c.design is None:
         raise InputError(f"{option_ref('design')} is required", field="design")
     cluster = cluster_from_counts(design_with_budget(resolve_design(c.design, catalog),

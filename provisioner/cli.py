@@ -104,7 +104,7 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
                                                       help="Catalog directory (default: "
                                                            "built-in).")):
     """List machine SKUs, models, SLO profiles and designs."""
-    from provisioner.api import resolve_catalog
+    from provisioner.question import resolve_catalog
     from provisioner.terminal import catalog_tables
     from slo_profiles import builtin_slo_profiles
 
@@ -277,7 +277,7 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
         console.print(optimum_table(document, console.width))
         for line in search_notes(document):
             console.print(line, highlight=False, soft_wrap=True)
-        moved = sensitivity_table(document)
+        moved = sensitivity_table(document, console.width)
         if moved is not None:
             console.print(moved)
         rate = result.stats.simulated / max(wall, 1e-9)

@@ -24,7 +24,8 @@ from typing import Any, Iterator, Optional
 
 from hardware_catalog import NULL_HINT, InputError, check_path, read_yaml
 from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, Invalid, Mapping,
-                                     Names, Number, NumberList, OneOf, OrAuto, Text, count,
+                                     Names, Number, NumberList, OneOf, OrAuto, Prices, Text,
+                                     count,
                                      fraction, positive)
 
 GOALS = ("min-cost", "min-power", "max-rate")
@@ -117,8 +118,13 @@ class StudyOptions:
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(README: Assumption presets).", OneOf(PRESETS), outcome=True)
     catalog: Optional[str] = option(
-        None, "Catalog directory (machines.yaml, models.yaml, designs.yaml).", Text(),
+        None, "Catalog overlay directory: the machines.yaml, models.yaml and designs.yaml it "
+              "holds add to the packaged catalog or replace its entries of the same name.", Text(),
         path=True, default_text="built-in", metavar="DIR", outcome=True)
+    price: tuple = option(
+        (), "Machine prices for this run: SKU=USD_PER_HOUR[,SKU=USD_PER_HOUR...] (replace the "
+            "catalog's cost_per_hour; a spec file may give a mapping).", Prices(),
+        default_text="the catalog's", metavar="SKU=USD,...", outcome=False)
     chunk_tokens: Optional[Any] = option(
         None, f"Prompt tokens per iteration of chunked-prefill designs (sarathi-*, or prefill: "
               f"chunked), {CHUNK_TOKENS_MIN}-{CHUNK_TOKENS_MAX}; auto (search only) searches "

@@ -57,10 +57,8 @@ def preset_catalog(name: str, catalog: Catalog) -> Catalog:
             link_gbps = _SPLITWISE_SIM_LINK_BYTES_PER_S * 8 / (m.gpus * 1e9)
             machines[sku] = replace(m, hbm_gib=_SPLITWISE_SIM_HBM_GIB, kv_link_gbps=link_gbps)
     models = {name_: _splitwise_sim_model(m) for name_, m in catalog.models.items()}
-    designs = {n: replace(d, prompt=machines[d.prompt.name],
-                          token=machines[d.token.name] if d.token is not None else None)
-               for n, d in catalog.designs.items()}
-    return Catalog(machines, models, designs)
+    bound = catalog.with_machines(machines)
+    return Catalog(bound.machines, models, bound.designs)
 
 
 def _splitwise_sim_model(model: ModelSpec) -> ModelSpec:

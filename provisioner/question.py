@@ -128,9 +128,16 @@ def resolve_catalog(directory: str | None) -> Catalog:
     if directory is not None:
         check_path(directory, "catalog")
     if directory is not None and not Path(directory).is_dir():
-        raise InputError("not a directory (machines.yaml, models.yaml, designs.yaml expected)",
+        raise InputError("not a directory (one or more of machines.yaml, models.yaml, "
+                         "designs.yaml expected)",
                          source=directory, field="catalog")
     return load_catalog(directory)
+
+
+def study_catalog(s: StudyOptions) -> Catalog:
+    """The catalog a question runs on: the overlay (--catalog), the preset's figures, the
+    prices (--price)."""
+    return preset_catalog(s.assumptions, resolve_catalog(s.catalog)).with_prices(s.price)
 
 
 def resolve_design(item: str | Design | dict, catalog: Catalog) -> Design:
@@ -217,8 +224,7 @@ MIN_WINDOW_REQUESTS = 20
 def resolve_study(options: SearchOptions) -> Study:
     """The search's question as records: every name looked up once, here."""
     s = options.study
-    catalog = with_custom_designs(preset_catalog(s.assumptions, resolve_catalog(s.catalog)),
-                                  options.question.custom_designs)
+    catalog = with_custom_designs(study_catalog(s), options.question.custom_designs)
     workload = workload_source(s.workload)
     perf = resolve_perf(s)
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation

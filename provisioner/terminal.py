@@ -216,18 +216,42 @@ def comparison_lines(document: dict) -> list[str]:
     return lines
 
 
-def sensitivity_table(document: dict) -> Table | None:
-    """What moves the answer: per assumption, each design's optimum and its cost change."""
+SENSITIVITY_TITLE = ("What moves the answer (each optimum re-derived with one assumption "
+                     "changed; verified on 3 samples)")
+
+
+def sensitivity_table(document: dict, width: int | None = None) -> Table | None:
+    """What moves the answer: per assumption, each design's optimum and its cost change. A
+    column per design when they fit `width`; else a block per assumption with a row per
+    design, wrapping only between words, so no number is ever cut."""
     names, rows = sensitivity_cells(document)
     if not rows:
         return None
-    table = Table(title="What moves the answer (each optimum re-derived with one assumption "
-                        "changed; verified on 3 samples)")
-    table.add_column("assumption", no_wrap=True)
-    for name in names:
-        table.add_column(name, justify="right", overflow="fold")
+    label_width = max(len(label) for label, _ in rows)
+    widths = [max(len(name), *(len(cells[i]) for _, cells in rows))
+              for i, name in enumerate(names)]
+    if width is None or label_width + sum(widths) + 3 * len(names) + 4 <= width:
+        table = Table(title=SENSITIVITY_TITLE)
+        table.add_column("assumption", no_wrap=True)
+        for name in names:
+            table.add_column(name, justify="right", no_wrap=True)
+        for label, cells in rows:
+            table.add_row(label, *cells)
+        return table
+    return _sensitivity_blocks(names, rows)
+
+
+def _sensitivity_blocks(names: list[str], rows: list[tuple[str, list[str]]]) -> Table:
+    table = Table(title=SENSITIVITY_TITLE, show_header=False)
+    longest = max([len(name) + 2 for name in names]
+                  + [len(word) for label, _ in rows for word in label.split()])
+    table.add_column("design", min_width=longest)
+    table.add_column("optimum", min_width=max(len(word) for _, cells in rows
+                                              for cell in cells for word in cell.split()))
     for label, cells in rows:
-        table.add_row(label, *cells)
+        table.add_row(f"[bold]{label}[/]", "", end_section=False)
+        for name, cell in zip(names, cells):
+            table.add_row(f"  {name}", cell, end_section=name == names[-1])
     return table
 
 
@@ -494,9 +518,9 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
     for note in run.workload.notes:
         err_console.print(f"note: {note}", highlight=False)
     if run.uncalibrated:
-        from provisioner.api import CALIBRATION_HINT
+        from provisioner.api import calibration_hint
         err_console.print(f"[yellow]warning:[/] {', '.join(run.uncalibrated)}: "
-                          f"{CALIBRATION_HINT}", highlight=False, soft_wrap=True)
+                          f"{calibration_hint(run.model)}", highlight=False, soft_wrap=True)
     counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
               else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
     console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "

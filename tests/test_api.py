@@ -239,6 +239,11 @@ def test_results_read_well_in_a_notebook(tmp_path):
     assert frame.loc[best.design.name, "cost_per_hour"] == pytest.approx(
         best.optimum.cost_per_hour)
     assert frame.loc[best.design.name, "layout"]
+    milliseconds = result.to_dict()["designs"][0]["optimum"]["latency_ms"]
+    name = result.designs[0].design.name
+    assert frame.loc[name, "ttft_p99_ms"] == milliseconds["ttft"]["p99"]
+    assert frame.loc[name, "tpot_p50_ms"] == milliseconds["tpot"]["p50"]
+    assert 0 < frame.loc[name, "ttft_p50_ms"] <= frame.loc[name, "e2e_p99_ms"]
     points = result.to_pandas(evaluations=True)
     assert len(points) == sum(len(r.points) for r in result.designs)
     result.write(tmp_path)
@@ -266,3 +271,28 @@ def test_every_optimum_reports_its_latencies_in_milliseconds(cli, tmp_path):
     assert ms["ttft"]["p50"] == pytest.approx(float(np.percentile(ttft, 50)), rel=1e-5)
     assert ms["ttft"]["p50"] <= ms["ttft"]["p90"] <= ms["ttft"]["p99"]
     assert "Latencies of each optimum, ms" in run.stdout
+
+
+def test_the_sensitivity_table_never_cuts_a_number():
+    """Issue 27: `COLUMNS=80 provision search --sensitivity` broke "$1,707/h" over three
+    lines; at every width each figure of every cell is whole (a block per assumption when
+    the columns do not fit)."""
+    import io
+
+    from rich.console import Console
+
+    from provisioner.tables import sensitivity_cells
+    from provisioner.terminal import sensitivity_table
+    document = provisioner.search(designs="baseline-a100,splitwise-ha", model="bloom-176b",
+                                  rate=70, duration=30, verify_seeds=1,
+                                  sensitivity=True).to_dict()
+    _, rows = sensitivity_cells(document)
+    for width in (40, 80, 200):
+        buffer = io.StringIO()
+        Console(file=buffer, width=width).print(sensitivity_table(document, width))
+        text = buffer.getvalue()
+        assert "…" not in text and max(map(len, text.splitlines())) <= width
+        words = set(text.split())
+        for _, cells in rows:
+            for cell in cells:
+                assert set(cell.split()) <= words, (cell, width)

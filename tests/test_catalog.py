@@ -180,3 +180,60 @@ def test_the_catalog_marks_only_skus_without_measured_latencies(cli, monkeypatch
     marked = {line.split("│")[1].split()[0] for line in outcome.stdout.splitlines()
               if line.startswith("│") and " * " in line.split("│")[1] + " "}
     assert marked == {"mi300x"}, marked
+
+
+def test_a_catalog_overlay_adds_or_replaces_single_entries(tmp_path):
+    """Issue 27: --catalog may hold one file with one entry; the packaged catalog stays, the
+    entry replaces its namesake (packaged designs use it) or adds a new one."""
+    import yaml
+    machines = yaml.safe_load((DATA_DIR / "machines.yaml").read_text())
+    (tmp_path / "machines.yaml").write_text(yaml.safe_dump({
+        "dgx-h100": {**machines["dgx-h100"], "cost_per_hour": 12.5},
+        "my-a100": machines["dgx-a100"]}))
+    catalog = load_catalog(str(tmp_path))
+    assert set(CATALOG.machines) < set(catalog.machines) and "my-a100" in catalog.machines
+    assert catalog.models == CATALOG.models and set(catalog.designs) == set(CATALOG.designs)
+    assert catalog.design("splitwise-hh").prompt.cost_per_hour == 12.5
+    assert catalog.design("splitwise-aa") == CATALOG.design("splitwise-aa")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="holds none of machines.yaml"):
+        load_catalog(str(empty))
+
+
+def test_price_replaces_a_machines_cost_for_the_run(run_cli, tmp_path):
+    """--price SKU=USD: the optimum is priced with it, the report echoes it and `check`
+    reproduces the report; an unknown SKU is one line naming the known ones."""
+    import json
+    out = tmp_path / "out"
+    done = run_cli("search", "--designs", "splitwise-hh", "--duration", "20",
+                   "--verify-seeds", "2", "--price", "dgx-h100=20", "--no-cache", "--out", out)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((out / "report.json").read_text())
+    optimum = document["designs"][0]["optimum"]
+    machines = optimum["prompt_machines"] + optimum["token_machines"]
+    assert optimum["cost_per_hour"] == pytest.approx(20 * machines)
+    assert document["inputs"]["options"]["price"] == [["dgx-h100", 20.0]]
+    checked = run_cli("check", out / "report.json", "--no-cache")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    failed = run_cli("search", "--price", "dgx-z100=20", "--out", tmp_path / "x")
+    assert failed.returncode == 2 and "--price: unknown machine SKU 'dgx-z100'" in failed.stderr
+
+
+def test_the_uncalibrated_warning_names_what_is_estimated(tmp_path):
+    """A model without its kernel shapes is the estimated part, not the GPU: the warning says
+    so and points to --model-config; a GPU without kernel data gets advice `calibrate`
+    accepts (5 points or more, not one prompt and one decode latency)."""
+    import yaml
+    import provisioner
+    from provisioner.api import CALIBRATION_HINT, SHAPES_HINT
+    models = yaml.safe_load((DATA_DIR / "models.yaml").read_text())
+    shapeless = {k: v for k, v in models["llama-3-8b"].items()
+                 if k not in ("intermediate_size", "vocab_size")}
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"my-8b": shapeless}))
+    result = provisioner.search(catalog=str(tmp_path), model="my-8b", designs="splitwise-hh",
+                                rate=10, duration=20, verify_seeds=1)
+    warnings = result.to_dict()["warnings"]
+    assert warnings and all(SHAPES_HINT in w for w in warnings)
+    assert "calibrate" not in " ".join(warnings)
+    assert "5 or more" in CALIBRATION_HINT and "one prompt and one" not in CALIBRATION_HINT
