@@ -28,7 +28,8 @@ from provisioner import __version__
 from provisioner.chunked import budget_variants, collapse_variants, progress_by_design
 from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
-from provisioner.frontier import search_designs
+from provisioner.frontier import drive, search_designs
+from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
                                  SimulateOptions, from_keywords)
@@ -203,6 +204,9 @@ class SearchResult:
                                    calibration_hint(self.study.model))
         if self.sensitivity is not None:
             document["sensitivity"] = sensitivity_dict(self.sensitivity)
+        if self.study.hardware:
+            document["summary"]["hardware"] = hardware_summary(
+                self.designs, self.study.goal, frozenset(self.study.catalog.designs))
         return document
 
     def write(self, out_dir: str | Path) -> list[Path]:
@@ -236,6 +240,7 @@ class SearchResult:
             o = entry["optimum"] or {}
             rows.append({
                 "design": entry["design"], "feasible": entry["feasible"],
+                "status": entry["status"],
                 "layout": layout_label(o.get("layout")),
                 "prompt_machines": o.get("machines", o.get("prompt_machines")),
                 "token_machines": o.get("token_machines"), "rate_rps": o.get("rate_rps"),
@@ -310,11 +315,16 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
     verifier = Verifier(runner, _seeds(study), SCREEN_SEEDS, study.settings.verify_margin)
     with runner:
         runnable = [d for d in searched if layout_plans[d.name].variants]
-        found = search_designs(runnable, study.goal, study.constraints, study.settings,
-                               verifier.run, progress_by_design(on_batch, origin),
-                               runner.concurrent,
-                               {name: p.variants for name, p in layout_plans.items()})
-        found = {r.design.name: r for r in found}
+        variants = {name: p.variants for name, p in layout_plans.items()}
+        if study.hardware:
+            found = drive({HARDWARE_PROGRESS: hardware_search(
+                runnable, variants, study.goal, study.constraints, study.settings,
+                frozenset(study.catalog.designs))}, verifier.run, on_batch)[HARDWARE_PROGRESS]
+        else:
+            found = search_designs(runnable, study.goal, study.constraints, study.settings,
+                                   verifier.run, progress_by_design(on_batch, origin),
+                                   runner.concurrent, variants)
+            found = {r.design.name: r for r in found}
         results = [found.get(d.name) or no_layout_result(d, study.goal, layout_plans[d.name])
                    for d in searched]
         for result in results:

@@ -240,8 +240,10 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     from provisioner.api import check_writable_dir, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
-    from provisioner.terminal import (SearchProgress, compile_notice, markdown_table,
-                                      optimum_table, search_notes, sensitivity_table)
+    from provisioner.hardware import HARDWARE_PROGRESS
+    from provisioner.terminal import (SearchProgress, compile_notice, hardware_lines,
+                                      hardware_view, markdown_table, optimum_table,
+                                      search_notes, sensitivity_table)
 
     from provisioner.runner import check_execution
 
@@ -259,7 +261,8 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     shown = not (as_json or options.execution.quiet)
     with compile_notice(enabled=shown):
         warm_up(study)
-    with SearchProgress([d.name for d in study.designs], enabled=shown) as progress:
+    tasks = [HARDWARE_PROGRESS] if study.hardware else [d.name for d in study.designs]
+    with SearchProgress(tasks, enabled=shown) as progress:
         started = time.perf_counter()
         result = run_study(study, options.execution, progress.update)
         wall = time.perf_counter() - started
@@ -274,8 +277,9 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
         sys.stdout.write(frame.to_csv() if output_format == "csv" else markdown_table(frame))
     else:
         console = _console()
-        console.print(optimum_table(document, console.width))
-        for line in search_notes(document):
+        shown = hardware_view(document)
+        console.print(optimum_table(shown, console.width))
+        for line in hardware_lines(document) + search_notes(shown):
             console.print(line, highlight=False, soft_wrap=True)
         moved = sensitivity_table(document, console.width)
         if moved is not None:

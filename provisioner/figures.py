@@ -29,9 +29,12 @@ FEASIBLE_LEGEND_COLOUR = "#21918c"          # Viridis' midpoint: the design-spac
 
 def html_report(document: dict, results: Sequence[DesignResult]) -> str:
     inputs = document["inputs"]
-    figures = [("fig-design-space", design_space_figure(results, inputs)),
-               ("fig-latency-load", latency_load_figure(results, inputs)),
-               ("fig-summary", summary_figure(results))]
+    if document["summary"].get("hardware") is not None:   # dozens of designs: one scatter
+        figures = [("fig-hardware", hardware_figure(results))]
+    else:
+        figures = [("fig-design-space", design_space_figure(results, inputs)),
+                   ("fig-latency-load", latency_load_figure(results, inputs)),
+                   ("fig-summary", summary_figure(results))]
     import plotly.io as pio   # only to write the page: 0.05 s, where graph_objects took 0.2 s
     parts = []
     first = True
@@ -375,6 +378,54 @@ def _load_curve(result: DesignResult) -> list[Metrics]:
             if (m.prompt_machines, m.token_machines) == (o.prompt_machines, o.token_machines)
             and m.rate_rps is not None and m.outcome.completed]
     return sorted(same, key=lambda m: m.rate_rps)
+
+
+def hardware_figure(results: Sequence[DesignResult]) -> dict | None:
+    """A hardware search: every feasible design's optimum, cost against power, coloured by
+    prompt SKU (uncalibrated ones drawn as crosses), the Pareto front joined."""
+    done = [r for r in results if r.optimum is not None]
+    if not done:
+        return None
+    data = []
+    for sku in dict.fromkeys(r.design.prompt.name for r in done):
+        ours = [r for r in done if r.design.prompt.name == sku]
+        data.append(_scatter(
+            x=[r.optimum.cost_per_hour for r in ours], y=[r.optimum.power_kw for r in ours],
+            mode="markers", name=f"prompt {sku}",
+            marker={"size": 11, "symbol": ["x" if r.uncalibrated else "circle" for r in ours]},
+            text=[_hardware_hover(r) for r in ours], hoverinfo="text"))
+    front = pareto_front(done)
+    data.append(_scatter(x=[r.optimum.cost_per_hour for r in front],
+                         y=[r.optimum.power_kw for r in front], mode="lines+text",
+                         name="Pareto front (cost, power)", text=[r.design.name for r in front],
+                         textposition="top right", line={"dash": "dot", "color": "#444"},
+                         hoverinfo="skip"))
+    layout = {"title": {"text": "Every feasible design: cost against power (x: uncalibrated "
+                                "latencies; dotted: the Pareto front)"},
+              "xaxis": {"title": {"text": "cost $/h"}},
+              "yaxis": {"title": {"text": "power kW"}}, "height": 560}
+    return {"data": data, "layout": layout}
+
+
+def pareto_front(results: Sequence[DesignResult]) -> list[DesignResult]:
+    """The designs no other beats in both cost and power, cheapest first."""
+    ordered = sorted(results, key=lambda r: (r.optimum.cost_per_hour, r.optimum.power_kw))
+    front, least_power = [], math.inf
+    for r in ordered:
+        if r.optimum.power_kw < least_power:
+            front.append(r)
+            least_power = r.optimum.power_kw
+    return front
+
+
+def _hardware_hover(result: DesignResult) -> str:
+    o, d = result.optimum, result.design
+    pools = (f"{o.prompt_machines} x {d.prompt.name}" if d.is_baseline else
+             f"{o.prompt_machines} {d.prompt.name} prompt + {o.token_machines} {d.token.name} "
+             "token")
+    note = f"<br>uncalibrated: {', '.join(result.uncalibrated)}" if result.uncalibrated else ""
+    return (f"<b>{html.escape(d.name)}</b><br>{pools}<br>${o.cost_per_hour:,.2f}/h, "
+            f"{o.power_kw:,.1f} kW, {o.gpus} GPUs{note}")
 
 
 def summary_figure(results: Sequence[DesignResult]) -> dict | None:

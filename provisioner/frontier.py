@@ -246,13 +246,14 @@ def cheapest_on_staircase(probe: Probe, rate, tokens: tuple[int, int],
 
 def _beaten_caps(design: Design, goal: Goal, beat: float, p_cap: int,
                  t_cap: int) -> tuple[int, int]:
-    """The pools within which a point costs (min-power: draws) less than `beat` with at least
-    one machine in the other pool: a feasible point there is the only way to beat it."""
+    """The pools within which a point costs (min-power: draws) no more than `beat` with at
+    least one machine in the other pool: a feasible point there is the only way to beat it
+    (at equal cost, by drawing less: results are ranked by cost, then power)."""
     def unit(machine):
         return machine.power_kw if goal.name == "min-power" else machine.cost_per_hour
 
     def most(own, other) -> int:
-        return math.ceil((beat - other) / unit(own) - 1e-9) - 1
+        return math.floor((beat - other) / unit(own) + 1e-9)
 
     if design.is_baseline:
         return min(p_cap, most(design.prompt, 0.0)), 0
@@ -834,29 +835,27 @@ def objective(metrics: Metrics, goal: Goal) -> float:
 
 
 def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
-                  settings: SearchSettings):
+                  settings: SearchSettings, beat: float | None = None):
     """A design's layout variants (records with `design`, a capacity `bound` and the pool
     `floors` the growth starts from; best bound first), one after the other: a variant whose
     bound cannot beat the best verified optimum so far is not simulated, and the others must
-    undercut it (`beat`). Returns the best variant's DesignResult with every variant's fate
-    in `layouts`. Sequential within a design, so what is pruned does not depend on jobs or
-    batching."""
+    undercut it (`beat`; given, another design's min-cost / min-power optimum to undercut
+    too, whose bound the first variant's beats). Returns the best variant's DesignResult
+    with every variant's fate in `layouts`. Sequential within a design, so what is pruned
+    does not depend on jobs or batching."""
     better = goal_key(goal.name)
     best, best_variant, last, lines = None, None, None, []
+    maximise = goal.name == "max-rate"
     for variant in variants:
         line = {"layout": _layout_label(variant.design), "bound": float(variant.bound)}
-        if best is not None:
-            value = objective(best.optimum, goal)
-            beaten = (variant.bound <= value if goal.name == "max-rate"
-                      else variant.bound >= value)
-            if beaten:
-                lines.append({**line, "status": "pruned",
-                              "reason": "its capacity bound cannot beat the best layout"})
-                continue
-        beat = (objective(best.optimum, goal)
-                if best is not None and goal.name != "max-rate" else None)
-        result = yield from design_search(variant.design, goal, constraints, settings, beat,
-                                          variant.floors)
+        target = _to_beat(goal, beat, best)
+        if target is not None and (variant.bound <= target if maximise
+                                   else variant.bound >= target):
+            lines.append({**line, "status": "pruned",
+                          "reason": "its capacity bound cannot beat the best layout"})
+            continue
+        result = yield from design_search(variant.design, goal, constraints, settings,
+                                          None if maximise else target, variant.floors)
         last = result
         if result.feasible:
             o = result.optimum
@@ -878,6 +877,14 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
             line["status"] = "chosen" if line["layout"] == chosen_label else "lost"
     chosen.layouts = lines
     return chosen
+
+
+def _to_beat(goal: Goal, beat: float | None, best: DesignResult | None) -> float | None:
+    """The objective a layout must beat: the best layout's so far and another design's."""
+    values = [v for v in (beat, best and objective(best.optimum, goal)) if v is not None]
+    if not values:
+        return None
+    return max(values) if goal.name == "max-rate" else min(values)
 
 
 def _layout_label(design: Design) -> str:

@@ -138,6 +138,12 @@ class QuestionOptions:
     """What to optimise, and for which designs."""
     designs: tuple = option(("all",), "all, or D1,D2 (catalog names or PROMPT_SKU/TOKEN_SKU).",
                             Names(), short="-d", default_text="all", metavar="LIST", outcome=False)
+    hardware: Optional[tuple] = option(
+        None, "Which machines to buy: all, or SKU1,SKU2,... Every design shape over them (each "
+              "prompt SKU x token SKU pair, each SKU colocated, each chunked) is searched, best "
+              "capacity bound first; one that cannot beat the best found is pruned. Instead "
+              "of --designs.", Names(), default_text="--designs", metavar="all|SKUS",
+        outcome=False)
     goal: str = option("min-cost", "min-cost or min-power at --rate; max-rate under a budget.",
                        OneOf(GOALS), short="-g", outcome=False)
     power_budget_kw: Optional[float] = option(None, "max-rate under this provisioned power (kW).",

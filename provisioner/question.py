@@ -154,6 +154,17 @@ def resolve_design(item: str | Design | dict, catalog: Catalog) -> Design:
     return catalog.design(item)
 
 
+def asked_designs(question, catalog: Catalog) -> tuple[Design, ...]:
+    """--designs, or with --hardware every design shape over those SKUs."""
+    if question.hardware is None:
+        return resolve_designs(question.designs, catalog)
+    if tuple(question.designs) != ("all",):
+        raise InputError(f"give {option_ref('designs')} or {option_ref('hardware')}, not both: "
+                         f"--hardware searches every design shape over its SKUs")
+    from provisioner.hardware import hardware_designs
+    return hardware_designs(question.hardware, catalog)
+
+
 def resolve_designs(items: Sequence[str | Design | dict], catalog: Catalog) -> tuple[Design, ...]:
     """'all' (catalog designs, then the spec's own) or names and records."""
     if list(items) == ["all"]:
@@ -233,8 +244,7 @@ def resolve_study(options: SearchOptions) -> Study:
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures")
     model = model_in_dtype(resolve_model(s, catalog), s.dtype)
-    designs = with_chunk_tokens(resolve_designs(options.question.designs, catalog),
-                                s.chunk_tokens)
+    designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     check_pins(options.layout, catalog, designs)
     settings = options.settings
@@ -253,7 +263,8 @@ def resolve_study(options: SearchOptions) -> Study:
                   sim_options=sim_options(options.study, options.resilience),
                   assumptions=s.assumptions,
                   survive_failures=options.question.survive_failures or 0,
-                  layout=options.layout, options=options)
+                  layout=options.layout, options=options,
+                  hardware=options.question.hardware is not None)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
 

@@ -70,7 +70,7 @@ def design_dict(result: DesignResult) -> dict:
         chunked = {"prefill": d.prefill, "chunk_tokens": d.chunk_tokens,
                    "chunk_search": [_rounded(line) for line in result.chunk_search]}
     return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku, **chunked,
-            "feasible": result.feasible, "reason": result.reason,
+            "feasible": result.feasible, "status": result.status, "reason": result.reason,
             "uncalibrated_skus": list(result.uncalibrated), "optimum": optimum,
             "search_box": list(result.box) if result.box else None,
             "capacity_bound": (None if result.capacity_bound is None else
@@ -115,12 +115,25 @@ def verification_dict(verification: dict | None) -> dict:
             "verification": {"seeds": verification["seeds"], "slo": slo}}
 
 
+def uncalibrated_warnings(results: Sequence[DesignResult], hint: str) -> list[str]:
+    """A warning per set of uncalibrated SKUs, naming the designs that use it (a hardware
+    search has a dozen designs with the same SKU: one warning, not a dozen)."""
+    designs: dict[tuple[str, ...], list[str]] = {}
+    for r in results:
+        if r.uncalibrated:
+            designs.setdefault(tuple(r.uncalibrated), []).append(r.design.name)
+    warnings = []
+    for skus, names in designs.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        warnings.append(f"{shown}: {', '.join(skus)}: {hint}")
+    return warnings
+
+
 def report_document(inputs: dict, results: Sequence[DesignResult], versions: dict,
                     assumptions: list[dict] | None = None, calibration_hint: str = "") -> dict:
     """The report.json content: schema, versions, echoed inputs, the modelling assumptions,
     per-design results, warnings and the summary."""
-    warnings = [f"{r.design.name}: {', '.join(r.uncalibrated)}: {calibration_hint}"
-                for r in results if r.uncalibrated]
+    warnings = uncalibrated_warnings(results, calibration_hint)
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "versions": versions,
             "inputs": inputs, "assumptions": assumptions or [],
             "designs": [design_dict(r) for r in results], "warnings": warnings,

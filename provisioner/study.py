@@ -283,6 +283,7 @@ class Study:
     survive_failures: int = field(default=0, metadata=OUTCOME)  # N+k: pass with k machines down
     layout: Any = None    # LayoutOptions: pinned tp / pp (None: every layout that fits)
     options: Any = None   # the SearchOptions the study was resolved from
+    hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound
 
 
 # ------------------------------------------------------------------------------- the answers
@@ -374,6 +375,12 @@ class DesignResult:
     capacity_bound: dict | None = None  # the chosen layout's bound: value, pool floors
     layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate
     layouts_skipped: list[dict] = field(default_factory=list)   # pool layouts that cannot run
+    pruned: bool = False   # --hardware: not searched (or not to the end): it cannot win
+
+    @property
+    def status(self) -> str:
+        """feasible, infeasible, or pruned (by a bound: it cannot beat the best design)."""
+        return "pruned" if self.pruned else "feasible" if self.feasible else "infeasible"
 
     def __repr__(self) -> str:   # one line, not every evaluated point (notebooks)
         if self.optimum is None:

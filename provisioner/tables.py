@@ -103,5 +103,9 @@ def answer_sentence(document: dict) -> str:
     if o.get("binding_slo"):
         binding = (f"; binding SLO {o['binding_slo'].replace('_', ' ').upper()}, margin "
                    f"{o['binding_margin']:+.1%}")
+    hardware = document["summary"].get("hardware")
+    margin = ""
+    if hardware is not None and hardware["comparison"]:   # --hardware: against the catalog's
+        margin = f" {hardware['comparison'][0].upper()}{hardware['comparison'][1:]}."
     return (f"Best: {best}, {pools}{rate}: ${o['cost_per_hour']:,.2f}/h, "
-            f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.")
+            f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.{margin}")

@@ -216,6 +216,42 @@ def comparison_lines(document: dict) -> list[str]:
     return lines
 
 
+HARDWARE_SHOWN = 8   # a hardware search's table: the best few designs, then a count
+
+
+def hardware_view(document: dict) -> dict:
+    """The document as the terminal shows a hardware search: its best HARDWARE_SHOWN feasible
+    designs (and the best catalog design, if not among them), best first."""
+    hardware = document["summary"].get("hardware")
+    if hardware is None:
+        return document
+    key = {"min-cost": lambda o: (o["cost_per_hour"], o["power_kw"]),
+           "min-power": lambda o: (o["power_kw"], o["cost_per_hour"]),
+           "max-rate": lambda o: (-o["rate_rps"], o["cost_per_hour"])}[
+        document["inputs"]["goal"]["name"]]
+    feasible = sorted((d for d in document["designs"] if d["status"] == "feasible"),
+                      key=lambda d: key(d["optimum"]))
+    shown = feasible[:HARDWARE_SHOWN]
+    shown += [d for d in feasible[HARDWARE_SHOWN:]
+              if d["design"] == hardware["best_catalog_design"]]
+    return {**document, "designs": shown}
+
+
+def hardware_lines(document: dict) -> list[str]:
+    """The answer of a hardware search and a count of the designs the table leaves out."""
+    hardware = document["summary"].get("hardware")
+    if hardware is None:
+        return []
+    shown = len(hardware_view(document)["designs"])
+    return [f"[bold]Best over these machines:[/] {hardware['answer']}",
+            f"{hardware['designs']} design shapes: {hardware['feasible']} feasible ({shown} "
+            f"shown), {hardware['pruned']} pruned ({hardware['pruned_before_simulation']} "
+            "by their capacity bound before any simulation, the others when no pool sizes "
+            f"that cost less met the SLOs), {hardware['infeasible']} infeasible; every one "
+            "with its status and reason in "
+            "report.json (designs[].status) and its points in evaluations.csv"]
+
+
 SENSITIVITY_TITLE = ("What moves the answer (each optimum re-derived with one assumption "
                      "changed; verified on 3 samples)")
 

@@ -149,7 +149,7 @@ OTHER_CHANGES = {   # options that change the search or its points, never a samp
     "max_prompt": 3, "max_token": 3, "exhaustive": True, "search_limit": 32,
     "rate_tolerance": 0.1, "verify_seeds": 3, "verify_margin": 0.0, "sensitivity": True,
     "start_rate": 2.0, "load_sweep": (0.9,), "tp": 8, "tp_prompt": 8, "tp_token": 8, "pp": 1,
-    "price": (("dgx-h100", 30.0),),
+    "price": (("dgx-h100", 30.0),), "hardware": ("dgx-h100",),
 }
 
 
