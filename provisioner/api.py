@@ -30,6 +30,7 @@ from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
 from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
+from provisioner.loadcurve import curve_report
 from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
                                  SimulateOptions, from_keywords)
@@ -39,7 +40,7 @@ from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_e
                                   resolve_study, study_catalog,
                                   sim_options, to_echo)
 from provisioner.figures import optimum_html
-from provisioner.reports import (REPORT_FILES, csv_text, machines_of, render_reports,
+from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_reports,
                                  report_document,
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
@@ -196,6 +197,7 @@ class SearchResult:
     designs: list[DesignResult]
     stats: RunStats = field(default_factory=RunStats)
     sensitivity: list[dict] | None = None   # with --sensitivity: what moves each optimum
+    load_plan: dict | None = None   # with --load-curve: the static cluster and the plan
 
     def to_dict(self) -> dict:
         """Exactly the content of report.json (and of `provision search --json`)."""
@@ -204,6 +206,8 @@ class SearchResult:
                                    calibration_hint(self.study.model))
         if self.sensitivity is not None:
             document["sensitivity"] = sensitivity_dict(self.sensitivity)
+        if self.load_plan is not None:
+            document["load_curve"] = self.load_plan
         if self.study.hardware:
             document["summary"]["hardware"] = hardware_summary(
                 self.designs, self.study.goal, frozenset(self.study.catalog.designs))
@@ -290,12 +294,33 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
         result.uncalibrated = uncalibrated(result.design, study)
     if study.survive_failures and resilience:
         price_of_resilience(study, execution, results)
+    plan = None
+    if study.load_curve is not None:
+        plan, more = load_plan(study, execution, results)
+        stats = add_stats(stats, *more)
     moved = None
     if study.settings.sensitivity:
         moved, more = sensitivity(study, execution, partial(run_study, resilience=False),
                                   results)
         stats = add_stats(stats, *more)
-    return SearchResult(study, results, stats, moved)
+    return SearchResult(study, results, stats, moved, plan)
+
+
+def load_plan(study: Study, execution: Execution,
+              results: list[DesignResult]) -> tuple[dict, list[RunStats]]:
+    """--load-curve: every other window rate searched as the busiest one was (the same
+    designs, verification and rules), then each design's plan and what it saves."""
+    optima = {study.goal.rate_rps: {r.design.name: r for r in results}}
+    runs = []
+    for rate in sorted({w.rate_rps for w in study.load_curve[0]} - {0.0}, reverse=True):
+        if rate in optima:
+            continue
+        at_rate = replace(study, goal=replace(study.goal, rate_rps=rate), load_curve=None,
+                          settings=replace(study.settings, sensitivity=False, load_sweep=()))
+        found = run_study(at_rate, execution, resilience=False)
+        optima[rate] = {r.design.name: r for r in found.designs}
+        runs.append(found.stats)
+    return curve_report(study, optima), runs
 
 
 def add_stats(*runs: RunStats) -> RunStats:
@@ -384,7 +409,7 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
 def check_writable_dir(path: str | Path, field_name: str) -> None:
     """Fail before any simulation when `path` cannot become a directory we can write (with the
     report files in it, for --out)."""
-    check_output_dir(path, field_name, REPORT_FILES if field_name == "out" else ())
+    check_output_dir(path, field_name, WRITTEN_FILES if field_name == "out" else ())
 
 
 def search(*, spec: str | Path | None = None, on_batch: OnBatch | None = None,

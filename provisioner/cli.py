@@ -242,19 +242,20 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     from provisioner.evaluate import warm_up
     from provisioner.hardware import HARDWARE_PROGRESS
     from provisioner.terminal import (SearchProgress, compile_notice, hardware_lines,
-                                      hardware_view, markdown_table, optimum_table,
+                                      hardware_view, load_curve_lines, markdown_table,
+                                      optimum_table,
                                       search_notes, sensitivity_table)
 
     from provisioner.runner import check_execution
 
     from provisioner.files import check_not_an_input, output_errors
     from provisioner.question import input_files
-    from provisioner.reports import REPORT_FILES
+    from provisioner.reports import WRITTEN_FILES
 
     out = Path(options.execution.out)
     check_writable_dir(out, "out")
     inputs = input_files(options, spec)
-    for name in REPORT_FILES:
+    for name in WRITTEN_FILES:
         check_not_an_input(out / name, inputs, "out")
     check_execution(options.execution)
     study = resolve_study(options)
@@ -279,7 +280,7 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
         console = _console()
         shown = hardware_view(document)
         console.print(optimum_table(shown, console.width))
-        for line in hardware_lines(document) + search_notes(shown):
+        for line in hardware_lines(document) + search_notes(shown) + load_curve_lines(document):
             console.print(line, highlight=False, soft_wrap=True)
         moved = sensitivity_table(document, console.width)
         if moved is not None:

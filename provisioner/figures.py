@@ -29,7 +29,9 @@ FEASIBLE_LEGEND_COLOUR = "#21918c"          # Viridis' midpoint: the design-spac
 
 def html_report(document: dict, results: Sequence[DesignResult]) -> str:
     inputs = document["inputs"]
-    if document["summary"].get("hardware") is not None:   # dozens of designs: one scatter
+    if document.get("load_curve") is not None:
+        figures = [("fig-load-curve", load_curve_figure(document))]
+    elif document["summary"].get("hardware") is not None:   # dozens of designs: one scatter
         figures = [("fig-hardware", hardware_figure(results))]
     else:
         figures = [("fig-design-space", design_space_figure(results, inputs)),
@@ -378,6 +380,43 @@ def _load_curve(result: DesignResult) -> list[Metrics]:
             if (m.prompt_machines, m.token_machines) == (o.prompt_machines, o.token_machines)
             and m.rate_rps is not None and m.outcome.completed]
     return sorted(same, key=lambda m: m.rate_rps)
+
+
+def load_curve_figure(document: dict) -> dict | None:
+    """--load-curve: the curve's rate (and each window's sized rate) over time, and each
+    design's machines per pool, planned and static, on a second axis."""
+    curve = document["load_curve"]
+    spans = curve["windows"]
+    hours = [w["start_s"] / 3600.0 for w in spans] + [spans[-1]["end_s"] / 3600.0]
+
+    def steps(values):   # a step line: each value held over its window
+        return ([h for h in hours[:-1] for _ in (0, 1)][1:] + [hours[-1]],
+                [v for v in values for _ in (0, 1)])
+
+    data = []
+    for label, key in (("peak rate req/s", "peak_rps"), ("mean rate req/s", "mean_rps")):
+        x, y = steps([w[key] for w in spans])
+        data.append(_scatter(x=x, y=y, mode="lines", name=label, line={"width": 1}))
+    for name, entry in curve["designs"].items():
+        if not entry["feasible"]:
+            continue
+        for pool, role in ((0, "prompt"), (1, "token")):
+            if not any(p[pool] for p in entry["plan"]):
+                continue
+            x, y = steps([p[pool] for p in entry["plan"]])
+            data.append(_scatter(x=x, y=y, mode="lines", yaxis="y2",
+                                 name=f"{name} {role if entry['static'][1] else 'machines'}"))
+            data.append(_scatter(x=[hours[0], hours[-1]], y=[entry["static"][pool]] * 2,
+                                 mode="lines", yaxis="y2", line={"dash": "dot"},
+                                 name=f"{name} {role if entry['static'][1] else 'machines'}, "
+                                      "static"))
+    layout = {"title": {"text": "Load over the curve and the machines per pool, planned "
+                                "(solid) and static (dotted)"},
+              "xaxis": {"title": {"text": "hours from the curve's start"}},
+              "yaxis": {"title": {"text": "requests per second"}},
+              "yaxis2": {"title": {"text": "machines"}, "overlaying": "y", "side": "right"},
+              "height": 520, "legend": {"orientation": "h", "y": -0.2}}
+    return {"data": data, "layout": layout}
 
 
 def hardware_figure(results: Sequence[DesignResult]) -> dict | None:

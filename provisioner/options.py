@@ -158,6 +158,21 @@ class QuestionOptions:
               "the window, down for the rest of the run) in each placement: k prompt, k token, "
               "and half and half (baselines: k machines); reports the price of resilience for "
               "restart and replicate.", count(1, 64), metavar="K", outcome=True)
+    load_curve: Optional[str] = option(
+        None, "A load curve (CSV time_s,rate_rps, seconds or ISO timestamps, piecewise "
+              "constant): size the static cluster for its busiest --window and plan the pools "
+              "window by window (README: Load over a week).", Text(), path=True,
+        metavar="CSV", outcome=False)
+    window: float = option(3600.0, "--load-curve: the planning window in seconds.",
+                           positive(MAX_DURATION), outcome=False)
+    peak_rate: Optional[float] = option(
+        None, "--load-curve: rescale the curve so its highest rate is this (req/s).",
+        positive(MAX_RATE), outcome=False)
+    scale_up_minutes: float = option(
+        10.0, "--load-curve: minutes a machine added to a pool takes to boot and load weights "
+              "(paid, serving nothing).", Number(0.0, 1440.0), outcome=False)
+    min_machines: int = option(1, "--load-curve: the plan keeps at least this many machines "
+                                  "per pool.", count(1, MAX_MACHINES), outcome=False)
     custom_designs: Optional[dict] = option(
         None, "Spec files only: {NAME: {prompt_sku, token_sku, mixed_pool, prefill, "
               "chunk_tokens}}.", Mapping(),

@@ -29,7 +29,8 @@ from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, SearchOptions,
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, QuestionOptions,
+                                 SearchOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
@@ -187,8 +188,35 @@ def with_custom_designs(catalog: Catalog, entries: dict | None) -> Catalog:
     return catalog.with_designs(designs)
 
 
-def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog) -> Goal:
+def resolve_load_curve(options: SearchOptions):
+    """--load-curve: (its planning windows, the plan's rules), checked against the other
+    options; None without a curve."""
+    q = options.question
+    if q.load_curve is None:
+        defaults = QuestionOptions()
+        for name in ("window", "peak_rate", "scale_up_minutes", "min_machines"):
+            if getattr(q, name) != getattr(defaults, name):
+                raise InputError(f"{option_ref(name)} applies to a load curve: add "
+                                 f"{option_ref('load_curve')} FILE, or drop it", field=name)
+        return None
+    from provisioner.loadcurve import PlanRules, read_load_curve, windows
+    if options.study.rate is not None:
+        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
+                         f"{option_ref('rate')}", field="rate")
+    if q.goal == "max-rate":
+        raise InputError(f"{option_ref('load_curve')} sizes for the curve's load: use "
+                         f"{option_ref('goal')} min-cost or min-power", field="goal")
+    check_path(q.load_curve, "load_curve")
+    curve = read_load_curve(q.load_curve).scaled(q.peak_rate)
+    return (tuple(windows(curve, q.window)),
+            PlanRules(q.scale_up_minutes * 60.0, q.min_machines))
+
+
+def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog,
+                 load_curve=None) -> Goal:
     name, rate = options.question.goal, options.study.rate
+    if load_curve is not None:   # the static cluster: sized for the busiest window
+        rate = max(window.rate_rps for window in load_curve[0])
     if name == "max-rate" and rate is not None:
         raise InputError(f"{option_ref('goal')} max-rate searches the rate: drop "
                          f"{option_ref('rate')}", field="rate")
@@ -239,7 +267,8 @@ def resolve_study(options: SearchOptions) -> Study:
     workload = workload_source(s.workload)
     perf = resolve_perf(s)
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation
-    goal = resolve_goal(options, workload, catalog)
+    load_curve = resolve_load_curve(options)
+    goal = resolve_goal(options, workload, catalog, load_curve)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures")
@@ -264,7 +293,7 @@ def resolve_study(options: SearchOptions) -> Study:
                   assumptions=s.assumptions,
                   survive_failures=options.question.survive_failures or 0,
                   layout=options.layout, options=options,
-                  hardware=options.question.hardware is not None)
+                  hardware=options.question.hardware is not None, load_curve=load_curve)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
 

@@ -22,6 +22,8 @@ SCHEMA_VERSION = 4  # 2: verification, headroom, assumptions, warnings, sensitiv
 #                       3: inputs.options, the question as asked (what `check` reads);
 #                       4: layouts (optimum.layout, designs[].layouts, layouts_skipped)
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
+PLAN_FILE = "plan.csv"   # --load-curve: each design's pools per window
+WRITTEN_FILES = REPORT_FILES + (PLAN_FILE,)   # every file a search may write in --out
 
 
 def num(value: Any) -> Any:
@@ -212,13 +214,37 @@ def _cell(value) -> str:
 def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str, str]:
     """All three files as text; nothing is written until every one of them rendered."""
     from provisioner.figures import html_report
-    return {"report.json": json_text(document), "evaluations.csv": csv_text(results),
-            "report.html": html_report(document, results)}
+    texts = {"report.json": json_text(document), "evaluations.csv": csv_text(results),
+             "report.html": html_report(document, results)}
+    if document.get("load_curve") is not None:
+        texts[PLAN_FILE] = plan_csv(document)
+    return texts
+
+
+def plan_csv(document: dict) -> str:
+    """--load-curve: one row per window and design: its rates and the plan's pools."""
+    curve = document["load_curve"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
+                     "prompt_machines", "token_machines", "static_prompt", "static_token"))
+    for name, entry in curve["designs"].items():
+        if not entry["feasible"]:
+            continue
+        for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
+            writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
+                             window["mean_rps"], window["rate_rps"], name, *pools,
+                             *entry["static"]))
+    return buffer.getvalue()
 
 
 def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:
     """All report files at once: the previous reports (or none) stay if anything fails."""
-    return write_files_atomically(Path(out_dir), {name: texts[name] for name in REPORT_FILES})
+    written = write_files_atomically(Path(out_dir), dict(texts))
+    stale = Path(out_dir) / PLAN_FILE   # a plan of an earlier search would read as this one's
+    if PLAN_FILE not in texts and stale.is_file():
+        stale.unlink()
+    return written
 
 
 def non_monotone_lines(document: dict) -> list[str]:

@@ -284,6 +284,7 @@ class Study:
     layout: Any = None    # LayoutOptions: pinned tp / pp (None: every layout that fits)
     options: Any = None   # the SearchOptions the study was resolved from
     hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound
+    load_curve: Any = None   # --load-curve: (planning windows, PlanRules); goal at the busiest
 
 
 # ------------------------------------------------------------------------------- the answers

@@ -252,6 +252,56 @@ def hardware_lines(document: dict) -> list[str]:
             "report.json (designs[].status) and its points in evaluations.csv"]
 
 
+def load_curve_lines(document: dict) -> list[str]:
+    """--load-curve: per design its static cluster, its plan's cost and what it saves, then
+    the best design's plan window by window (equal windows merged)."""
+    curve = document.get("load_curve")
+    if curve is None:
+        return []
+    spans = curve["windows"]
+    hours = (spans[-1]["end_s"] - spans[0]["start_s"]) / 3600.0
+    peaks = [w["peak_rps"] for w in spans]
+    lines = [f"[bold]Load curve[/]: {len(spans)} windows over {hours:g} h, "
+             f"{min(peaks):.4g}-{max(peaks):.4g} req/s; the static cluster is sized for the "
+             f"busiest window, the plan window by window (scale-up "
+             f"{curve['rules']['scale_up_s'] / 60:g} min, at least "
+             f"{curve['rules']['min_machines']} machine(s) a pool, no flapping)"]
+    for name, entry in curve["designs"].items():
+        if not entry["feasible"]:
+            lines.append(f"  {name}: no plan: {entry['reason']}")
+            continue
+        cost, hours_used = entry["cost_usd"], entry["machine_hours"]
+        lines.append(f"  {name}: static {_pool_sizes(entry['static'])} ${cost['static']:,.0f}; plan "
+                     f"${cost['plan']:,.0f} ({entry['saves']:.0%} less; "
+                     f"${cost['plan_without_delay']:,.0f} with no provisioning delay); "
+                     f"{hours_used['plan']:,.0f} vs {hours_used['static']:,.0f} machine-hours, "
+                     f"{entry['energy_kwh']['plan']:,.0f} vs "
+                     f"{entry['energy_kwh']['static']:,.0f} kWh")
+    best = document["summary"]["best_design"]
+    entry = curve["designs"].get(best) or {}
+    if entry.get("feasible"):
+        runs = []
+        for window, pools in zip(spans, entry["plan"]):
+            if runs and runs[-1][2] == pools:
+                runs[-1][1] = window["end_s"]
+            else:
+                runs.append([window["start_s"], window["end_s"], pools])
+        lines.append(f"  plan for {best} (plan.csv): " + ", ".join(
+            f"{_clock(a)}-{_clock(b)} {_pool_sizes(p)}" for a, b, p in runs))
+    return lines
+
+
+def _pool_sizes(pools: list[int]) -> str:
+    return f"{pools[0]}" if not pools[1] else f"{pools[0]}P+{pools[1]}T"
+
+
+def _clock(seconds: float) -> str:
+    """h:mm from the curve's start (days past the first as +Nd)."""
+    minutes = int(round(seconds / 60.0))
+    days, minutes = divmod(minutes, 24 * 60)
+    return f"{'+%dd ' % days if days else ''}{minutes // 60:d}:{minutes % 60:02d}"
+
+
 SENSITIVITY_TITLE = ("What moves the answer (each optimum re-derived with one assumption "
                      "changed; verified on 3 samples)")
 

@@ -1,0 +1,285 @@
+"""Sizing for a load curve (issue 29, first part): the static cluster for the busiest
+planning window and a per-window autoscaling plan, with what the plan saves.
+
+A curve is `time_s,rate_rps` rows (or ISO timestamps in the first column), piecewise constant:
+each rate holds until the next row's time, the last one for the median step. It is cut into
+planning windows (`--window`, default 1 h); a window is sized for the highest rate it holds
+(a piecewise-constant curve reaches that rate inside the window). Rates are rounded up to a
+grid of `RATE_STEP` relative steps, so windows of nearly equal load share one search.
+
+Each distinct window rate is searched as any `--rate` is (screened, verified on every
+verification sample). The plan picks, per window, one of the clusters verified at that window's rate or above,
+the cheapest sequence (min-power: the least energy) under three rules a fleet obeys:
+- a floor: no pool below `--min-machines`;
+- no flapping: a pool that shrank entering a window does not grow entering the next;
+- a provisioning delay (`--scale-up-minutes`): a machine added for a window is paid from that
+  long before the window starts (it boots and loads weights meanwhile, serving nothing).
+What is not simulated yet: the transitions themselves (each window is verified at its
+steady-state rate, not in one run with pools resizing mid-run).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hardware_catalog import InputError, option_ref
+
+RATE_STEP = 0.02   # window rates are rounded up to powers of (1 + RATE_STEP): the rate tolerance
+MAX_WINDOWS = 10_000
+
+
+@dataclass(frozen=True)
+class LoadCurve:
+    """A piecewise-constant arrival rate: rates[i] from times[i] to times[i + 1] (the last one
+    for `tail_s`)."""
+    source: str
+    times: tuple[float, ...]
+    rates: tuple[float, ...]
+    tail_s: float
+
+    @property
+    def end_s(self) -> float:
+        return self.times[-1] + self.tail_s
+
+    def scaled(self, peak_rps: float | None) -> "LoadCurve":
+        """The curve rescaled so its highest rate is `peak_rps` (None: as it is)."""
+        if peak_rps is None:
+            return self
+        factor = peak_rps / max(self.rates)
+        return LoadCurve(self.source, self.times, tuple(r * factor for r in self.rates),
+                         self.tail_s)
+
+
+@dataclass(frozen=True)
+class Window:
+    start_s: float
+    end_s: float
+    peak_rps: float     # the highest rate of the curve inside the window
+    mean_rps: float     # its time-weighted mean (what the window's requests average)
+    rate_rps: float     # what the window is sized for: the peak, rounded up to the grid
+
+
+def read_load_curve(path: str) -> LoadCurve:
+    """The curve in `path`, checked: one line naming the file, row and field when not."""
+    import pandas as pd
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise InputError(f"cannot be read as a CSV load curve ({type(err).__name__}); "
+                         "expected columns time_s,rate_rps", source=path) from None
+    if list(frame.columns[:2]) != ["time_s", "rate_rps"] and len(frame.columns) >= 2:
+        frame = frame.rename(columns={frame.columns[0]: "time_s", frame.columns[1]: "rate_rps"})
+    if len(frame.columns) < 2 or frame.empty:
+        raise InputError("holds no rows; expected columns time_s,rate_rps (seconds or ISO "
+                         "timestamps, requests per second)", source=path)
+    times = _times(frame["time_s"].tolist(), path)
+    rates = []
+    for row, text in enumerate(frame["rate_rps"].tolist(), start=2):
+        try:
+            rate = float(text)
+        except ValueError:
+            rate = math.nan
+        if not math.isfinite(rate) or rate < 0:
+            raise InputError(f"row {row}, field rate_rps: {text!r} is not a rate >= 0 "
+                             "(requests per second)", source=path)
+        rates.append(rate)
+    for row in range(1, len(times)):
+        if times[row] <= times[row - 1]:
+            raise InputError(f"row {row + 2}, field time_s: {times[row]:g} s is not after the "
+                             f"row before ({times[row - 1]:g} s); sort the curve by time, one "
+                             "row per time", source=path)
+    if max(rates) <= 0:
+        raise InputError("every rate is 0: the curve asks for no requests", source=path)
+    steps = np.diff(times)
+    tail = float(np.median(steps)) if len(steps) else 3600.0
+    start = times[0]
+    return LoadCurve(path, tuple(t - start for t in times), tuple(rates), tail)
+
+
+def _times(cells: list[str], path: str) -> list[float]:
+    """Seconds, or ISO timestamps as seconds since the first."""
+    try:
+        return [float(c) for c in cells]
+    except ValueError:
+        pass
+    import pandas as pd
+    stamps = []
+    for row, text in enumerate(cells, start=2):
+        try:
+            stamps.append(pd.Timestamp(text).timestamp())
+        except (ValueError, TypeError):
+            raise InputError(f"row {row}, field time_s: {text!r} is neither seconds nor an ISO "
+                             "timestamp", source=path) from None
+    if any(not math.isfinite(s) for s in stamps):
+        raise InputError("field time_s: a time is not finite", source=path)
+    return stamps
+
+
+def windows(curve: LoadCurve, window_s: float) -> list[Window]:
+    """The planning windows over the curve, each with its peak and mean rate."""
+    if window_s > curve.end_s + 1e-9:
+        raise InputError(f"{option_ref('window')} {window_s:g} s is longer than the load curve "
+                         f"({curve.end_s:g} s); give a shorter window", field="window")
+    count = math.ceil(curve.end_s / window_s - 1e-9)
+    if count > MAX_WINDOWS:
+        raise InputError(f"{option_ref('window')} {window_s:g} s cuts the curve into {count} "
+                         f"windows (at most {MAX_WINDOWS}); give a longer window",
+                         field="window")
+    edges = np.append(np.array(curve.times), curve.end_s)
+    rates = np.array(curve.rates)
+    result = []
+    for k in range(count):
+        start, end = k * window_s, min((k + 1) * window_s, curve.end_s)
+        overlap = np.clip(np.minimum(edges[1:], end) - np.maximum(edges[:-1], start), 0, None)
+        inside = overlap > 0
+        peak = float(rates[inside].max())
+        mean = float((rates * overlap).sum() / (end - start))
+        result.append(Window(start, end, peak, mean, grid_rate(peak)))
+    return result
+
+
+def grid_rate(rate: float) -> float:
+    """`rate` rounded up to the next power of (1 + RATE_STEP), to 4 significant digits."""
+    if rate <= 0:
+        return 0.0
+    step = math.log1p(RATE_STEP)
+    return float(f"{math.exp(math.ceil(math.log(rate) / step - 1e-9) * step):.4g}")
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class PlanRules:
+    scale_up_s: float     # a machine added for a window is paid from this long before it
+    floor: int            # machines per pool at least
+
+
+def plan_pools(options: Sequence[Sequence[tuple[int, int]]], spans: Sequence[Window],
+               unit: tuple[float, float], rules: PlanRules) -> list[tuple[int, int]]:
+    """A cheap sequence of (prompt, token) pools, one per window: one of that window's
+    `options` (clusters verified at its rate or above; each pool raised to the floor), or
+    one with the previous window's machines kept, where a machine added for a window is paid
+    `scale_up_s` earlier and no pool flaps (a pool that shrank entering a window may not grow
+    entering the next). A dynamic programme over (pools, which pools just shrank): the
+    cheapest of those sequences, so never dearer than the best plan of options alone."""
+    def floored(c):
+        return tuple(max(rules.floor, n) if n else 0 for n in c)
+
+    def hours(k):
+        return (spans[k].end_s - spans[k].start_s) / 3600.0
+
+    def running(k, c):
+        return hours(k) * sum(n * u for n, u in zip(c, unit))
+
+    def adding(before, after):
+        return rules.scale_up_s / 3600.0 * sum(max(0, a - b) * u
+                                               for a, b, u in zip(after, before, unit))
+
+    layers = [sorted({floored(c) for c in window}) for window in options]
+    best = {(c, (False, False)): (running(0, c), None) for c in layers[0]}
+    history = [best]
+    for k in range(1, len(layers)):
+        step = {}
+        for (before, shrank), (cost, _) in best.items():
+            # an option, or an option with the machines already running kept (more machines
+            # never hurt): keeping them is how a pool avoids shrinking and growing back
+            for after in {c for o in layers[k]
+                          for c in (o, tuple(max(a, b) for a, b in zip(o, before)))}:
+                if any(s and a > b for s, a, b in zip(shrank, after, before)):
+                    continue   # no flapping: a pool that just shrank does not grow back
+                total = cost + adding(before, after) + running(k, after)
+                state = (after, tuple(a < b for a, b in zip(after, before)))
+                if state not in step or total < step[state][0] - 1e-12:
+                    step[state] = (total, (before, shrank))
+        best = step
+        history.append(best)
+    state = min(best, key=lambda s: (best[s][0], s))
+    plan = []
+    for layer in reversed(history):
+        plan.append(state[0])
+        state = layer[state][1]
+    return plan[::-1]
+
+
+def plan_cost(plan: Sequence[tuple[int, int]], spans: Sequence[Window], unit: tuple[float, float],
+              scale_up_s: float) -> float:
+    """Machine-units (machine-hours x `unit`, per pool) of a plan: each window's pools for its
+    span, and every machine added at a window paid `scale_up_s` earlier (from the previous
+    window's end)."""
+    total = 0.0
+    for i, (pools, window) in enumerate(zip(plan, spans)):
+        hours = (window.end_s - window.start_s) / 3600.0
+        total += sum(n * u for n, u in zip(pools, unit)) * hours
+        if i > 0:
+            added = [max(0, n - m) for n, m in zip(pools, plan[i - 1])]
+            total += sum(a * u for a, u in zip(added, unit)) * scale_up_s / 3600.0
+    return total
+
+
+def curve_example_path() -> Path:
+    return Path(__file__).resolve().parents[1] / "examples" / "load-curves"
+
+
+def curve_report(study, optima: dict[float, dict[str, object]]) -> dict:
+    """report.json `load_curve`: the windows, the rules and per design its static cluster, its
+    plan and what the plan saves. `optima[rate][design name]` is the DesignResult of the
+    search at that window rate (the busiest one is the static cluster)."""
+    spans, rules = study.load_curve
+    peak = study.goal.rate_rps
+    designs = {}
+    for name in optima[peak]:
+        designs[name] = _design_plan(name, spans, rules, optima, peak, study.goal.name)
+    return {"windows": [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": round(w.peak_rps, 6),
+                         "mean_rps": round(w.mean_rps, 6), "rate_rps": w.rate_rps}
+                        for w in spans],
+            "rules": {"scale_up_s": rules.scale_up_s, "min_machines": rules.floor,
+                      "no_flapping": "a pool that shrank entering a window does not grow "
+                                     "entering the next"},
+            "sized_for": "each window's highest rate, rounded up to a 2% grid; each window "
+                         "verified at that rate in steady state (the transitions between "
+                         "windows are not simulated)",
+            "designs": designs}
+
+
+def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
+                 goal_name: str) -> dict:
+    static = optima[peak][name]
+    if not static.feasible:
+        return {"feasible": False, "reason": f"no static cluster: {static.reason}"}
+    design = static.design
+    token = design.token or design.prompt
+    units = {"machine_hours": (1.0, 1.0),
+             "cost_usd": (design.prompt.cost_per_hour, token.cost_per_hour),
+             "energy_kwh": (design.prompt.power_kw, token.power_kw)}
+    options = []
+    for k, window in enumerate(spans):
+        if window.rate_rps == 0:
+            options.append([(rules.floor, 0 if design.is_baseline else rules.floor)])
+            continue
+        # more load never needs fewer machines: a cluster verified at a higher window rate
+        # serves this one too (the searches at different rates draw different samples and
+        # may split the pools differently), so each is an option for this window
+        verified = [optima[rate][name].optimum for rate in optima
+                    if rate >= window.rate_rps and optima[rate][name].feasible]
+        if not verified:
+            return {"feasible": False, "reason": f"window {k} ({window.rate_rps:g} req/s): "
+                                                 f"{optima[window.rate_rps][name].reason}"}
+        options.append([(o.prompt_machines, o.token_machines) for o in verified])
+    goal_unit = units["energy_kwh" if goal_name == "min-power" else "cost_usd"]
+    plan = plan_pools(options, spans, goal_unit, rules)
+    instant = plan_pools(options, spans, goal_unit, PlanRules(0.0, rules.floor))  # lower bound
+    flat = [(static.optimum.prompt_machines, static.optimum.token_machines)] * len(spans)
+    figures = {}
+    for label, unit in units.items():
+        figures[label] = {"static": round(plan_cost(flat, spans, unit, 0.0), 6),
+                          "plan": round(plan_cost(plan, spans, unit, rules.scale_up_s), 6),
+                          "plan_without_delay": round(plan_cost(instant, spans, unit, 0.0),
+                                                      6)}
+    saved = figures["cost_usd"]
+    return {"feasible": True, "static": list(flat[0]), "plan": [list(p) for p in plan],
+            "pools_without_delay": [list(p) for p in instant],
+            **figures,
+            "saves": round(1.0 - saved["plan"] / saved["static"], 6) if saved["static"] else 0.0}

@@ -1,0 +1,131 @@
+"""Sizing for a load curve (issue 29, first part): the curve, its windows, the plan."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings as hyp_settings, strategies as st
+
+import provisioner
+from harness import assert_bad_input
+from provisioner.loadcurve import (PlanRules, Window, grid_rate, plan_cost, plan_pools,
+                                   read_load_curve, windows)
+
+SMALL = dict(designs="splitwise-hh", model="llama2-70b", duration=30, verify_seeds=2)
+
+
+def _curve(tmp_path, text: str):
+    path = tmp_path / "curve.csv"
+    path.write_text(text)
+    return path
+
+
+def test_windows_hold_each_windows_peak_and_mean(tmp_path):
+    curve = read_load_curve(str(_curve(tmp_path, "time_s,rate_rps\n0,10\n1800,30\n3600,5\n")))
+    assert curve.end_s == 5400   # the last rate holds for the median step
+    first, second = windows(curve, 3600)
+    assert (first.peak_rps, first.mean_rps) == (30, 20) and first.rate_rps >= 30
+    assert (second.start_s, second.end_s, second.peak_rps) == (3600, 5400, 5)
+    assert grid_rate(30) >= 30 and grid_rate(30) / 30 < 1.021
+
+
+def test_iso_timestamps_and_rescaling(tmp_path):
+    curve = read_load_curve(str(_curve(
+        tmp_path, "time,rate\n2024-05-13T00:00:00,4\n2024-05-13T00:10:00,8\n")))
+    assert curve.times == (0.0, 600.0) and curve.scaled(80).rates == (40.0, 80.0)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("time_s,rate_rps\n0,1\n0,2\n", ["row 3", "time_s"]),
+    ("time_s,rate_rps\n600,1\n0,2\n", ["row 3", "time_s"]),
+    ("time_s,rate_rps\n0,1\n600,-2\n", ["row 3", "rate_rps"]),
+    ("time_s,rate_rps\n0,nan\n", ["row 2", "rate_rps"]),
+    ("time_s,rate_rps\n0,inf\n", ["row 2", "rate_rps"]),
+    ("time_s,rate_rps\n0,0\n600,0\n", ["every rate is 0"]),
+    ("", ["load curve"]),
+    ("time_s,rate_rps\n", ["no rows"]),
+    ("time_s,rate_rps\nnoon,3\n", ["row 2", "time_s"]),
+])
+def test_a_bad_curve_is_one_line_naming_the_file_row_and_field(run_cli, tmp_path, text, words):
+    path = _curve(tmp_path, text)
+    outcome = run_cli("search", "--load-curve", path, "--out", tmp_path / "out")
+    assert_bad_input(outcome, "curve.csv", *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_window_longer_than_the_curve_and_a_rate_beside_it_are_refused(run_cli, tmp_path):
+    path = _curve(tmp_path, "time_s,rate_rps\n0,5\n600,8\n")
+    assert_bad_input(run_cli("search", "--load-curve", path, "--window", "7200", "--out",
+                             tmp_path / "o"), "--window")
+    assert_bad_input(run_cli("search", "--load-curve", path, "--rate", "9", "--out",
+                             tmp_path / "o"), "--rate")
+
+
+SPANS = [Window(3600.0 * k, 3600.0 * (k + 1), 1.0, 1.0, 1.0) for k in range(5)]
+
+
+def _brute_force(options, unit, rules):
+    """The cheapest plan of options alone (no flapping, floors applied), by enumerating
+    every sequence; None when every one flaps."""
+    floored = [sorted({tuple(max(rules.floor, n) if n else 0 for n in c) for c in window})
+               for window in options]
+    best = None
+    for plan in itertools.product(*floored):
+        if any(any(b < a and c > b for a, b, c in zip(x, y, z))
+               for x, y, z in zip(plan, plan[1:], plan[2:])):
+            continue
+        cost = plan_cost(plan, SPANS[:len(plan)], unit, rules.scale_up_s)
+        if best is None or cost < best - 1e-9:
+            best = cost
+    return best
+
+
+clusters = st.tuples(st.integers(1, 6), st.integers(1, 4))
+
+
+@hyp_settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(clusters, min_size=1, max_size=3), min_size=2, max_size=5),
+       st.sampled_from([0.0, 600.0, 1800.0]), st.integers(1, 2))
+def test_the_plan_is_the_cheapest_that_never_flaps(options, scale_up_s, floor):
+    rules, unit = PlanRules(scale_up_s, floor), (38.0, 17.6)
+    plan = plan_pools(options, SPANS, unit, rules)
+    assert len(plan) == len(options)
+    for pools, window in zip(plan, options):   # each window: at least one of its options
+        assert any(all(p >= max(floor, n) for p, n in zip(pools, c)) for c in window)
+    for a, b, c in zip(plan, plan[1:], plan[2:]):   # no pool shrinks then grows right back
+        assert not any(y < x and z > y for x, y, z in zip(a, b, c))
+    cost = plan_cost(plan, SPANS[:len(plan)], unit, scale_up_s)
+    alone = _brute_force(options, unit, rules)
+    assert alone is None or cost <= alone + 1e-9
+    instant = plan_pools(options, SPANS, unit, PlanRules(0.0, floor))
+    assert plan_cost(instant, SPANS[:len(plan)], unit, 0.0) <= cost + 1e-9
+
+
+def test_a_days_plan_serves_every_window_and_saves_against_the_static_cluster(tmp_path):
+    """Three loads over four 10-minute windows: the static cluster is the busiest window's
+    optimum; each planned cluster meets every SLO at its window's rate on the base sample;
+    without the provisioning delay the plan never costs more."""
+    path = _curve(tmp_path, "time_s,rate_rps\n0,4\n600,12\n1200,4\n1800,8\n")
+    result = provisioner.search(load_curve=str(path), window=600, **SMALL)
+    result.write(tmp_path / "out")
+    document = json.loads((tmp_path / "out" / "report.json").read_text())
+    curve = document["load_curve"]
+    entry = curve["designs"]["splitwise-hh"]
+    assert entry["feasible"] and result.study.goal.rate_rps == max(
+        w["rate_rps"] for w in curve["windows"])
+    static = result.designs[0].optimum
+    assert entry["static"] == [static.prompt_machines, static.token_machines]
+    costs = entry["cost_usd"]
+    assert costs["plan_without_delay"] <= costs["plan"] <= costs["static"] + 1e-6
+    for window, pools in zip(curve["windows"], entry["plan"]):
+        run = provisioner.simulate(design="splitwise-hh", prompt=pools[0], token=pools[1],
+                                   model="llama2-70b", rate=window["peak_rps"], duration=30)
+        assert run.report.passed, (window, pools, run.report.as_dict())
+    rows = (tmp_path / "out" / "plan.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(curve["windows"]) and rows[0].startswith("window,")
+
+
+def test_curve_options_without_a_curve_are_refused(run_cli, tmp_path):
+    assert_bad_input(run_cli("search", "--window", "1800", "--out", tmp_path / "o"),
+                     "--window", "--load-curve")
