@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "simcore" / "data" / "kernels"
 FORMAT = "provision-kernel-tables/1"
-GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "l40s")
+GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s")
 # (gpu, engine, dtype) files written: vLLM everywhere (bf16, fp8 where the GPU has fp8 GEMMs),
 # SGLang and TensorRT-LLM bf16 on H100 and B200.
 TARGETS = ([(g, "vllm", d) for g in GPUS for d in ("bf16", "fp8")]

@@ -80,7 +80,7 @@ TABLE_FORMAT = "provision-kernel-tables/1"
 # catalog `gpu` of a machine -> the aiconfigurator system whose kernels it runs
 GPU_OF_MACHINE = {"A100-SXM4-80GB": "a100_sxm", "H100-SXM5-80GB": "h100_sxm",
                   "H100-SXM5-80GB (power-capped)": "h100_sxm", "H200-SXM-141GB": "h200_sxm",
-                  "B200-180GB": "b200_sxm", "L40S-48GB": "l40s"}
+                  "B200-180GB": "b200_sxm", "B300-288GB": "b300_sxm", "L40S-48GB": "l40s"}
 CUDA_GRAPH_TOKENS = 512     # vLLM's largest captured batch (max_capture_size)
 BF16_BYTES = 2
 
