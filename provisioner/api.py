@@ -22,7 +22,7 @@ import html
 
 import numpy as np
 
-from hardware_catalog import Design, InputError
+from hardware_catalog import Design, InputError, check_path
 from hardware_catalog.errors import option_ref
 from provisioner import __version__
 from provisioner.chunked import budget_variants, collapse_variants, progress_by_design
@@ -32,7 +32,8 @@ from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.loadcurve import curve_report
 from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, Execution, SearchOptions,
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, Execution,
+                                 SearchOptions,
                                  SimulateOptions, from_keywords)
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
                                   check_resilience, merge_options, python_style,
@@ -437,6 +438,7 @@ class SimulationRun:
     latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
+    windows: list | None = None   # --load-curve: (window, its SloReport) per planning window
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -461,7 +463,17 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     check_engine_coverage(source, perf, model, [cluster.design])
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
-    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a replayed trace: seed 0 is itself
+    curve = curve_windows = None
+    if c.load_curve is not None:
+        curve, curve_windows = _replayed_curve(options, workload)
+        requests = curve
+        rate = None
+    else:
+        if c.curve_window != ClusterOptions().curve_window:
+            raise InputError(f"{option_ref('curve_window')} applies to a load curve: add "
+                             f"{option_ref('load_curve')} FILE, or drop it",
+                             field="curve_window")
+        requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
     reserve = sim_options(s, options.resilience).memory_reserve_fraction
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
     cluster = replace(cluster, design=pinned_design(
@@ -478,10 +490,32 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                             replace(sim_options(s, options.resilience, rows),
                                     mixed_pool=c.mixed_pool))
     uncal = uncalibrated_skus(cluster.design, model, perf)
-    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
-                         profile, latency_source(source, perf, model, cluster.design.machines()),
-                         layout_record(cluster.design, model, reserve),
-                         s.duration if rate is not None else float(np.max(requests.arrival_s)))
+    window = (s.duration if rate is not None else
+              curve_windows[-1].end_s if curve is not None else float(np.max(requests.arrival_s)))
+    run = SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
+                        profile, latency_source(source, perf, model, cluster.design.machines()),
+                        layout_record(cluster.design, model, reserve), window)
+    if curve is not None:
+        run.windows = [(w, evaluate_slos(result, profile, measured=(
+            (requests.arrival_s >= w.start_s) & (requests.arrival_s < w.end_s))))
+            for w in curve_windows]
+    return run
+
+
+def _replayed_curve(options: SimulateOptions, workload):
+    """simulate --load-curve: the workload's sizes under Poisson arrivals following the
+    curve, and the curve's windows the SLOs are checked per."""
+    from provisioner.loadcurve import read_load_curve, windows
+    from simcore.workload import synthesize_curve
+    s, c = options.study, options.cluster
+    if s.rate is not None:
+        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
+                         f"{option_ref('rate')}", field="rate")
+    check_path(c.load_curve, "load_curve")
+    curve = read_load_curve(c.load_curve)
+    sizes = workload.name if workload.kind == "builtin" else workload.at(None, 0, 0)
+    requests = synthesize_curve(sizes, curve.times, curve.rates, curve.end_s, s.seed)
+    return requests, windows(curve, c.curve_window)
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

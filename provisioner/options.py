@@ -321,6 +321,13 @@ class ClusterOptions:
     failures: Optional[str] = option(
         None, "Failure schedule CSV: time_s, pool (prompt|token|any), machine (index in the "
               "pool), down_s (a number or inf).", Text(), path=True, metavar="CSV")
+    load_curve: Optional[str] = option(
+        None, "Replay a load curve (CSV time_s,rate_rps, as search --load-curve takes) on "
+              "this cluster: Poisson arrivals following it, the SLOs per planning window "
+              "(--curve-window) and over the whole curve. Instead of --rate and --duration.",
+        Text(), path=True, metavar="CSV")
+    curve_window: float = option(3600.0, "--load-curve: the window the SLOs are checked per.",
+                                 positive(MAX_DURATION))
 
 
 @dataclass(frozen=True)

@@ -544,7 +544,20 @@ def simulation_summary(run) -> dict:
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
         "latency_source": run.latency_source,
-        "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
+        "uncalibrated_skus": run.uncalibrated, **run.report.as_dict(),
+        **({"windows": curve_windows(run)} if run.windows is not None else {})}
+
+
+def curve_windows(run) -> list[dict]:
+    """simulate --load-curve: each window's load, requests and SLO verdict."""
+    arrivals = run.workload.arrival_s
+    return [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": w.peak_rps,
+             "mean_rps": round(w.mean_rps, 6),
+             "requests": int(((arrivals >= w.start_s) & (arrivals < w.end_s)).sum()),
+             "passed": report.passed, "reason": report.reason,
+             "worst_margin": (round(report.worst_margin, 6) if report.feasible and report.checks
+                              else None)}
+            for w, report in run.windows]
 
 
 def _failures(run) -> dict:
@@ -644,6 +657,16 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       f"{failures['goodput_rps']:.2f} req/s within the SLO "
                       f"({failures['goodput_requests']} of {summary['requests']})",
                       highlight=False)
+    if run.windows is not None:
+        for entry in curve_windows(run):
+            verdict = ("[green]met[/]" if entry["passed"] else
+                       f"[bold red]missed[/]: {entry['reason']}")
+            console.print(f"  window {_clock(entry['start_s'])}-{_clock(entry['end_s'])}: "
+                          f"{entry['requests']:,} requests, peak {entry['peak_rps']:.4g} "
+                          f"req/s, SLOs {verdict}", highlight=False)
+        missed = sum(not report.passed for _, report in run.windows)
+        console.print(f"per window: {len(run.windows) - missed} of {len(run.windows)} met "
+                      "every SLO; over the whole curve:", highlight=False)
     console.print("[green]all SLOs met[/]" if report.passed else
                   f"[bold red]{len(report.failing)} SLO(s) missed[/]")
 

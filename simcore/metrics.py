@@ -131,9 +131,11 @@ def upper_confidence_percentiles(values: np.ndarray, pcts, confidence: float) ->
     return np.partition(values, ranks - 1)[ranks - 1]
 
 
-def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5) -> SloReport:
+def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
+                  measured: np.ndarray | None = None) -> SloReport:
     """Compare the run's percentiles with the profile's limits (linear-interpolated percentiles;
-    with `confidence` > 0.5, each percentile's upper confidence bound instead)."""
+    with `confidence` > 0.5, each percentile's upper confidence bound instead). `measured`, a
+    boolean per request, limits them to those requests (one window of a load curve)."""
     if not result.feasible:
         return SloReport(profile.name, False, result.reason, ())
     slowdown = profile.kind == "slowdown"
@@ -143,6 +145,8 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5) -> SloRe
     found: dict[tuple[str, str], float | None] = {}
     for metric, pcts in wanted.items():  # one pass over a metric's values for all its limits
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
+        if measured is not None:
+            values = values[measured]
         values = values[~np.isnan(values)]
         bounds = (upper_confidence_percentiles(values, [PERCENTILES[p] for p in pcts], confidence)
                   if len(values) else [None] * len(pcts))

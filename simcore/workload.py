@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -358,6 +358,31 @@ def synthesize(sizes: str | Workload, rate_rps: float, duration_s: float, seed: 
     notes = (size_note, f"{process} arrivals at {rate_rps:g} req/s over {duration_s:g} s: "
                         f"{len(arrival_s)} requests (seed {seed})")
     return Workload(name, arrival_s, prompt, output, notes)
+
+
+def synthesize_curve(sizes: str | Workload, times: Sequence[float], rates: Sequence[float],
+                     end_s: float, seed: int) -> Workload:
+    """Poisson arrivals following a piecewise-constant rate (`rates[i]` from `times[i]` to the
+    next time, the last to `end_s`): a non-homogeneous process, each segment drawn as
+    `synthesize` draws a window, with sizes drawn from `sizes`. The same inputs give
+    identical arrays."""
+    edges = [*times, end_s]
+    expected = sum(r * (b - a) for r, a, b in zip(rates, edges, edges[1:]))
+    if expected > MAX_SYNTHESIZED_REQUESTS:
+        raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
+                         f"{MAX_SYNTHESIZED_REQUESTS}; simulate part of it or lower its rates")
+    sampler, base_name, size_note = _size_sampler(sizes)
+    rng = np.random.default_rng(seed)
+    pieces = [start + _arrival_times(rng, rate, end - start, "poisson", 1.0)
+              for rate, start, end in zip(rates, edges, edges[1:]) if rate > 0 and end > start]
+    arrival_s = np.concatenate(pieces) if pieces else np.zeros(0)
+    if len(arrival_s) == 0:
+        raise InputError(f"the load curve produced no request with seed {seed}")
+    prompt, output = sampler(rng, len(arrival_s))
+    note = (f"poisson arrivals following a load curve of {len(rates)} steps over "
+            f"{end_s:g} s: {len(arrival_s)} requests (seed {seed})")
+    return Workload(f"{base_name}@curve/seed{seed}", arrival_s, prompt, output,
+                    (size_note, note))
 
 
 def arrival_count(rate_rps: float, duration_s: float, seed: int, arrival: str = "poisson",

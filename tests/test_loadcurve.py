@@ -129,3 +129,23 @@ def test_a_days_plan_serves_every_window_and_saves_against_the_static_cluster(tm
 def test_curve_options_without_a_curve_are_refused(run_cli, tmp_path):
     assert_bad_input(run_cli("search", "--window", "1800", "--out", tmp_path / "o"),
                      "--window", "--load-curve")
+
+
+def test_simulate_replays_a_curve_and_checks_each_window(run_cli, tmp_path):
+    """A cluster sized for 5 req/s meets the SLOs in the first minute of a curve and misses
+    them in a 40 req/s minute; the JSON names each window's verdict."""
+    path = _curve(tmp_path, "time_s,rate_rps\n0,5\n60,40\n120,5\n")
+    run = run_cli("simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "1",
+                  "--model", "llama2-70b", "--load-curve", path, "--curve-window", "60",
+                  "--json")
+    assert run.returncode in (0, 1), run.stderr
+    document = json.loads(run.stdout)
+    spans = document["windows"]
+    assert [w["start_s"] for w in spans] == [0, 60, 120]
+    assert spans[0]["passed"] and not spans[1]["passed"]
+    assert spans[1]["requests"] > 5 * spans[0]["requests"]
+    assert sum(w["requests"] for w in spans) == document["requests"]
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
+                             "1", "--load-curve", path, "--rate", "5"), "--rate")
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
+                             "1", "--curve-window", "60"), "--curve-window", "--load-curve")
