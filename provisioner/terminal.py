@@ -243,12 +243,14 @@ def hardware_lines(document: dict) -> list[str]:
     if hardware is None:
         return []
     shown = len(hardware_view(document)["designs"])
+    early = hardware["pruned_before_simulation"]
+    how = (f" ({early} by their capacity bound before any simulation, "
+           f"{hardware['pruned'] - early} when no pools that could beat the best met the "
+           "SLOs)" if hardware["pruned"] else "")
     return [f"[bold]Best over these machines:[/] {hardware['answer']}",
             f"{hardware['designs']} design shapes: {hardware['feasible']} feasible ({shown} "
-            f"shown), {hardware['pruned']} pruned ({hardware['pruned_before_simulation']} "
-            "by their capacity bound before any simulation, the others when no pool sizes "
-            f"that cost less met the SLOs), {hardware['infeasible']} infeasible; every one "
-            "with its status and reason in "
+            f"shown), {hardware['pruned']} pruned{how}, {hardware['infeasible']} "
+            "infeasible; every one with its status and reason in "
             "report.json (designs[].status) and its points in evaluations.csv"]
 
 
