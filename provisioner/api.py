@@ -31,8 +31,10 @@ from provisioner.files import check_output_dir
 from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.loadcurve import curve_report
+from provisioner.sparing import FLEET_MTBF_HOURS, down_fraction, spare_record, spares_for
 from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, Execution,
+                                 FailureOptions,
                                  SearchOptions,
                                  SimulateOptions, from_keywords)
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
@@ -199,6 +201,7 @@ class SearchResult:
     stats: RunStats = field(default_factory=RunStats)
     sensitivity: list[dict] | None = None   # with --sensitivity: what moves each optimum
     load_plan: dict | None = None   # with --load-curve: the static cluster and the plan
+    spares: dict | None = None   # --survive-failures auto: the k chosen and why
 
     def to_dict(self) -> dict:
         """Exactly the content of report.json (and of `provision search --json`)."""
@@ -209,6 +212,8 @@ class SearchResult:
             document["sensitivity"] = sensitivity_dict(self.sensitivity)
         if self.load_plan is not None:
             document["load_curve"] = self.load_plan
+        if self.spares is not None:
+            document["summary"]["survive_failures_auto"] = self.spares
         if self.study.hardware:
             document["summary"]["hardware"] = hardware_summary(
                 self.designs, self.study.goal, frozenset(self.study.catalog.designs))
@@ -285,6 +290,12 @@ def _seeds(study: Study) -> tuple[int, ...]:
 
 def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None,
               resilience: bool = True) -> SearchResult:
+    if study.survive_auto:
+        study, choice, runs = choose_spares(study, execution)
+        found = run_study(study, execution, on_batch, resilience)
+        found.spares = choice
+        found.stats = add_stats(found.stats, *runs)
+        return found
     cache_dir = None if execution.no_cache else Path(execution.cache_dir or default_cache_dir())
     cache = DiskCache(cache_dir) if cache_dir is not None else None
     results, stats = _search(study, execution, cache, on_batch)
@@ -305,6 +316,31 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
                                   results)
         stats = add_stats(stats, *more)
     return SearchResult(study, results, stats, moved, plan)
+
+
+def choose_spares(study: Study, execution: Execution) -> tuple[Study, dict, list[RunStats]]:
+    """--survive-failures auto: k from the pools of every design's optimum (without spares
+    first, then with the k they call for, until k stops growing); the study with that k,
+    the choice and why (`provisioner.sparing`), and the searches' counts."""
+    o = study.sim_options
+    mtbf = o.mtbf_hours or FLEET_MTBF_HOURS
+    resilience = study.options.resilience if study.options is not None else FailureOptions()
+    repair_hours = resilience.repair_minutes / 60.0
+    q = down_fraction(mtbf, repair_hours)
+    quiet = replace(study.settings, sensitivity=False, load_sweep=())
+    k, runs, pools = 0, [], []
+    for _ in range(4):   # a pool grown by k machines may call for one more
+        trial = replace(study, survive_failures=k, survive_auto=False, settings=quiet)
+        found = run_study(trial, execution, resilience=False)
+        runs.append(found.stats)
+        pools = [n for r in found.designs if r.optimum is not None
+                 for n in (r.optimum.prompt_machines, r.optimum.token_machines) if n]
+        needed = spares_for(pools, q)
+        if needed <= k:
+            break
+        k = needed
+    choice = spare_record(k, pools, mtbf, repair_hours, o.mtbf_hours > 0)
+    return replace(study, survive_failures=k, survive_auto=False), choice, runs
 
 
 def load_plan(study: Study, execution: Execution,

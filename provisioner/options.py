@@ -153,11 +153,14 @@ class QuestionOptions:
     budget_like: Optional[str] = option(
         None, "SKU:N, power:SKU:N or cost:SKU:N: the power (default) or cost of N machines of "
               "SKU, e.g. dgx-h100:40.", Text(), metavar="[KIND:]SKU:N", outcome=False)
-    survive_failures: Optional[int] = option(
+    survive_failures: Optional[Any] = option(
         None, "N+k sizing: the optimum must also meet every SLO when k machines fail (10% into "
               "the window, down for the rest of the run) in each placement: k prompt, k token, "
               "and half and half (baselines: k machines); reports the price of resilience for "
-              "restart and replicate.", count(1, 64), metavar="K", outcome=True)
+              "restart and replicate. auto: k from --mtbf-hours (default: a published fleet "
+              "figure) and --repair-minutes, so more than k machines of a pool are down at "
+              "once with probability < 1e-4.", OrAuto(count(1, 64)), metavar="K|auto",
+        outcome=True)
     load_curve: Optional[str] = option(
         None, "A load curve (CSV time_s,rate_rps, seconds or ISO timestamps, piecewise "
               "constant): size the static cluster for its busiest --window and plan the pools "

@@ -270,8 +270,9 @@ def resolve_study(options: SearchOptions) -> Study:
     load_curve = resolve_load_curve(options)
     goal = resolve_goal(options, workload, catalog, load_curve)
     check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
+    auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
-                     "survive_failures")
+                     "survive_failures", auto_spares)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
@@ -291,7 +292,9 @@ def resolve_study(options: SearchOptions) -> Study:
                   chunk_tokens=s.chunk_tokens,
                   sim_options=sim_options(options.study, options.resilience),
                   assumptions=s.assumptions,
-                  survive_failures=options.question.survive_failures or 0,
+                  survive_failures=(0 if auto_spares
+                                    else options.question.survive_failures or 0),
+                  survive_auto=auto_spares,
                   layout=options.layout, options=options,
                   hardware=options.question.hardware is not None, load_curve=load_curve)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
@@ -336,12 +339,14 @@ def check_workload_size(workload: WorkloadSource, rate: float | None, duration: 
         workload.at(None, duration, seed)
 
 
-def check_resilience(resilience: FailureOptions, configured: bool, how: str) -> None:
+def check_resilience(resilience: FailureOptions, configured: bool, how: str,
+                     auto_spares: bool = False) -> None:
     """Recovery options without failures to recover from are a mistake, not a no-op. `how`:
-    the option that configures failures besides mtbf_hours."""
+    the option that configures failures besides mtbf_hours. With --survive-failures auto the
+    repair time sizes the spares even without --mtbf-hours."""
     if resilience.mtbf_hours is not None or configured:
         if resilience.repair_minutes != FailureOptions.repair_minutes \
-                and resilience.mtbf_hours is None:
+                and resilience.mtbf_hours is None and not auto_spares:
             raise InputError(f"{option_ref('repair_minutes')} applies to random failures: give "
                              f"{option_ref('mtbf_hours')} too", field="repair_minutes")
         return

@@ -281,6 +281,7 @@ class Study:
     chunk_tokens: int | str | None = None   # --chunk-tokens as given ("auto": searched)
     assumptions: str = "provision"   # the preset the catalog and options were resolved under
     survive_failures: int = field(default=0, metadata=OUTCOME)  # N+k: pass with k machines down
+    survive_auto: bool = False   # --survive-failures auto: k chosen from MTBF and repair time
     layout: Any = None    # LayoutOptions: pinned tp / pp (None: every layout that fits)
     options: Any = None   # the SearchOptions the study was resolved from
     hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound

@@ -38,8 +38,14 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
     return rows
 
 
+def spares_k(document: dict):
+    """The k of N+k sizing: as asked, or the one --survive-failures auto chose."""
+    chosen = document["summary"].get("survive_failures_auto")
+    return document["inputs"]["options"]["survive_failures"] if chosen is None else chosen["k"]
+
+
 def resilience_title(document: dict) -> str:
-    k = document["inputs"]["options"]["survive_failures"]
+    k = spares_k(document)
     target = document["inputs"]["sim_options"].get("replica_target", "host")
     return (f"Price of resilience (N+{k}: any {k} machine(s) failing; replicas in "
             f"{target} memory)")

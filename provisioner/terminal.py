@@ -12,7 +12,7 @@ from rich.table import Table
 
 from provisioner.tables import layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
-                                sensitivity_cells)
+                                sensitivity_cells, spares_k)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 
 
@@ -116,7 +116,7 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
                          min_width=max(len(column), widths.get(column, 1)))
     for column in ("binding SLO / margin", "headroom"):
         table.add_column(column, justify="right", overflow="fold")
-    k = document["inputs"]["options"]["survive_failures"]
+    k = spares_k(document)
     if k:  # --survive-failures: the price of resilience (cost against no failures)
         what = "rate" if goal["name"] == "max-rate" else "cost"
         table.add_column(f"N+{k} {what}", justify="right")
@@ -363,6 +363,14 @@ def search_notes(document: dict) -> list[str]:
         lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
                                              zip(RESILIENCE_COLUMNS, cells))
                   for name, cells in resilience]
+    spares = document["summary"].get("survive_failures_auto")
+    if spares is not None:
+        lines.append(f"Spares (--survive-failures auto): k = {spares['k']}: MTBF "
+                     f"{spares['mtbf_hours']:,.0f} h ({spares['mtbf_source']}), repair "
+                     f"{spares['repair_hours']:g} h, a machine down {spares['down_fraction']:.2g}"
+                     f" of the time; in the largest pool ({spares['largest_pool']} machines) "
+                     f"more than {spares['k']} down at once has probability "
+                     f"{spares['p_more_than_k_down']:.2g} < {spares['target']:g}")
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
 
