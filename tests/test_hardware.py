@@ -39,7 +39,8 @@ def test_bad_hardware_is_one_line(run_cli, tmp_path, args, names):
 
 def test_pruning_keeps_the_answer_and_never_the_job_count(tmp_path):
     """The best design is the one every design searched in full gives; a pruned design's
-    bound cannot beat it; the report is byte-identical with 1 and 2 jobs."""
+    bound cannot beat it; the report is byte-identical with 1 and 2 jobs, on threads, loky
+    and a local dask cluster."""
     skus = "dgx-a100,dgx-h100,h200"
     pruned = provisioner.search(hardware=skus, jobs=1, **SMALL)
     full = provisioner.search(designs=list(hardware_designs(skus.split(","), CATALOG)),
@@ -54,7 +55,7 @@ def test_pruning_keeps_the_answer_and_never_the_job_count(tmp_path):
         assert entry["status"] in ("feasible", "pruned", "infeasible")
         if entry["status"] == "pruned" and not entry["evaluated"]:
             assert entry["capacity_bound"]["value"] >= best_cost - 1e-6
-    runs = [(1, "threads"), (2, "threads"), (2, "loky")]
+    runs = [(1, "threads"), (2, "threads"), (2, "loky"), (2, "dask")]
     for jobs, backend in runs:
         provisioner.search(hardware=skus, jobs=jobs, backend=backend,
                            **SMALL).write(tmp_path / f"{backend}{jobs}")
