@@ -234,10 +234,8 @@ def cheapest_on_staircase(probe: Probe, rate, tokens: tuple[int, int],
     # the staircase's steps make the cost jagged near its minimum: every token pool within
     # STAIRCASE_NEIGHBOURS of the best one found is looked at too (cheap: f is known on
     # both sides, so each bisects a few prompt pools)
-    best = min(range(low, high + 1), key=lambda t: (objective(known.get(t) or 0, t)
-                                                    if t in known else math.inf, t))
-    if best not in known:
-        yield from f(best)
+    best = min(range(low, high + 1),   # unvisited pools rank last; their turn comes below
+               key=lambda t: (objective(known[t], t) if t in known else math.inf, t))
     for t in range(max(tokens[0], best - STAIRCASE_NEIGHBOURS),
                    min(tokens[1], best + STAIRCASE_NEIGHBOURS) + 1):
         yield from f(t)
@@ -652,8 +650,12 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
                if max(point.prompt_machines, point.token_machines) <= settings.search_limit]
         neighbours = yield from probe.measure_all(ups)
         # more machines never hurt: whatever is below a rejected point at its rate is out too
-        candidates = [c for c in dict.fromkeys([*candidates, *neighbours])
-                      if c.meets_slos and not any(_below(c, r) for r in rejected)]
+        # (the candidates kept are above every earlier rejection: only the new one can drop
+        # them; the neighbours are new, so they face every rejection)
+        kept = [c for c in candidates if c.meets_slos and not _below(c, checked)]
+        fresh = [c for c in neighbours
+                 if c.meets_slos and not any(_below(c, r) for r in rejected)]
+        candidates = list(dict.fromkeys([*kept, *fresh]))
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     return None, rejected, False
 

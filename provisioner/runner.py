@@ -245,12 +245,18 @@ def shutdown_workers() -> None:
         pass
 
 
+_QUIET_TRACKER: list[bool] = []
+
+
 def _start_quiet_resource_tracker() -> None:
     """Start loky's resource tracker (the process that unlinks the workers' semaphores) with
     its shutdown warnings off. After Ctrl-C it may find a semaphore already unlinked and warn
     about it on our stderr after "provision: interrupted"; what it cleans is gone either way,
     so the warning tells a user nothing. The setting reaches only the tracker's environment."""
     from joblib.externals.loky.backend import resource_tracker
+    if _QUIET_TRACKER:   # once per process: not on every submission
+        return
+    _QUIET_TRACKER.append(True)
     previous = os.environ.get("PYTHONWARNINGS")
     quiet = "ignore:resource_tracker:UserWarning"
     os.environ["PYTHONWARNINGS"] = f"{previous},{quiet}" if previous else quiet
