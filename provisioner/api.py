@@ -22,7 +22,7 @@ import html
 
 import numpy as np
 
-from hardware_catalog import Design, InputError, check_path
+from hardware_catalog import Design, InputError
 from hardware_catalog.errors import option_ref
 from provisioner import __version__
 from provisioner.chunked import budget_variants, collapse_variants, progress_by_design
@@ -40,7 +40,8 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, Ex
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
                                   check_resilience, merge_options, python_style,
                                   resolve_design, resolve_model, resolve_perf,
-                                  resolve_study, study_catalog,
+                                  read_asked_curve, refuse_curve_options, resolve_study,
+                                  study_catalog,
                                   sim_options, to_echo)
 from provisioner.figures import optimum_html
 from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_reports,
@@ -327,10 +328,9 @@ def choose_spares(study: Study, execution: Execution) -> tuple[Study, dict, list
     resilience = study.options.resilience if study.options is not None else FailureOptions()
     repair_hours = resilience.repair_minutes / 60.0
     q = down_fraction(mtbf, repair_hours)
-    quiet = replace(study.settings, sensitivity=False, load_sweep=())
     k, runs, pools = 0, [], []
     for _ in range(4):   # a pool grown by k machines may call for one more
-        trial = replace(study, survive_failures=k, survive_auto=False, settings=quiet)
+        trial = study.auxiliary(survive_failures=k, survive_auto=False)
         found = run_study(trial, execution, resilience=False)
         runs.append(found.stats)
         pools = [n for r in found.designs if r.optimum is not None
@@ -352,8 +352,7 @@ def load_plan(study: Study, execution: Execution,
     for rate in sorted({w.rate_rps for w in study.load_curve[0]} - {0.0}, reverse=True):
         if rate in optima:
             continue
-        at_rate = replace(study, goal=replace(study.goal, rate_rps=rate), load_curve=None,
-                          settings=replace(study.settings, sensitivity=False, load_sweep=()))
+        at_rate = study.auxiliary(goal=replace(study.goal, rate_rps=rate))
         found = run_study(at_rate, execution, resilience=False)
         optima[rate] = {r.design.name: r for r in found.designs}
         runs.append(found.stats)
@@ -413,9 +412,8 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
     """--survive-failures: each design's plain optimum (no failures) and its failure-aware
     optimum under restart and under replicate, with their costs and powers (one extra search
     without failures and one with the other recovery policy)."""
-    plain = replace(study, survive_failures=0, settings=replace(study.settings, sensitivity=False,
-                                                                load_sweep=()),
-                    sim_options=replace(study.sim_options, mtbf_hours=0.0, failures=()))
+    plain = study.auxiliary(survive_failures=0,
+                            sim_options=replace(study.sim_options, mtbf_hours=0.0, failures=()))
     runs = {"plain": plain}
     for policy in ("restart", "replicate"):
         if policy != study.sim_options.recovery:
@@ -499,16 +497,12 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     check_engine_coverage(source, perf, model, [cluster.design])
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
-    curve = curve_windows = None
+    curve_windows = None   # --load-curve: the windows the SLOs are checked per
     if c.load_curve is not None:
-        curve, curve_windows = _replayed_curve(options, workload)
-        requests = curve
+        requests, curve_windows = _replayed_curve(options, workload)
         rate = None
     else:
-        if c.curve_window != ClusterOptions().curve_window:
-            raise InputError(f"{option_ref('curve_window')} applies to a load curve: add "
-                             f"{option_ref('load_curve')} FILE, or drop it",
-                             field="curve_window")
+        refuse_curve_options(c, ClusterOptions(), ("curve_window",))
         requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
     reserve = sim_options(s, options.resilience).memory_reserve_fraction
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
@@ -526,12 +520,12 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
                             replace(sim_options(s, options.resilience, rows),
                                     mixed_pool=c.mixed_pool))
     uncal = uncalibrated_skus(cluster.design, model, perf)
-    window = (s.duration if rate is not None else
-              curve_windows[-1].end_s if curve is not None else float(np.max(requests.arrival_s)))
+    window = (s.duration if rate is not None else curve_windows[-1].end_s
+              if curve_windows is not None else float(np.max(requests.arrival_s)))
     run = SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
                         profile, latency_source(source, perf, model, cluster.design.machines()),
                         layout_record(cluster.design, model, reserve), window)
-    if curve is not None:
+    if curve_windows is not None:
         run.windows = [(w, evaluate_slos(result, profile, measured=(
             (requests.arrival_s >= w.start_s) & (requests.arrival_s < w.end_s))))
             for w in curve_windows]
@@ -541,14 +535,10 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
 def _replayed_curve(options: SimulateOptions, workload):
     """simulate --load-curve: the workload's sizes under Poisson arrivals following the
     curve, and the curve's windows the SLOs are checked per."""
-    from provisioner.loadcurve import read_load_curve, windows
+    from provisioner.loadcurve import windows
     from simcore.workload import synthesize_curve
     s, c = options.study, options.cluster
-    if s.rate is not None:
-        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
-                         f"{option_ref('rate')}", field="rate")
-    check_path(c.load_curve, "load_curve")
-    curve = read_load_curve(c.load_curve)
+    curve = read_asked_curve(c.load_curve, s.rate)
     sizes = workload.name if workload.kind == "builtin" else workload.at(None, 0, 0)
     requests = synthesize_curve(sizes, curve.times, curve.rates, curve.end_s, s.seed)
     return requests, windows(curve, c.curve_window)

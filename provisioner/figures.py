@@ -58,7 +58,8 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
         ".warn{color:#a15c00}</style>",
         "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
         f"<p class=\"answer\"><b>{html.escape(answer_sentence(document))}</b></p>",
-        _inputs_html(inputs), optimum_html(document), _comparison_html(document), _non_monotone_html(document),
+        _inputs_html(inputs), optimum_html(document), _comparison_html(document),
+        _non_monotone_html(document),
         *parts, "</body>", "</html>", ""])
 
 

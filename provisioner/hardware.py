@@ -16,6 +16,7 @@ count or the backend (each design's own batches still run in parallel).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 from hardware_catalog import DEFAULT_CHUNK_TOKENS, Catalog, Design, InputError, option_ref
@@ -39,27 +40,15 @@ def hardware_designs(skus: Sequence[str], catalog: Catalog) -> tuple[Design, ...
             machines = [catalog.machine(sku) for sku in dict.fromkeys(skus)]
         except InputError as err:
             raise InputError(f"{option_ref('hardware')}: {err}") from None
-    named = {_shape(d): name for name, d in catalog.designs.items()}
+    named = {replace(d, name=""): name for name, d in catalog.designs.items()}
     generated = []
     for prompt in machines:
         shapes = [Design(f"colocated-{prompt.name}", prompt),
                   Design(f"chunked-{prompt.name}", prompt, prefill="chunked",
                          chunk_tokens=DEFAULT_CHUNK_TOKENS)]
         shapes += [Design(f"{prompt.name}/{token.name}", prompt, token) for token in machines]
-        generated += [_named(d, named) for d in shapes]
+        generated += [replace(d, name=named.get(replace(d, name=""), d.name)) for d in shapes]
     return tuple(generated)
-
-
-def _shape(design: Design) -> Design:
-    return Design("", design.prompt, design.token, design.mixed_pool, design.prefill,
-                  design.chunk_tokens)
-
-
-def _named(design: Design, named: dict[Design, str]) -> Design:
-    name = named.get(_shape(design))
-    return design if name is None else Design(name, design.prompt, design.token,
-                                              design.mixed_pool, design.prefill,
-                                              design.chunk_tokens)
 
 
 def hardware_search(designs: Sequence[Design], variants: dict[str, Sequence[Any]],

@@ -8,8 +8,9 @@ planning windows (`--window`, default 1 h); a window is sized for the highest ra
 grid of `RATE_STEP` relative steps, so windows of nearly equal load share one search.
 
 Each distinct window rate is searched as any `--rate` is (screened, verified on every
-verification sample). The plan picks, per window, one of the clusters verified at that window's rate or above,
-the cheapest sequence (min-power: the least energy) under three rules a fleet obeys:
+verification sample). The plan picks, per window, one of the clusters verified at that
+window's rate or above, the cheapest sequence (min-power: the least energy) under three rules
+a fleet obeys:
 - a floor: no pool below `--min-machines`;
 - no flapping: a pool that shrank entering a window does not grow entering the next;
 - a provisioning delay (`--scale-up-minutes`): a machine added for a window is paid from that
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -168,18 +168,8 @@ def plan_pools(options: Sequence[Sequence[tuple[int, int]]], spans: Sequence[Win
     def floored(c):
         return tuple(max(rules.floor, n) if n else 0 for n in c)
 
-    def hours(k):
-        return (spans[k].end_s - spans[k].start_s) / 3600.0
-
-    def running(k, c):
-        return hours(k) * sum(n * u for n, u in zip(c, unit))
-
-    def adding(before, after):
-        return rules.scale_up_s / 3600.0 * sum(max(0, a - b) * u
-                                               for a, b, u in zip(after, before, unit))
-
     layers = [sorted({floored(c) for c in window}) for window in options]
-    best = {(c, (False, False)): (running(0, c), None) for c in layers[0]}
+    best = {(c, (False, False)): (_running(c, spans[0], unit), None) for c in layers[0]}
     history = [best]
     for k in range(1, len(layers)):
         step = {}
@@ -190,7 +180,8 @@ def plan_pools(options: Sequence[Sequence[tuple[int, int]]], spans: Sequence[Win
                           for c in (o, tuple(max(a, b) for a, b in zip(o, before)))}:
                 if any(s and a > b for s, a, b in zip(shrank, after, before)):
                     continue   # no flapping: a pool that just shrank does not grow back
-                total = cost + adding(before, after) + running(k, after)
+                total = (cost + _adding(before, after, unit, rules.scale_up_s)
+                         + _running(after, spans[k], unit))
                 state = (after, tuple(a < b for a, b in zip(after, before)))
                 if state not in step or total < step[state][0] - 1e-12:
                     step[state] = (total, (before, shrank))
@@ -211,16 +202,21 @@ def plan_cost(plan: Sequence[tuple[int, int]], spans: Sequence[Window], unit: tu
     window's end)."""
     total = 0.0
     for i, (pools, window) in enumerate(zip(plan, spans)):
-        hours = (window.end_s - window.start_s) / 3600.0
-        total += sum(n * u for n, u in zip(pools, unit)) * hours
+        total += _running(pools, window, unit)
         if i > 0:
-            added = [max(0, n - m) for n, m in zip(pools, plan[i - 1])]
-            total += sum(a * u for a, u in zip(added, unit)) * scale_up_s / 3600.0
+            total += _adding(plan[i - 1], pools, unit, scale_up_s)
     return total
 
 
-def curve_example_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "examples" / "load-curves"
+def _running(pools: tuple[int, ...], window: Window, unit: tuple[float, float]) -> float:
+    """What the pools cost (`unit` per machine-hour) over the window."""
+    return (window.end_s - window.start_s) / 3600.0 * sum(n * u for n, u in zip(pools, unit))
+
+
+def _adding(before: tuple[int, ...], after: tuple[int, ...], unit: tuple[float, float],
+            scale_up_s: float) -> float:
+    """The machines added from `before` to `after`, paid `scale_up_s` before they serve."""
+    return scale_up_s / 3600.0 * sum(max(0, a - b) * u for a, b, u in zip(after, before, unit))
 
 
 def curve_report(study, optima: dict[float, dict[str, object]]) -> dict:

@@ -193,23 +193,34 @@ def resolve_load_curve(options: SearchOptions):
     options; None without a curve."""
     q = options.question
     if q.load_curve is None:
-        defaults = QuestionOptions()
-        for name in ("window", "peak_rate", "scale_up_minutes", "min_machines"):
-            if getattr(q, name) != getattr(defaults, name):
-                raise InputError(f"{option_ref(name)} applies to a load curve: add "
-                                 f"{option_ref('load_curve')} FILE, or drop it", field=name)
+        refuse_curve_options(q, QuestionOptions(),
+                             ("window", "peak_rate", "scale_up_minutes", "min_machines"))
         return None
-    from provisioner.loadcurve import PlanRules, read_load_curve, windows
-    if options.study.rate is not None:
-        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
-                         f"{option_ref('rate')}", field="rate")
+    from provisioner.loadcurve import PlanRules, windows
     if q.goal == "max-rate":
         raise InputError(f"{option_ref('load_curve')} sizes for the curve's load: use "
                          f"{option_ref('goal')} min-cost or min-power", field="goal")
-    check_path(q.load_curve, "load_curve")
-    curve = read_load_curve(q.load_curve).scaled(q.peak_rate)
+    curve = read_asked_curve(q.load_curve, options.study.rate).scaled(q.peak_rate)
     return (tuple(windows(curve, q.window)),
             PlanRules(q.scale_up_minutes * 60.0, q.min_machines))
+
+
+def refuse_curve_options(given, defaults, names: tuple[str, ...]) -> None:
+    """Options that shape a load curve's use, given without `--load-curve`: a mistake."""
+    for name in names:
+        if getattr(given, name) != getattr(defaults, name):
+            raise InputError(f"{option_ref(name)} applies to a load curve: add "
+                             f"{option_ref('load_curve')} FILE, or drop it", field=name)
+
+
+def read_asked_curve(path: str, rate: float | None):
+    """The `--load-curve` file (search or simulate), refused beside a `--rate`."""
+    from provisioner.loadcurve import read_load_curve
+    if rate is not None:
+        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
+                         f"{option_ref('rate')}", field="rate")
+    check_path(path, "load_curve")
+    return read_load_curve(path)
 
 
 def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from provisioner.files import write_files_atomically
-from provisioner.chunked import comparison
+from provisioner.chunked import best_of, comparison
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
@@ -165,13 +165,9 @@ def sensitivity_dict(rows: list[dict]) -> list[dict]:
 
 def summary_dict(results: Sequence[DesignResult], goal: str) -> dict:
     feasible = [r for r in results if r.feasible]
-    best = None
-    if feasible:
-        key = {"min-cost": lambda r: (r.optimum.cost_per_hour, r.optimum.power_kw),
-               "min-power": lambda r: (r.optimum.power_kw, r.optimum.cost_per_hour),
-               "max-rate": lambda r: (-r.optimum.rate_rps, r.optimum.cost_per_hour)}[goal]
-        best = min(feasible, key=key).design.name
-    return {"best_design": best, "feasible_designs": len(feasible), "designs": len(results),
+    best = best_of(results, goal)
+    return {"best_design": best and best.design.name, "feasible_designs": len(feasible),
+            "designs": len(results),
             "evaluations": sum(len(r.points) for r in results),
             "non_monotone_cells": sum(len(r.non_monotone) for r in results)}
 

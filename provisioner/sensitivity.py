@@ -55,7 +55,7 @@ def sensitivity(study: Study, execution: Execution, run: Callable[[Study, Execut
                 as_run: list[DesignResult]) -> tuple[list[dict], list]:
     """One row per assumption: every design's optimum (machines, cost, power, rate) under it,
     next to the search's own (`as_run`); and the variant searches' run statistics."""
-    quiet = replace(study, settings=replace(study.settings, load_sweep=(), sensitivity=False))
+    quiet = study.auxiliary()
     base = {r.design.name: _optimum(r) for r in as_run}
     table = [{"assumption": "as run", "designs": base}]
     stats = []

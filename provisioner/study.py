@@ -287,6 +287,13 @@ class Study:
     hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound
     load_curve: Any = None   # --load-curve: (planning windows, PlanRules); goal at the busiest
 
+    def auxiliary(self, **changes) -> "Study":
+        """This study, with `changes`, for a search another one runs (a sensitivity variant,
+        a plain search beside N+k, a window rate of a load curve, a trial of spares): its
+        optima only, so no sensitivity table, no load sweep and no load-curve plan of its own."""
+        settings = replace(self.settings, sensitivity=False, load_sweep=())
+        return replace(self, settings=settings, load_curve=None, **changes)
+
 
 # ------------------------------------------------------------------------------- the answers
 @dataclass(frozen=True, order=True)

@@ -22,8 +22,8 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
             if o is None:
                 cells.append("infeasible")
                 continue
-            machines = (f"{o['machines']}" if "machines" in o
-                        else f"{o['prompt_machines']}P+{o['token_machines']}T")
+            machines = pools_text(o.get("machines", o.get("prompt_machines")),
+                                  o.get("token_machines", 0))
             if max_rate:
                 text = f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
                 if o.get("rate_ratio") is not None:
@@ -36,6 +36,11 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
             cells.append(text)
         rows.append((entry["design"], cells))
     return rows
+
+
+def pools_text(prompt: int, token: int) -> str:
+    """A cluster's pools in a table cell: "15P+3T", or "38" for a colocated pool."""
+    return f"{prompt}" if not token else f"{prompt}P+{token}T"
 
 
 def spares_k(document: dict):
@@ -65,8 +70,7 @@ def sensitivity_cells(document: dict) -> tuple[list[str], list[tuple[str, list[s
             if not o.get("feasible"):
                 cells.append("infeasible")
                 continue
-            size = (f"{o['prompt_machines']}" if o["token_machines"] == 0
-                    else f"{o['prompt_machines']}P+{o['token_machines']}T")
+            size = pools_text(o["prompt_machines"], o["token_machines"])
             change = o.get(changed)
             cells.append(f"{size} ${o['cost_per_hour']:,.0f}/h"
                          + ("" if change is None or row is rows[0] else f" ({change:+.0%})"))

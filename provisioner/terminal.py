@@ -12,7 +12,7 @@ from rich.table import Table
 
 from provisioner.tables import layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
-                                sensitivity_cells, spares_k)
+                                pools_text, sensitivity_cells, spares_k)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 
 
@@ -273,8 +273,9 @@ def load_curve_lines(document: dict) -> list[str]:
             lines.append(f"  {name}: no plan: {entry['reason']}")
             continue
         cost, hours_used = entry["cost_usd"], entry["machine_hours"]
-        lines.append(f"  {name}: static {_pool_sizes(entry['static'])} ${cost['static']:,.0f}; plan "
-                     f"${cost['plan']:,.0f} ({entry['saves']:.0%} less; "
+        lines.append(f"  {name}: static {pools_text(*entry['static'])} "
+                     f"${cost['static']:,.0f}; plan ${cost['plan']:,.0f} "
+                     f"({entry['saves']:.0%} less; "
                      f"${cost['plan_without_delay']:,.0f} with no provisioning delay); "
                      f"{hours_used['plan']:,.0f} vs {hours_used['static']:,.0f} machine-hours, "
                      f"{entry['energy_kwh']['plan']:,.0f} vs "
@@ -289,12 +290,8 @@ def load_curve_lines(document: dict) -> list[str]:
             else:
                 runs.append([window["start_s"], window["end_s"], pools])
         lines.append(f"  plan for {best} (plan.csv): " + ", ".join(
-            f"{_clock(a)}-{_clock(b)} {_pool_sizes(p)}" for a, b, p in runs))
+            f"{_clock(a)}-{_clock(b)} {pools_text(*p)}" for a, b, p in runs))
     return lines
-
-
-def _pool_sizes(pools: list[int]) -> str:
-    return f"{pools[0]}" if not pools[1] else f"{pools[0]}P+{pools[1]}T"
 
 
 def _clock(seconds: float) -> str:
