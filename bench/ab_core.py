@@ -7,6 +7,7 @@ geometric mean of the new / old ratios: BLOOM-176B, Splitwise-HH 27P + 3T, 70 re
 
     python bench/ab_core.py 6353f55            # that commit's simcore/fastsim.py against HEAD's
     python bench/ab_core.py 6353f55 --pairs 3  # more alternations (default 2)
+    python bench/ab_core.py HEAD WORKTREE      # the uncommitted core against HEAD's
 """
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ from simcore.perfmodel import default_performance_model
 from simcore.workload import synthesize
 catalog = load_catalog()
 calls = []
-binding.simulate_fast = lambda w, m: calls.append((w, m)) or first.simulate_fast(w, m)
+current = binding.simulate_fast  # gives `simulate` the results it reads; the first core still
+# runs the set-up simulation (the role whose bias the alternation cancels)
+binding.simulate_fast = lambda w, m: (calls.append((w, m)), first.simulate_fast(w, m),
+                                      current(w, m))[2]
 medians = {}
 for workload in ("coding", "conversation"):
     calls.clear()
@@ -54,8 +58,11 @@ print(json.dumps(medians))
 
 
 def core_file(revision: str, work: Path) -> Path:
-    source = subprocess.run(["git", "show", f"{revision}:simcore/fastsim.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    if revision == "WORKTREE":
+        source = (ROOT / "simcore" / "fastsim.py").read_text()
+    else:
+        source = subprocess.run(["git", "show", f"{revision}:simcore/fastsim.py"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout
     path = work / f"core_{revision.replace('/', '_')}.py"
     path.write_text(source)
     return path
@@ -71,7 +78,8 @@ def timed(first: Path, second: Path, work: Path, run: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("old", help="git revision of the old core")
-    parser.add_argument("new", nargs="?", default="HEAD", help="git revision of the new core")
+    parser.add_argument("new", nargs="?", default="HEAD",
+                        help="git revision of the new core (WORKTREE: the file as it is now)")
     parser.add_argument("--pairs", type=int, default=2, help="runs with each in the first role")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -291,6 +291,10 @@ class Catalog:
     models: Mapping[str, ModelSpec]
     designs: Mapping[str, Design]
 
+    def __repr__(self) -> str:  # names only: every record's fields run to tens of KB
+        return (f"Catalog(machines={list(self.machines)}, models={list(self.models)}, "
+                f"designs={list(self.designs)})")
+
     def machine(self, name: str) -> MachineSku:
         return _lookup(self.machines, name, "machine SKU")
 

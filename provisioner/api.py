@@ -22,7 +22,7 @@ import html
 
 import numpy as np
 
-from hardware_catalog import Design, InputError
+from hardware_catalog import Design, InputError, ModelSpec, check_path
 from hardware_catalog.errors import option_ref
 from provisioner import __version__
 from provisioner.chunked import budget_variants, collapse_variants, progress_by_design
@@ -49,6 +49,7 @@ from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_re
                                  sensitivity_dict, summary_dict, write_reports)
 from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
 from provisioner.sensitivity import sensitivity
+from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
 from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource,
                                model_in_dtype, workload_source)
@@ -187,7 +188,11 @@ def failure_assumptions(study: Study) -> list[dict]:
     if o.mtbf_hours:
         placed.append(f"random failures per machine, MTBF {o.mtbf_hours:g} h, repaired after "
                       f"{o.repair_s:g} s, drawn per sample seed")
-    recovery = ("restart: re-prefill prompt + generated tokens" if o.recovery == "restart" else
+    regenerate = ("restart (regenerate): prefill the prompt, then decode the tokens sent "
+                  "again, silently")
+    recovery = (regenerate if o.recovery == "restart" and o.restart == "regenerate" else
+                "restart (recompute): re-prefill prompt + generated tokens"
+                if o.recovery == "restart" else
                 f"replicate: KV streamed to {o.replica_target} memory as generated (not charged "
                 "to iterations), restored at the link bandwidth")
     return [{"name": "failures", "value": "; ".join(placed) + f"; detected after "
@@ -273,12 +278,12 @@ class SearchResult:
         return next((r for r in self.designs if r.design.name == best), None)
 
 
-LATENCY_COLUMNS = tuple(f"{metric}_{pct}_ms" for metric in ("ttft", "tpot", "e2e")
+LATENCY_COLUMNS = tuple(f"{metric}_{pct}_ms" for metric in ("ttft", "tpot", "e2e", "itl")
                         for pct in ("p50", "p90", "p99"))
 
 
 def _latency_columns(latency_ms: dict | None) -> dict:
-    """The optimum's latencies in ms as columns (ttft_p50_ms, ..., e2e_p99_ms; None without
+    """The optimum's latencies in ms as columns (ttft_p50_ms, ..., itl_p99_ms; None without
     an optimum)."""
     latency_ms = latency_ms or {}
     return {column: latency_ms.get(column.split("_")[0], {}).get(column.split("_")[1])
@@ -292,7 +297,7 @@ def _seeds(study: Study) -> tuple[int, ...]:
 def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None,
               resilience: bool = True) -> SearchResult:
     if study.survive_auto:
-        study, choice, runs = choose_spares(study, execution)
+        study, choice, runs = choose_spares(study, execution, on_batch)
         found = run_study(study, execution, on_batch, resilience)
         found.spares = choice
         found.stats = add_stats(found.stats, *runs)
@@ -306,20 +311,22 @@ def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = Non
     for result in results:
         result.uncalibrated = uncalibrated(result.design, study)
     if study.survive_failures and resilience:
-        price_of_resilience(study, execution, results)
+        price_of_resilience(study, execution, results, on_batch)
     plan = None
     if study.load_curve is not None:
-        plan, more = load_plan(study, execution, results)
+        plan, more = load_plan(study, execution, results, on_batch)
         stats = add_stats(stats, *more)
     moved = None
     if study.settings.sensitivity:
-        moved, more = sensitivity(study, execution, partial(run_study, resilience=False),
+        moved, more = sensitivity(study, execution,
+                                  partial(run_study, on_batch=on_batch, resilience=False),
                                   results)
         stats = add_stats(stats, *more)
     return SearchResult(study, results, stats, moved, plan)
 
 
-def choose_spares(study: Study, execution: Execution) -> tuple[Study, dict, list[RunStats]]:
+def choose_spares(study: Study, execution: Execution,
+                  on_batch: OnBatch | None = None) -> tuple[Study, dict, list[RunStats]]:
     """--survive-failures auto: k from the pools of every design's optimum (without spares
     first, then with the k they call for, until k stops growing); the study with that k,
     the choice and why (`provisioner.sparing`), and the searches' counts."""
@@ -331,7 +338,7 @@ def choose_spares(study: Study, execution: Execution) -> tuple[Study, dict, list
     k, runs, pools = 0, [], []
     for _ in range(4):   # a pool grown by k machines may call for one more
         trial = study.auxiliary(survive_failures=k, survive_auto=False)
-        found = run_study(trial, execution, resilience=False)
+        found = run_study(trial, execution, on_batch, resilience=False)
         runs.append(found.stats)
         pools = [n for r in found.designs if r.optimum is not None
                  for n in (r.optimum.prompt_machines, r.optimum.token_machines) if n]
@@ -343,20 +350,58 @@ def choose_spares(study: Study, execution: Execution) -> tuple[Study, dict, list
     return replace(study, survive_failures=k, survive_auto=False), choice, runs
 
 
-def load_plan(study: Study, execution: Execution,
-              results: list[DesignResult]) -> tuple[dict, list[RunStats]]:
+def _other_rates(study: Study) -> list[float]:
+    """--load-curve: the window rates searched after the busiest (the study's own) rate."""
+    rates = {w.rate_rps for w in study.load_curve[0]} - {0.0, study.goal.rate_rps}
+    return sorted(rates, reverse=True)
+
+
+def planned_searches(study: Study) -> int:
+    """How many searches `run_study` runs for `study`: its own and the auxiliary ones of
+    --survive-failures, --load-curve and --sensitivity (the progress ETA's whole; `auto`
+    spares are counted as their usual two trials)."""
+    count = 1
+    if study.survive_auto:
+        count += 2 + 2
+    elif study.survive_failures:
+        count += 1 + sum(p != study.sim_options.recovery for p in ("restart", "replicate"))
+    if study.load_curve is not None:
+        count += len(_other_rates(study))
+    if study.settings.sensitivity:
+        count += len(sensitivity_variants(study.auxiliary()))
+    return count
+
+
+def load_plan(study: Study, execution: Execution, results: list[DesignResult],
+              on_batch: OnBatch | None = None) -> tuple[dict, list[RunStats]]:
     """--load-curve: every other window rate searched as the busiest one was (the same
     designs, verification and rules), then each design's plan and what it saves."""
     optima = {study.goal.rate_rps: {r.design.name: r for r in results}}
     runs = []
-    for rate in sorted({w.rate_rps for w in study.load_curve[0]} - {0.0}, reverse=True):
-        if rate in optima:
-            continue
+    for rate in _other_rates(study):
         at_rate = study.auxiliary(goal=replace(study.goal, rate_rps=rate))
-        found = run_study(at_rate, execution, resilience=False)
+        found = run_study(at_rate, execution, on_batch, resilience=False)
         optima[rate] = {r.design.name: r for r in found.designs}
         runs.append(found.stats)
-    return curve_report(study, optima), runs
+    return curve_report(study, optima, partial(check_whole_curve, study)), runs
+
+
+def check_whole_curve(study: Study, static: DesignResult, options, plan, replan):
+    """--load-curve: the static cluster and the plan, each run over the whole curve
+    (`provisioner.curverun`); the plan stepped up where a window misses."""
+    from provisioner.curverun import run_curve, verified_plan
+    design, o = static.design, static.optimum
+    record = {"static": run_curve(study, Cluster(design, o.prompt_machines, o.token_machines),
+                                  None),
+              # a Splitwise design's static cluster with its mixed pool: the paper's answer
+              # to bursts, beside the plan's
+              "static_mixed_pool": (not design.is_baseline) and design.mixed_pool}
+
+    def cluster_of(pools):
+        return Cluster(design, max(p for p, _ in pools), max(t for _, t in pools))
+    plan, record["plan"], stepped = verified_plan(study, cluster_of, options, plan, replan)
+    record["stepped_up_windows"] = stepped
+    return plan, record
 
 
 def add_stats(*runs: RunStats) -> RunStats:
@@ -408,7 +453,8 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
     return results, runner.stats
 
 
-def price_of_resilience(study: Study, execution: Execution, results: list[DesignResult]) -> None:
+def price_of_resilience(study: Study, execution: Execution, results: list[DesignResult],
+                        on_batch: OnBatch | None = None) -> None:
     """--survive-failures: each design's plain optimum (no failures) and its failure-aware
     optimum under restart and under replicate, with their costs and powers (one extra search
     without failures and one with the other recovery policy)."""
@@ -420,7 +466,7 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
             runs[policy] = replace(plain, survive_failures=study.survive_failures,
                                    sim_options=replace(study.sim_options, recovery=policy))
     optima = {name: {r.design.name: r.optimum
-                     for r in run_study(variant, execution, resilience=False).designs}
+                     for r in run_study(variant, execution, on_batch, resilience=False).designs}
               for name, variant in runs.items()}
     optima[study.sim_options.recovery] = {r.design.name: r.optimum for r in results}
     for result in results:
@@ -472,7 +518,14 @@ class SimulationRun:
     latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
-    windows: list | None = None   # --load-curve: (window, its SloReport) per planning window
+
+    def __repr__(self) -> str:   # one line, not the workload's and results' arrays
+        c = self.cluster
+        pools = (f"{c.prompt_machines} machines" if c.design.is_baseline
+                 else f"{c.prompt_machines}P+{c.token_machines}T")
+        passed = "SLOs met" if self.report.passed else "SLOs missed"
+        return (f"SimulationRun({c.design.name} {pools}, {self.model.name}, "
+                f"{self.workload.name}, {len(self.workload):,} requests; {passed})")
 
 
 def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
@@ -487,9 +540,14 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     catalog = study_catalog(s)
     if c.design is None:
         raise InputError(f"{option_ref('design')} is required", field="design")
-    cluster = cluster_from_counts(design_with_budget(resolve_design(c.design, catalog),
-                                                     s.chunk_tokens),
-                                  c.prompt, c.token, c.machines)
+    design = design_with_budget(resolve_design(c.design, catalog), s.chunk_tokens)
+    plan = _asked_plan(c, design)
+    if plan and c.prompt is None and c.token is None and c.machines is None:
+        largest = (max(p for _, p, _ in plan), max(t for _, _, t in plan))
+        counts = (None, None, largest[0]) if design.is_baseline else (*largest, None)
+    else:
+        counts = (c.prompt, c.token, c.machines)
+    cluster = cluster_from_counts(design, *counts)
     source = resolve_perf(s)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype)
     profile = load_slo_profile(s.slo)
@@ -497,51 +555,110 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     check_engine_coverage(source, perf, model, [cluster.design])
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
-    curve_windows = None   # --load-curve: the windows the SLOs are checked per
+    check_resilience(options.resilience, c.failures is not None, "failures")
     if c.load_curve is not None:
-        requests, curve_windows = _replayed_curve(options, workload)
-        rate = None
-    else:
-        refuse_curve_options(c, ClusterOptions(), ("curve_window",))
-        requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
+        return _simulate_curve(options, cluster, model, perf, profile, source, workload, plan,
+                               catalog.machine(SLO_REFERENCE_SKU))
+    refuse_curve_options(c, ClusterOptions(), ("curve_window",))
+    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
     reserve = sim_options(s, options.resilience).memory_reserve_fraction
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
     cluster = replace(cluster, design=pinned_design(
         cluster.design, options.layout, model, reserve, longest,
         (cluster.prompt_machines, cluster.token_machines)))
-    check_resilience(options.resilience, c.failures is not None, "failures")
-    rows = ()
-    if c.failures is not None:
-        from simcore.failures import check_schedule, read_failure_csv
-        rows = read_failure_csv(c.failures)
-        check_schedule(rows, cluster.prompt_machines, cluster.token_machines,
-                       cluster.design.is_baseline, source=c.failures)
     result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
-                            replace(sim_options(s, options.resilience, rows),
+                            replace(sim_options(s, options.resilience,
+                                                _failure_rows(c, cluster)),
                                     mixed_pool=c.mixed_pool))
     uncal = uncalibrated_skus(cluster.design, model, perf)
-    window = (s.duration if rate is not None else curve_windows[-1].end_s
-              if curve_windows is not None else float(np.max(requests.arrival_s)))
-    run = SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
-                        profile, latency_source(source, perf, model, cluster.design.machines()),
-                        layout_record(cluster.design, model, reserve), window)
-    if curve_windows is not None:
-        run.windows = [(w, evaluate_slos(result, profile, measured=(
-            (requests.arrival_s >= w.start_s) & (requests.arrival_s < w.end_s))))
-            for w in curve_windows]
-    return run
+    window = s.duration if rate is not None else float(np.max(requests.arrival_s))
+    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
+                         profile, latency_source(source, perf, model, cluster.design.machines()),
+                         layout_record(cluster.design, model, reserve), window)
 
 
-def _replayed_curve(options: SimulateOptions, workload):
-    """simulate --load-curve: the workload's sizes under Poisson arrivals following the
-    curve, and the curve's windows the SLOs are checked per."""
+def _asked_plan(c: ClusterOptions, design: Design):
+    """--plan: its rows for the design (only beside --load-curve)."""
+    if c.plan is None:
+        return ()
+    if c.load_curve is None:
+        raise InputError(f"{option_ref('plan')} resizes the pools over a load curve: add "
+                         f"{option_ref('load_curve')} FILE, or drop it", field="plan")
+    from provisioner.loadcurve import read_plan
+    check_path(c.plan, "plan")
+    return read_plan(c.plan, design.name, design.is_baseline)
+
+
+@dataclass(eq=False)
+class CurveSimulation:
+    """`provision simulate --load-curve`: one cluster (resized by a plan, if given) over a whole
+    load curve in one streamed run (`simcore.longrun`)."""
+    cluster: Cluster
+    model: ModelSpec
+    workload_name: str
+    run: object            # simcore.longrun.CurveRun
+    report: object         # the SLOs over the whole curve (ITL included)
+    windows: list          # (Window, its SloReport or None when no request arrived in it)
+    uncalibrated: list
+    profile: object
+    latency_source: str
+    layout: dict
+    plan: tuple = ()
+    notes: tuple = ()
+
+    def __repr__(self) -> str:
+        met = sum(r is None or r.passed for _, r in self.windows)
+        return (f"CurveSimulation({self.cluster.design.name}, {self.run.requests:,} requests, "
+                f"{met} of {len(self.windows)} windows met)")
+
+
+def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, profile, source,
+                    workload, plan, reference) -> CurveSimulation:
+    """simulate --load-curve: the workload's sizes under Poisson arrivals following the curve,
+    all of it in one streamed run, the SLOs per --curve-window and over the whole curve."""
+    from provisioner.curverun import curve_sizes, longest_request
     from provisioner.loadcurve import windows
-    from simcore.workload import synthesize_curve
+    from simcore.longrun import simulate_curve
     s, c = options.study, options.cluster
+    if c.requests_csv is not None:
+        raise InputError(f"{option_ref('requests_csv')} writes one row per request: a load "
+                         "curve's run keeps no per-request rows; drop it", field="requests_csv")
     curve = read_asked_curve(c.load_curve, s.rate)
-    sizes = workload.name if workload.kind == "builtin" else workload.at(None, 0, 0)
-    requests = synthesize_curve(sizes, curve.times, curve.rates, curve.end_s, s.seed)
-    return requests, windows(curve, c.curve_window)
+    spans = windows(curve, c.curve_window, "curve_window")
+    edges = [w.start_s for w in spans] + [spans[-1].end_s]
+    options_used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
+                           mixed_pool=c.mixed_pool, pool_plan=plan)
+    sizes = curve_sizes(workload)
+    cluster = replace(cluster, design=pinned_design(
+        cluster.design, options.layout, model, options_used.memory_reserve_fraction,
+        longest_request(sizes), (cluster.prompt_machines, cluster.token_machines)))
+    from simcore.cluster import plan_resizes
+    if plan:
+        plan_resizes(cluster, plan)   # the plan fits the cluster (one line if not)
+    run = simulate_curve(cluster, sizes, curve.times, curve.rates, curve.end_s, edges, s.seed,
+                         model, perf, reference, options_used)
+    reports = ([(w, evaluate_slos(run.window(k), profile) if n else None)
+                for k, (w, n) in enumerate(zip(spans, run.window_requests))]
+               if run.feasible else [(w, None) for w in spans])
+    whole = evaluate_slos(run.latencies if run.feasible else run, profile)
+    reserve = options_used.memory_reserve_fraction
+    notes = (f"poisson arrivals following the load curve {c.load_curve} ({len(curve.rates)} "
+             f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {s.seed}), all "
+             "in one streamed run",)
+    return CurveSimulation(cluster, model, workload.name, run, whole, reports,
+                           uncalibrated_skus(cluster.design, model, perf), profile,
+                           latency_source(source, perf, model, cluster.design.machines()),
+                           layout_record(cluster.design, model, reserve), plan, notes)
+
+
+def _failure_rows(c: ClusterOptions, cluster: Cluster) -> tuple:
+    if c.failures is None:
+        return ()
+    from simcore.failures import check_schedule, read_failure_csv
+    rows = read_failure_csv(c.failures)
+    check_schedule(rows, cluster.prompt_machines, cluster.token_machines,
+                   cluster.design.is_baseline, source=c.failures)
+    return rows
 
 
 def design_with_budget(design: Design, chunk_tokens) -> Design:

@@ -55,15 +55,19 @@ def budget_variants(designs: Sequence[Design], chunk_tokens) -> tuple[list[Desig
 
 def progress_by_design(on_batch: Callable[[dict[str, int]], None] | None,
                        origin: dict[str, str]):
-    """Progress counts of the variants summed under the design they stand for."""
+    """Progress counts of the variants summed under the design they stand for (finished when
+    all of its variants are)."""
     if on_batch is None:
         return None
+    from provisioner.frontier import Asked   # here: frontier imports this module
 
     def update(asked: dict[str, int]) -> None:
         totals: dict[str, int] = {}
         for name, count in asked.items():
             totals[origin[name]] = totals.get(origin[name], 0) + count
-        on_batch(totals)
+        finished = getattr(asked, "finished", frozenset())
+        done = set(totals) - {origin[name] for name in asked if name not in finished}
+        on_batch(Asked(totals, done, getattr(asked, "search", None)))
     return update
 
 

@@ -237,7 +237,7 @@ OUTPUT_FORMATS = ("table", "json", "csv", "markdown")
 
 def _search(options: SearchOptions, spec: Optional[Path], output_format: str) -> None:
     as_json = output_format == "json"
-    from provisioner.api import check_writable_dir, resolve_study, run_study
+    from provisioner.api import check_writable_dir, planned_searches, resolve_study, run_study
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
     from provisioner.hardware import HARDWARE_PROGRESS
@@ -263,7 +263,7 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     with compile_notice(enabled=shown):
         warm_up(study)
     tasks = [HARDWARE_PROGRESS] if study.hardware else [d.name for d in study.designs]
-    with SearchProgress(tasks, enabled=shown) as progress:
+    with SearchProgress(tasks, enabled=shown, searches=planned_searches(study)) as progress:
         started = time.perf_counter()
         result = run_study(study, options.execution, progress.update)
         wall = time.perf_counter() - started

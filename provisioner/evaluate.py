@@ -157,8 +157,8 @@ class SimulationEvaluator:
         if kept is not None:
             return kept, None
         result = self.simulate(point, seed)[0]
-        seconds = ({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s}
-                   if result.feasible else None)
+        seconds = ({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s,
+                    "itl": result.itl_histogram} if result.feasible else None)
         return latency_values(result, self.study.slo), seconds
 
     def sample_size(self, rate_rps: float | None, seed: int) -> int:

@@ -20,17 +20,19 @@ from provisioner.tables import answer_sentence, layout_label
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
+from slo_profiles import ABSOLUTE_METRICS
 
 CONSTRAINTS = ("max_machines", "max_gpus", "max_prompt", "max_token")  # in the summary table
 PERCENTILE_STYLE = {"p50": "solid", "p90": "dash", "p99": "dot"}
-METRIC_TITLES = {"ttft": "TTFT", "tbt": "TBT", "e2e": "E2E"}
+METRIC_TITLES = {"ttft": "TTFT", "tbt": "TBT", "e2e": "E2E", "itl": "ITL"}
 FEASIBLE_LEGEND_COLOUR = "#21918c"          # Viridis' midpoint: the design-space legend symbol
 
 
 def html_report(document: dict, results: Sequence[DesignResult]) -> str:
     inputs = document["inputs"]
     if document.get("load_curve") is not None:
-        figures = [("fig-load-curve", load_curve_figure(document))]
+        figures = [("fig-load-curve", load_curve_figure(document)),
+                   ("fig-curve-margins", curve_margin_figure(document))]
     elif document["summary"].get("hardware") is not None:   # dozens of designs: one scatter
         figures = [("fig-hardware", hardware_figure(results))]
     else:
@@ -146,7 +148,27 @@ def optimum_html(document: dict) -> str:
                           for a in document.get("assumptions", []))
     assumed = f"<h2>Modelling assumptions</h2><table>{assumptions}</table>" if assumptions else ""
     return (f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
-            f"{notes}{_resilience_html(document)}{_sensitivity_html(document)}{assumed}")
+            f"{notes}{_latency_html(document)}{_resilience_html(document)}"
+            f"{_sensitivity_html(document)}{assumed}")
+
+
+LATENCY_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"), ("itl", "ITL"))
+
+
+def _latency_html(document: dict) -> str:
+    """Each optimum's latencies in ms on the base sample (beside the SLOs' own units)."""
+    rows = []
+    for entry in document["designs"]:
+        ms = (entry["optimum"] or {}).get("latency_ms")
+        if not ms:
+            continue
+        rows.append((entry["design"], [
+            "-" if ms.get(m, {}).get(p) is None else f"{ms[m][p]:,.1f}"
+            for m, _ in LATENCY_METRICS for p in ("p50", "p90", "p99")]))
+    header = ["design", *(f"{label} {p.upper()}" for _, label in LATENCY_METRICS
+                          for p in ("p50", "p90", "p99"))]
+    return _text_table("Latencies of each optimum, ms (base sample; TPOT: a request's mean gap "
+                       "between tokens; ITL: every gap)", header, rows)
 
 
 def _resilience_html(document: dict) -> str:
@@ -344,14 +366,17 @@ def latency_load_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
     curves = [(r, c) for r, c in curves if len(c) >= 2]
     if not curves:
         return None
-    unit = "slowdown (x)" if inputs["slo_profile"]["kind"] == "slowdown" else "ms"
+    slowdown = inputs["slo_profile"]["kind"] == "slowdown"
+    units = ["ms" if not slowdown or m in ABSOLUTE_METRICS else "slowdown (x)"
+             for m in METRIC_TITLES]
+    columns = len(METRIC_TITLES)
     titles = [f"{r.design.name}: {METRIC_TITLES[m]}" for r, _ in curves for m in METRIC_TITLES]
-    layout = subplot_grid(len(curves), 3, titles, vertical_spacing=min(0.08, 0.5 / len(curves)),
+    layout = subplot_grid(len(curves), columns, titles, vertical_spacing=min(0.08, 0.5 / len(curves)),
                           horizontal_spacing=0.06)
     data = []
     for row, (_result, points) in enumerate(curves):
         for col, metric in enumerate(METRIC_TITLES):
-            cell, legend = row * 3 + col + 1, row == 0 and col == 0
+            cell, legend = row * columns + col + 1, row == 0 and col == 0
             for pct, dash in PERCENTILE_STYLE.items():
                 key = f"{metric}_{pct}"
                 values = [dict((k, v) for k, v, _ in m.outcome.slo)[key] for m in points]
@@ -366,9 +391,9 @@ def latency_load_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
                         mode="lines", name=f"{pct.upper()} limit", legendgroup=f"{pct}-limit",
                         showlegend=legend, line={"dash": dash, "color": "#d62728", "width": 1}),
                         cell))
-    for n in range(1, 3 * len(curves) + 1):
+    for n in range(1, columns * len(curves) + 1):
         layout[_axis_key("x", n)]["title"] = {"text": "rate (req/s)"}
-        layout[_axis_key("y", n)].update(title={"text": unit}, type="log")
+        layout[_axis_key("y", n)].update(title={"text": units[(n - 1) % columns]}, type="log")
     layout.update(title={"text": "Latency percentiles of each optimum against load "
                                  "(red: SLO limits)"},
                   height=300 * len(curves) + 100)
@@ -417,6 +442,34 @@ def load_curve_figure(document: dict) -> dict | None:
               "yaxis": {"title": {"text": "requests per second"}},
               "yaxis2": {"title": {"text": "machines"}, "overlaying": "y", "side": "right"},
               "height": 520, "legend": {"orientation": "h", "y": -0.2}}
+    return {"data": data, "layout": layout}
+
+
+def curve_margin_figure(document: dict) -> dict | None:
+    """--load-curve: each window's worst SLO margin in the whole-curve runs of the static
+    cluster (dotted) and of the plan (solid); below 0, the window missed an SLO."""
+    curve = document["load_curve"]
+    spans = curve["windows"]
+    middles = [(w["start_s"] + w["end_s"]) / 7200.0 for w in spans]
+    data = []
+    for name, entry in curve["designs"].items():
+        checked = entry.get("whole_curve") if entry["feasible"] else None
+        if checked is None:
+            continue
+        for label, dash in (("plan", "solid"), ("static", "dot")):
+            margins = checked[label].get("window_margins")
+            if margins:
+                data.append(_scatter(x=middles, y=margins, mode="lines+markers",
+                                     line={"dash": dash, "shape": "hvh"},
+                                     name=f"{name} {label}"))
+    if not data:
+        return None
+    layout = {"title": {"text": "Worst SLO margin of each window in the whole-curve runs "
+                                "(1 - value / limit; below 0: missed)"},
+              "xaxis": {"title": {"text": "hours from the curve's start"}},
+              "yaxis": {"title": {"text": "worst margin (fraction of the limit)"},
+                        "tickformat": ".0%", "zeroline": True},
+              "height": 420, "legend": {"orientation": "h", "y": -0.25}}
     return {"data": data, "layout": layout}
 
 

@@ -497,6 +497,17 @@ def _cells_below(p_max: int, t_max: int):
 
 
 # ------------------------------------------------------------------------------ the driver
+class Asked(dict):
+    """What `on_batch` receives: the points asked so far per search name (a plain dict to
+    read), with `finished`, the names whose search has returned, and `search`, one object per
+    `drive` call, so that a listener tells one search from the next (the progress ETA)."""
+
+    def __init__(self, asked: dict[str, int], finished=(), search: object = None):
+        super().__init__(asked)
+        self.finished = frozenset(finished)
+        self.search = search
+
+
 def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[Metrics]],
           on_batch: Callable[[dict[str, int]], None] | None = None,
           concurrent: bool = False) -> dict[str, Any]:
@@ -513,6 +524,7 @@ def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[M
     pending: dict[str, list[Point]] = {}
     results: dict[str, Any] = {}
     asked = {name: 0 for name in searches}
+    search = object()   # this search, for `Asked.search`
 
     def advance(name: str, answer) -> None:
         try:
@@ -533,7 +545,7 @@ def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[M
             advance(name, answers[start:start + size])
             start += size
         if on_batch is not None:
-            on_batch(dict(asked))
+            on_batch(Asked(asked, results, search))
     return results
 
 
@@ -543,6 +555,7 @@ def _drive_concurrently(searches: dict[str, Search], run_batch: RunBatch,
     results: dict[str, Any] = {}
     asked = {name: 0 for name in searches}
     lock, stop, errors = threading.Lock(), threading.Event(), []
+    token = object()   # this search, for `Asked.search`
 
     def run(name: str, search: Search) -> None:
         try:
@@ -551,14 +564,17 @@ def _drive_concurrently(searches: dict[str, Search], run_batch: RunBatch,
                 try:
                     points = search.send(answer)
                 except StopIteration as done:
-                    results[name] = done.value
+                    with lock:
+                        results[name] = done.value
+                        if on_batch is not None:
+                            on_batch(Asked(asked, results, token))
                     return
                 with lock:
                     asked[name] += len(points)
                 answer = run_batch(points)
                 if on_batch is not None:
                     with lock:
-                        on_batch(dict(asked))
+                        on_batch(Asked(asked, results, token))
         except BaseException as error:  # noqa: BLE001 - handed to the main thread
             errors.append(error)
             stop.set()

@@ -15,8 +15,9 @@ a fleet obeys:
 - no flapping: a pool that shrank entering a window does not grow entering the next;
 - a provisioning delay (`--scale-up-minutes`): a machine added for a window is paid from that
   long before the window starts (it boots and loads weights meanwhile, serving nothing).
-What is not simulated yet: the transitions themselves (each window is verified at its
-steady-state rate, not in one run with pools resizing mid-run).
+Then both answers are checked over the whole curve, each in one run of every request of the
+curve (`provisioner.curverun`): the plan's pools resized at each window's start, machines
+failing at fleet rates; the plan is stepped up where a window misses an SLO.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from hardware_catalog import InputError, option_ref
+from simcore.workload import MAX_TRACE_SECONDS
 
 RATE_STEP = 0.02   # window rates are rounded up to powers of (1 + RATE_STEP): the rate tolerance
 MAX_WINDOWS = 10_000
@@ -97,7 +99,58 @@ def read_load_curve(path: str) -> LoadCurve:
     steps = np.diff(times)
     tail = float(np.median(steps)) if len(steps) else 3600.0
     start = times[0]
+    if times[-1] - start + tail > MAX_TRACE_SECONDS:
+        raise InputError(f"row {len(times) + 1}, field time_s: the curve spans "
+                         f"{(times[-1] - start + tail) / 86400:,.0f} days, past the "
+                         f"{MAX_TRACE_SECONDS / 86400:.0f}-day limit of arrival times; cut it "
+                         "into parts", source=path)
     return LoadCurve(path, tuple(t - start for t in times), tuple(rates), tail)
+
+
+PLAN_COLUMNS = ("start_s", "prompt_machines", "token_machines")
+
+
+def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int, int], ...]:
+    """A pool plan: rows start_s, prompt_machines, token_machines (a search's plan.csv, whose
+    rows of other designs are skipped by its `design` column, or a planner's own), each the
+    pools serving from that time on, by start time. One line naming the file, row and field
+    when it is not one."""
+    import pandas as pd
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise InputError(f"cannot be read as a CSV plan ({type(err).__name__}); expected "
+                         f"columns {', '.join(PLAN_COLUMNS)}", source=path) from None
+    missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; a plan has columns "
+                         f"{', '.join(PLAN_COLUMNS)} (and may have design)", source=path)
+    rows = []
+    for row, record in enumerate(frame.to_dict("records"), start=2):
+        if "design" in record and record["design"] and record["design"] != design:
+            continue
+        values = []
+        for name in PLAN_COLUMNS:
+            text = record[name]
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            whole = name != "start_s"
+            least = 0 if name == "start_s" or (baseline and name == "token_machines") else 1
+            if (not math.isfinite(value) or value < least
+                    or (whole and value != int(value))):
+                raise InputError(f"row {row}, field {name}: {text!r} is not "
+                                 + ("a time >= 0 s" if not whole else
+                                    f"a whole number of machines >= {least}"), source=path)
+            values.append(int(value) if whole else value)
+        if rows and values[0] <= rows[-1][0]:
+            raise InputError(f"row {row}, field start_s: {values[0]:g} s is not after the row "
+                             "before; sort the plan by time, one row per start", source=path)
+        rows.append(tuple(values))
+    if not rows:
+        raise InputError(f"has no rows for design '{design}'", source=path)
+    return tuple(rows)
 
 
 def _times(cells: list[str], path: str) -> list[float]:
@@ -119,16 +172,17 @@ def _times(cells: list[str], path: str) -> list[float]:
     return stamps
 
 
-def windows(curve: LoadCurve, window_s: float) -> list[Window]:
-    """The planning windows over the curve, each with its peak and mean rate."""
+def windows(curve: LoadCurve, window_s: float, option: str = "window") -> list[Window]:
+    """The planning windows over the curve, each with its peak and mean rate (`option`: the
+    option that gave `window_s`, named when it does not fit)."""
     if window_s > curve.end_s + 1e-9:
-        raise InputError(f"{option_ref('window')} {window_s:g} s is longer than the load curve "
-                         f"({curve.end_s:g} s); give a shorter window", field="window")
+        raise InputError(f"{option_ref(option)} {window_s:g} s is longer than the load curve "
+                         f"({curve.end_s:g} s); give a shorter window", field=option)
     count = math.ceil(curve.end_s / window_s - 1e-9)
     if count > MAX_WINDOWS:
-        raise InputError(f"{option_ref('window')} {window_s:g} s cuts the curve into {count} "
+        raise InputError(f"{option_ref(option)} {window_s:g} s cuts the curve into {count} "
                          f"windows (at most {MAX_WINDOWS}); give a longer window",
-                         field="window")
+                         field=option)
     edges = np.append(np.array(curve.times), curve.end_s)
     rates = np.array(curve.rates)
     result = []
@@ -219,15 +273,17 @@ def _adding(before: tuple[int, ...], after: tuple[int, ...], unit: tuple[float, 
     return scale_up_s / 3600.0 * sum(max(0, a - b) * u for a, b, u in zip(after, before, unit))
 
 
-def curve_report(study, optima: dict[float, dict[str, object]]) -> dict:
+def curve_report(study, optima: dict[float, dict[str, object]], verify=None) -> dict:
     """report.json `load_curve`: the windows, the rules and per design its static cluster, its
     plan and what the plan saves. `optima[rate][design name]` is the DesignResult of the
-    search at that window rate (the busiest one is the static cluster)."""
-    spans, rules = study.load_curve
+    search at that window rate (the busiest one is the static cluster). `verify(static,
+    options, plan, replan)`, when given, checks the static cluster and the plan over the whole
+    curve and returns (the plan, stepped up where needed, and the record of the checks)."""
+    spans, rules, _ = study.load_curve
     peak = study.goal.rate_rps
     designs = {}
     for name in optima[peak]:
-        designs[name] = _design_plan(name, spans, rules, optima, peak, study.goal.name)
+        designs[name] = _design_plan(name, spans, rules, optima, peak, study.goal.name, verify)
     return {"windows": [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": round(w.peak_rps, 6),
                          "mean_rps": round(w.mean_rps, 6), "rate_rps": w.rate_rps}
                         for w in spans],
@@ -235,13 +291,14 @@ def curve_report(study, optima: dict[float, dict[str, object]]) -> dict:
                       "no_flapping": "a pool that shrank entering a window does not grow "
                                      "entering the next"},
             "sized_for": "each window's highest rate, rounded up to a 2% grid; each window "
-                         "verified at that rate in steady state (the transitions between "
-                         "windows are not simulated)",
+                         "verified at that rate in steady state, then the static cluster and "
+                         "the plan each simulated over the whole curve in one run (pools "
+                         "resized at window starts, machines failing at fleet rates)",
             "designs": designs}
 
 
 def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
-                 goal_name: str) -> dict:
+                 goal_name: str, verify=None) -> dict:
     static = optima[peak][name]
     if not static.feasible:
         return {"feasible": False, "reason": f"no static cluster: {static.reason}"}
@@ -266,6 +323,10 @@ def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
         options.append([(o.prompt_machines, o.token_machines) for o in verified])
     goal_unit = units["energy_kwh" if goal_name == "min-power" else "cost_usd"]
     plan = plan_pools(options, spans, goal_unit, rules)
+    checked = None
+    if verify is not None:   # (steps the options up where the plan missed: the bound too)
+        plan, checked = verify(static, options, plan,
+                               lambda changed: plan_pools(changed, spans, goal_unit, rules))
     instant = plan_pools(options, spans, goal_unit, PlanRules(0.0, rules.floor))  # lower bound
     flat = [(static.optimum.prompt_machines, static.optimum.token_machines)] * len(spans)
     figures = {}
@@ -278,4 +339,5 @@ def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
     return {"feasible": True, "static": list(flat[0]), "plan": [list(p) for p in plan],
             "pools_without_delay": [list(p) for p in instant],
             **figures,
-            "saves": round(1.0 - saved["plan"] / saved["static"], 6) if saved["static"] else 0.0}
+            "saves": round(1.0 - saved["plan"] / saved["static"], 6) if saved["static"] else 0.0,
+            **({} if checked is None else {"whole_curve": checked})}

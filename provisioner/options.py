@@ -30,6 +30,7 @@ from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, I
 
 GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
+RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
 ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (README: Where latencies come from)
@@ -211,9 +212,16 @@ class FailureOptions:
     repair_minutes: float = option(30.0, "Minutes a failed machine stays down (with "
                                          "--mtbf-hours).", positive(1e6), metavar="M", outcome=True)
     recovery: str = option(
-        "restart", "After a failure: restart (re-prefill prompt + generated tokens) or replicate "
+        "restart", "After a failure: restart (rebuild the KV as --restart says) or replicate "
                    "(resume from the KV streamed to a replica as tokens are generated).",
         OneOf(RECOVERIES), outcome=True)
+    restart: str = option(
+        "recompute", "How a restarted request (--recovery restart, or a lost replica) rebuilds "
+                     "its KV: recompute (the default, what engines such as vLLM do today: one "
+                     "prefill over the prompt plus the tokens already generated) or regenerate "
+                     "(DejaVu's baseline: a prefill over the prompt only, then the tokens already "
+                     "sent decoded again one iteration each, not sent twice).", OneOf(RESTARTS),
+        outcome=True)
     replica_target: str = option(
         "host", "replicate: KV replicas in remote host memory, or in a peer token machine's HBM "
                 "(a ring; halves every decoding machine's KV capacity).", OneOf(REPLICA_TARGETS), outcome=True)
@@ -331,6 +339,13 @@ class ClusterOptions:
         Text(), path=True, metavar="CSV")
     curve_window: float = option(3600.0, "--load-curve: the window the SLOs are checked per.",
                                  positive(MAX_DURATION))
+    plan: Optional[str] = option(
+        None, "--load-curve: resize the pools during the run as this plan says: a search's "
+              "plan.csv (its rows of --design), or a CSV start_s,prompt_machines,"
+              "token_machines, each row the pools serving from then on (a machine added was "
+              "ordered its provisioning delay before; one removed finishes its work). The "
+              "cluster is the plan's largest pools unless given.",
+        Text(), path=True, metavar="CSV")
 
 
 @dataclass(frozen=True)

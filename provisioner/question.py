@@ -189,8 +189,8 @@ def with_custom_designs(catalog: Catalog, entries: dict | None) -> Catalog:
 
 
 def resolve_load_curve(options: SearchOptions):
-    """--load-curve: (its planning windows, the plan's rules), checked against the other
-    options; None without a curve."""
+    """--load-curve: (its planning windows, the plan's rules, the curve), checked against the
+    other options; None without a curve."""
     q = options.question
     if q.load_curve is None:
         refuse_curve_options(q, QuestionOptions(),
@@ -202,7 +202,7 @@ def resolve_load_curve(options: SearchOptions):
                          f"{option_ref('goal')} min-cost or min-power", field="goal")
     curve = read_asked_curve(q.load_curve, options.study.rate).scaled(q.peak_rate)
     return (tuple(windows(curve, q.window)),
-            PlanRules(q.scale_up_minutes * 60.0, q.min_machines))
+            PlanRules(q.scale_up_minutes * 60.0, q.min_machines), curve)
 
 
 def refuse_curve_options(given, defaults, names: tuple[str, ...]) -> None:
@@ -361,7 +361,7 @@ def check_resilience(resilience: FailureOptions, configured: bool, how: str,
             raise InputError(f"{option_ref('repair_minutes')} applies to random failures: give "
                              f"{option_ref('mtbf_hours')} too", field="repair_minutes")
         return
-    for name in ("recovery", "replica_target", "detection_s", "repair_minutes"):
+    for name in ("recovery", "restart", "replica_target", "detection_s", "repair_minutes"):
         if getattr(resilience, name) != getattr(FailureOptions, name):
             raise InputError(f"{option_ref(name)} applies when machines fail: give "
                              f"{option_ref(how)} or {option_ref('mtbf_hours')}", field=name)
@@ -377,7 +377,7 @@ def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
     return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,
                    repair_s=resilience.repair_minutes * 60.0, failure_seed=study.seed,
                    detection_s=resilience.detection_s, recovery=resilience.recovery,
-                   replica_target=resilience.replica_target)
+                   replica_target=resilience.replica_target, restart=resilience.restart)
 
 
 # ------------------------------------------------------------------------------ the echo
@@ -416,7 +416,7 @@ def _plain(value: Any) -> Any:
 
 
 FAILURE_FIELDS = ("failures", "mtbf_hours", "repair_s", "failure_seed", "detection_s",
-                  "recovery", "replica_target")
+                  "recovery", "replica_target", "restart")
 
 
 def sim_options_echo(study: Study) -> dict:
@@ -424,6 +424,7 @@ def sim_options_echo(study: Study) -> dict:
     failure options appear only when failures are simulated, so other reports do not change;
     the failure seed is each sample's seed, not an option."""
     echoed = asdict(study.sim_options)
+    echoed.pop("pool_plan")  # a run's resizing (a load curve's plan), never a study's option
     failing = study.sim_options.has_failures or study.survive_failures
     for key in FAILURE_FIELDS:
         if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):

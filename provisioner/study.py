@@ -25,7 +25,7 @@ from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_worklo
                               check_trace_size, load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
-SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the nine, in report order
+SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the twelve, report order
 BUDGET_UNITS = {"power": "kW", "cost": "$/h"}
 
 
@@ -285,7 +285,8 @@ class Study:
     layout: Any = None    # LayoutOptions: pinned tp / pp (None: every layout that fits)
     options: Any = None   # the SearchOptions the study was resolved from
     hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound
-    load_curve: Any = None   # --load-curve: (planning windows, PlanRules); goal at the busiest
+    load_curve: Any = None   # --load-curve: (planning windows, PlanRules, LoadCurve); goal at
+    #                          the busiest window
 
     def auxiliary(self, **changes) -> "Study":
         """This study, with `changes`, for a search another one runs (a sensitivity variant,

@@ -4,7 +4,8 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from datetime import timedelta
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -54,11 +55,47 @@ def compile_notice(enabled: bool = True) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------ search
+ETA_AFTER_S = 3.0   # the time-left line appears after this long: shorter runs look as before
+
+
+def eta_seconds(elapsed: float, fraction: float) -> float | None:
+    """Seconds left when `fraction` of the work took `elapsed` seconds; None before
+    ETA_AFTER_S, or with nothing (or everything) done to go by."""
+    if elapsed < ETA_AFTER_S or not 0.0 < fraction < 1.0:
+        return None
+    return elapsed * (1.0 - fraction) / fraction
+
+
+def _time_left_column():
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TimeLeft(ProgressColumn):
+        """The ETA, counting down between updates; blank while unknown."""
+
+        def render(self, task) -> Text:
+            until = task.fields.get("until")
+            if until is None or task.finished:
+                return Text("")
+            left = timedelta(seconds=round(max(0.0, until - task.get_time())))
+            return Text(f"about {left} left", style="progress.remaining")
+    return TimeLeft()
+
+
 @dataclass
 class SearchProgress:
-    """Rich progress on stderr: one spinner per design with its evaluation count."""
+    """Rich progress on stderr: one spinner per design with its evaluation count (over all of
+    the run's searches: --sensitivity's, --load-curve's and --survive-failures' too), and from
+    ETA_AFTER_S on, once some work is done, a last line with the time left.
+
+    The work done is the share of the `searches` (api.planned_searches) behind us: a finished
+    search counts whole, the running one by its designs, a finished design whole and another
+    by its evaluations against its count in the run's first search (none in the first)."""
     designs: Sequence[str]
     enabled: bool = True
+    searches: int = 1
+    console: Console | None = None   # default: stderr
+    clock: Callable[[], float] | None = None   # default: rich's (tests give their own)
 
     def __enter__(self) -> "SearchProgress":
         self._progress = None
@@ -67,26 +104,63 @@ class SearchProgress:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
                                       TextColumn("{task.completed:>4.0f} evaluations"),
-                                      TimeElapsedColumn(), console=Console(stderr=True),
-                                      transient=False)
+                                      TimeElapsedColumn(), _time_left_column(),
+                                      console=self.console or Console(stderr=True),
+                                      transient=False, get_time=self.clock)
             self._progress.__enter__()
             self._tasks = {name: self._progress.add_task(name, total=None)
                            for name in self.designs}
+            whole = "all" if self.searches == 1 else f"all {self.searches} searches"
+            self._overall = self._progress.add_task(whole, total=None, visible=False,
+                                                    until=None)
+            self._started = self._progress.get_time()
         self._counts = {name: 0 for name in self.designs}
+        self._before: dict[str, int] = {}      # counts of the searches finished
+        self._first: dict[str, int] | None = None   # each design's count in the first search
+        self._search, self._last, self._done, self._shown = None, {}, 0, False
         return self
 
     def update(self, asked: dict[str, int]) -> None:
         if self._progress is None:
             return
+        search = getattr(asked, "search", None)   # frontier.Asked: one object per search
+        if search is not self._search:
+            if self._last:
+                for name, count in self._last.items():
+                    self._before[name] = self._before.get(name, 0) + count
+                self._first = self._last if self._first is None else self._first
+                self._done += 1
+            self._search = search
+        self._last = dict(asked)
         for name, count in asked.items():   # one design's step changes one count
-            if count != self._counts[name]:
+            count += self._before.get(name, 0)
+            if name in self._counts and count != self._counts[name]:
                 self._counts[name] = count
                 self._progress.update(self._tasks[name], completed=count)
+        self._show_time_left(getattr(asked, "finished", frozenset()))
+
+    def fraction(self, finished: frozenset[str]) -> float:
+        """The share of the run's work done (see the class docstring)."""
+        first = self._first or {}
+        parts = [1.0 if name in finished else
+                 min(1.0, count / first[name]) if first.get(name) else 0.0
+                 for name, count in self._last.items()]
+        running = sum(parts) / len(parts) if parts else 0.0
+        return min(1.0, (self._done + running) / max(1, self.searches))
+
+    def _show_time_left(self, finished: frozenset[str]) -> None:
+        now = self._progress.get_time()
+        left = eta_seconds(now - self._started, self.fraction(finished))
+        self._shown = self._shown or left is not None   # once shown, kept (blank when done)
+        self._progress.update(self._overall, completed=sum(self._counts.values()),
+                              visible=self._shown, until=None if left is None else now + left)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             for name, task in self._tasks.items():  # a known total stops the spinner
                 self._progress.update(task, total=max(1, self._counts[name]))
+            self._progress.update(self._overall, total=max(1, sum(self._counts.values())),
+                                  completed=sum(self._counts.values()), until=None)
             self._progress.__exit__(*exc)
 
 
@@ -280,6 +354,7 @@ def load_curve_lines(document: dict) -> list[str]:
                      f"{hours_used['plan']:,.0f} vs {hours_used['static']:,.0f} machine-hours, "
                      f"{entry['energy_kwh']['plan']:,.0f} vs "
                      f"{entry['energy_kwh']['static']:,.0f} kWh")
+        lines += whole_curve_lines(entry.get("whole_curve"), len(spans))
     best = document["summary"]["best_design"]
     entry = curve["designs"].get(best) or {}
     if entry.get("feasible"):
@@ -291,6 +366,37 @@ def load_curve_lines(document: dict) -> list[str]:
                 runs.append([window["start_s"], window["end_s"], pools])
         lines.append(f"  plan for {best} (plan.csv): " + ", ".join(
             f"{_clock(a)}-{_clock(b)} {pools_text(*p)}" for a, b, p in runs))
+    return lines
+
+
+def whole_curve_lines(checked: dict | None, windows: int) -> list[str]:
+    """The static cluster and the plan, each run over the whole curve in one simulation."""
+    if checked is None:
+        return []
+    lines = []
+    names = {"static": ("static (its mixed pool absorbing bursts, the paper's answer)"
+                        if checked.get("static_mixed_pool") else "static"), "plan": "plan"}
+    for label in ("static", "plan"):
+        run = checked[label]
+        label = names[label]
+        if not run["feasible"]:
+            lines.append(f"    whole curve, {label}: infeasible: {run['reason']}")
+            continue
+        failures = run["failures"]
+        whole = run["whole_curve"]
+        miss = run["first_miss"]
+        lines.append(
+            f"    whole curve, {label}: {run['windows_met']} of {windows} windows met every SLO "
+            f"({run['requests']:,} requests in one run; {failures['machine_failures']} machine "
+            f"failure(s) drawn at MTBF {failures['mtbf_hours']:,.0f} h"
+            + (f", {failures['requests_affected']:,} requests affected" if
+               failures["machine_failures"] else "") + "); over the whole curve "
+            + ("met" if whole["passed"] else f"missed: {whole['reason']}")
+            + ("" if miss is None else f"; first miss: window {miss['window']}: "
+               f"{miss['reason']}"))
+    if checked["stepped_up_windows"]:
+        lines.append("    plan stepped up where a window missed: windows "
+                     + ", ".join(map(str, checked["stepped_up_windows"])))
     return lines
 
 
@@ -374,20 +480,22 @@ def search_notes(document: dict) -> list[str]:
 
 def latency_lines(document: dict) -> list[str]:
     """Each optimum's latencies in milliseconds on the base sample (beside the slowdowns the
-    SLOs may be stated in): TTFT and TPOT P50 / P99."""
+    SLOs may be stated in): TTFT, TPOT, E2E and ITL P50 / P99."""
     lines = []
     for entry in document["designs"]:
         ms = (entry["optimum"] or {}).get("latency_ms")
         if not ms:
             continue
         cells = []
-        for metric in ("ttft", "tpot", "e2e"):
+        for metric in ("ttft", "tpot", "e2e", "itl"):
+            if metric not in ms:  # (a report written before ITL was measured)
+                continue
             p50, p99 = ms[metric]["p50"], ms[metric]["p99"]
             if p50 is not None:
                 cells.append(f"{metric.upper()} {_ms(p50)} / {_ms(p99)}")
         lines.append(f"  {entry['design']}: " + ", ".join(cells))
     return ["Latencies of each optimum, ms P50 / P99 (base sample; TPOT: a request's mean gap "
-            "between tokens):", *lines] if lines else []
+            "between tokens; ITL: every gap):", *lines] if lines else []
 
 
 def markdown_table(frame) -> str:
@@ -535,36 +643,75 @@ def calibration_table(result, seed: int) -> Table:
 
 # ---------------------------------------------------------------------------------- simulate
 def simulation_summary(run) -> dict:
-    """The JSON document of `provision simulate`."""
+    """The JSON document of `provision simulate` (a load curve's run: `curve_summary`)."""
+    if hasattr(run, "plan"):
+        return curve_summary(run)
     cluster, result, requests = run.cluster, run.result, run.workload
     return {
-        "design": cluster.design.name, "prompt_machines": cluster.prompt_machines,
-        "token_machines": cluster.token_machines, "model": run.model.name,
-        "workload": requests.name, "requests": len(requests),
-        "cost_per_hour": round(cluster.cost_per_hour, 4),
-        "power_kw": round(cluster.power_kw, 4), "gpus": cluster.gpus,
+        **_cluster_fields(run, requests.name, len(requests)),
         "makespan_s": round(result.makespan_s, 6),
         "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
         if result.feasible else None,
         "layout": run.layout,
+        "latency_ms": _simulated_ms(result),
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
         "latency_source": run.latency_source,
-        "uncalibrated_skus": run.uncalibrated, **run.report.as_dict(),
-        **({"windows": curve_windows(run)} if run.windows is not None else {})}
+        "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
+
+
+def _cluster_fields(run, workload: str, requests: int) -> dict:
+    cluster = run.cluster
+    return {"design": cluster.design.name, "prompt_machines": cluster.prompt_machines,
+            "token_machines": cluster.token_machines, "model": run.model.name,
+            "workload": workload, "requests": requests,
+            "cost_per_hour": round(cluster.cost_per_hour, 4),
+            "power_kw": round(cluster.power_kw, 4), "gpus": cluster.gpus}
+
+
+def curve_summary(run) -> dict:
+    """The JSON document of `provision simulate --load-curve`: the whole curve's SLOs, each
+    window's, the plan it was resized by (pools: the largest, their utilization over the run)."""
+    curve = run.run
+    return {
+        **_cluster_fields(run, run.workload_name, curve.requests),
+        "makespan_s": round(curve.makespan_s, 6), "layout": run.layout,
+        "plan": [{"start_s": t, "prompt_machines": p, "token_machines": k}
+                 for t, p, k in run.plan] or None,
+        "latency_ms": _simulated_ms(curve.latencies) if curve.feasible else None,
+        "pools": _pools(curve, run.cluster) if curve.feasible else {},
+        **({"failures": {"failures": 0 if curve.schedule is None else len(curve.schedule),
+                         **{k: round(v, 6) if isinstance(v, float) else v
+                            for k, v in curve.failure_stats.items()}}}
+           if curve.failure_stats is not None else {}),
+        "latency_source": run.latency_source, "uncalibrated_skus": run.uncalibrated,
+        **run.report.as_dict(), "windows": curve_windows(run)}
+
+
+def _simulated_ms(result) -> dict | None:
+    """TTFT / TPOT / E2E / ITL P50, P90, P99 in ms of the run (None when infeasible)."""
+    if not result.feasible:
+        return None
+    from provisioner.verify import milliseconds
+    ms = milliseconds({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s,
+                       "itl": result.itl_histogram})
+    return {metric: {p: None if v is None else round(v, 4) for p, v in values.items()}
+            for metric, values in ms.items()}
 
 
 def curve_windows(run) -> list[dict]:
-    """simulate --load-curve: each window's load, requests and SLO verdict."""
-    arrivals = run.workload.arrival_s
+    """simulate --load-curve: each window's load, requests and SLO verdict (a window no request
+    arrived in is met)."""
+    counts = run.run.window_requests or (0,) * len(run.windows)
     return [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": w.peak_rps,
-             "mean_rps": round(w.mean_rps, 6),
-             "requests": int(((arrivals >= w.start_s) & (arrivals < w.end_s)).sum()),
-             "passed": report.passed, "reason": report.reason,
-             "worst_margin": (round(report.worst_margin, 6) if report.feasible and report.checks
+             "mean_rps": round(w.mean_rps, 6), "requests": int(n),
+             "passed": report is None or report.passed,
+             "reason": "" if report is None else report.reason,
+             "worst_margin": (round(report.worst_margin, 6)
+                              if report is not None and report.feasible and report.checks
                               else None)}
-            for w, report in run.windows]
+            for (w, report), n in zip(run.windows, counts)]
 
 
 def _failures(run) -> dict:
@@ -621,7 +768,7 @@ def _pools(result, cluster) -> dict:
 
 def print_simulation(console: Console, err_console: Console, summary: dict, run) -> None:
     report = run.report
-    for note in run.workload.notes:
+    for note in (run.notes if hasattr(run, "plan") else run.workload.notes):
         err_console.print(f"note: {note}", highlight=False)
     if run.uncalibrated:
         from provisioner.api import calibration_hint
@@ -630,9 +777,13 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
     counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
               else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
     console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
-                  f"{summary['workload']}: {summary['requests']} requests, "
+                  f"{summary['workload']}: {summary['requests']:,} requests, "
                   f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
                   f"{summary['gpus']} GPUs", highlight=False)
+    if summary.get("plan"):
+        console.print("resized by the plan: " + ", ".join(
+            f"from {_clock(step['start_s'])} {pools_text(step['prompt_machines'], step['token_machines'])}"
+            for step in summary["plan"]), highlight=False, soft_wrap=True)
     if summary.get("latency_source"):
         console.print(f"Latencies: {summary['latency_source']}", highlight=False,
                       soft_wrap=True)
@@ -640,6 +791,11 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
         return
     console.print(_slo_table(report))
+    ms = summary["latency_ms"]
+    console.print("latencies, ms P50 / P90 / P99: " + "; ".join(
+        f"{metric.upper()} " + " / ".join("-" if v is None else _ms(v) for v in values.values())
+        for metric, values in ms.items()) + " (TPOT: a request's mean gap; ITL: every gap)",
+        highlight=False, soft_wrap=True)
     for label, pool in summary["pools"].items():
         console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
                       f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, KV "
@@ -654,28 +810,41 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       "chunking overhead "
                       + ("-" if overhead is None else f"{overhead:+.1%}")
                       + " (prefill work chunked vs whole)", highlight=False)
-    failures = summary.get("failures")
-    if failures and "requests_affected" in failures:
-        console.print(f"failures: {failures['failures']} ({failures['machine_down_s']:.1f} "
-                      f"machine-seconds down), {failures['requests_affected']} requests "
-                      f"affected, {failures['tokens_recomputed']:,} tokens recomputed, "
-                      f"recovery {failures['recovery_s_mean']:.2f} s mean / "
-                      f"{failures['recovery_s_max']:.2f} s max per affected request; goodput "
-                      f"{failures['goodput_rps']:.2f} req/s within the SLO "
-                      f"({failures['goodput_requests']} of {summary['requests']})",
-                      highlight=False)
-    if run.windows is not None:
-        for entry in curve_windows(run):
+    _print_failures(console, summary)
+    if "windows" in summary:
+        for entry in summary["windows"]:
             verdict = ("[green]met[/]" if entry["passed"] else
                        f"[bold red]missed[/]: {entry['reason']}")
             console.print(f"  window {_clock(entry['start_s'])}-{_clock(entry['end_s'])}: "
                           f"{entry['requests']:,} requests, peak {entry['peak_rps']:.4g} "
                           f"req/s, SLOs {verdict}", highlight=False)
-        missed = sum(not report.passed for _, report in run.windows)
-        console.print(f"per window: {len(run.windows) - missed} of {len(run.windows)} met "
-                      "every SLO; over the whole curve:", highlight=False)
+        met = sum(entry["passed"] for entry in summary["windows"])
+        console.print(f"per window: {met} of {len(summary['windows'])} met every SLO; over the "
+                      "whole curve:", highlight=False)
     console.print("[green]all SLOs met[/]" if report.passed else
                   f"[bold red]{len(report.failing)} SLO(s) missed[/]")
+
+
+def _print_failures(console: Console, summary: dict) -> None:
+    failures = summary.get("failures")
+    if not failures or "requests_affected" not in failures:
+        return
+    if "goodput_rps" not in failures:   # a load curve's run: totals only
+        console.print(f"failures: {failures['failures']} drawn, "
+                      f"{failures['requests_affected']:,} requests affected, "
+                      f"{failures['tokens_recomputed']:,} tokens recomputed, recovery "
+                      f"{failures['recovery_s_mean']:.2f} s mean / "
+                      f"{failures['recovery_s_max']:.2f} s max per affected request",
+                      highlight=False)
+        return
+    console.print(f"failures: {failures['failures']} ({failures['machine_down_s']:.1f} "
+                  f"machine-seconds down), {failures['requests_affected']} requests "
+                  f"affected, {failures['tokens_recomputed']:,} tokens recomputed, "
+                  f"recovery {failures['recovery_s_mean']:.2f} s mean / "
+                  f"{failures['recovery_s_max']:.2f} s max per affected request; goodput "
+                  f"{failures['goodput_rps']:.2f} req/s within the SLO "
+                  f"({failures['goodput_requests']} of {summary['requests']})",
+                  highlight=False)
 
 
 def _slo_table(report) -> Table:

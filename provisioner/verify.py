@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from provisioner.study import SLO_KEYS, DesignResult, Metrics, Outcome, Point
-from slo_profiles import METRICS, PERCENTILES, SloProfile
+from simcore.metrics import histogram_percentiles
+from slo_profiles import PERCENTILES, REQUEST_METRICS, SloProfile
 
 SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates are verified on all
 VERIFY_STEP = 2      # verification samples simulated at a time, after the screening seed
@@ -212,7 +213,7 @@ def latency_values(result, profile: SloProfile) -> dict[str, np.ndarray]:
     """A run's per-request values of each metric as the profile limits it (slowdowns or
     seconds), NaN where a request has none."""
     suffix = "slowdown" if profile.kind == "slowdown" else "s"
-    return {metric: getattr(result, f"{metric}_{suffix}") for metric in METRICS}
+    return {metric: getattr(result, f"{metric}_{suffix}") for metric in REQUEST_METRICS}
 
 
 def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
@@ -221,8 +222,8 @@ def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
     (`values`: its `latency_values`)."""
     slowdown = profile.kind == "slowdown"
     rng = np.random.default_rng(seed)
-    intervals = {}
-    for metric in METRICS:
+    intervals = {}  # (ITL: its gaps are binned per run, not kept per request to resample)
+    for metric in REQUEST_METRICS:
         ordered = np.sort(values[metric][~np.isnan(values[metric])])
         if len(ordered) == 0:
             continue
@@ -275,9 +276,15 @@ def intervals_of(evaluator, sample) -> dict:
 
 def milliseconds(seconds: dict[str, np.ndarray]) -> dict[str, dict[str, float | None]]:
     """P50 / P90 / P99 in ms of each of TTFT, TPOT (a request's mean gap between tokens, the
-    simulator's TBT) and E2E; None where no request has the metric."""
+    simulator's TBT), E2E and ITL (every inter-token gap: `seconds["itl"]` is the run's
+    histogram of them); None where no request has the metric."""
     out = {}
     for metric, values in seconds.items():
+        if metric == "itl":
+            gaps = histogram_percentiles(values, [PERCENTILES[n] for n in ("p50", "p90", "p99")])
+            out[metric] = {name: None if np.isnan(v) else float(v) * 1000.0
+                           for name, v in zip(("p50", "p90", "p99"), gaps)}
+            continue
         kept = values[~np.isnan(values)]
         out[metric] = {name: (float(np.percentile(kept, PERCENTILES[name])) * 1000.0
                               if len(kept) else None) for name in ("p50", "p90", "p99")}

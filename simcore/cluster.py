@@ -20,6 +20,31 @@ from simcore.latency import LatencyCurves
 ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
 
 
+# Inter-token latency (ITL: every gap between two output tokens of a request) is kept as a
+# histogram, not per gap: the fast core never walks a decode per token. The bins are DDSketch's
+# (Masson et al., VLDB 2019): bin i holds the gaps in (floor x g^(i-1), floor x g^i] with
+# g = (1 + a) / (1 - a), and reads back as floor x 2 g^i / (g + 1), within a relative error a
+# of every gap in it. a = 0.5%, floor 1 us, 2,304 bins reach 10^4 s; both simulators bin alike.
+ITL_ACCURACY = 0.005
+ITL_GAMMA = (1.0 + ITL_ACCURACY) / (1.0 - ITL_ACCURACY)
+ITL_LOG_GAMMA = float(np.log(ITL_GAMMA))
+ITL_FLOOR_S = 1e-6
+ITL_BINS = 2304
+
+
+def itl_bin(gap: float) -> int:
+    """The histogram bin of a gap of `gap` seconds (compiled into the fast core as it is)."""
+    if gap <= ITL_FLOOR_S:
+        return 0
+    i = int(np.ceil(np.log(gap / ITL_FLOOR_S) / ITL_LOG_GAMMA))
+    return i if i < ITL_BINS else ITL_BINS - 1
+
+
+def itl_bin_values() -> np.ndarray:
+    """Each bin's value in seconds (the read-back of any gap in it)."""
+    return ITL_FLOOR_S * 2.0 * ITL_GAMMA ** np.arange(ITL_BINS) / (ITL_GAMMA + 1.0)
+
+
 class Stalled(RuntimeError):
     """A simulation is left with requests that no event will ever serve."""
 
@@ -83,8 +108,17 @@ class SimOptions:
     repair_s: float = 0.0
     failure_seed: int = 0
     detection_s: float = 5.0                 # heartbeat timeout before the loss is acted on
+    # pools resized mid-run: ((start_s, prompt machines, token machines), ...) by start time,
+    # the counts serving from each start on (baseline: token machines 0); the cluster holds
+    # the largest counts; empty: every machine serves throughout
+    pool_plan: tuple = ()
     recovery: str = "restart"                # restart | replicate (KV streamed as generated)
     replica_target: str = "host"             # replicate: remote host memory, or a peer's HBM
+    # how a restart rebuilds a request's KV: "recompute" (what engines do today, vLLM's
+    # recompute preemption) prefills its prompt plus the tokens it generated in one pass;
+    # "regenerate" (DejaVu's baseline) prefills its prompt only, then decodes the tokens
+    # already sent again, one iteration each, silently (not sent, no inter-token gap)
+    restart: str = "recompute"
 
     def __post_init__(self):
         if self.prompt_token_limit < 1:
@@ -93,6 +127,8 @@ class SimOptions:
             raise InputError("recovery must be restart or replicate")
         if self.replica_target not in ("host", "peer"):
             raise InputError("replica_target must be host or peer")
+        if self.restart not in ("recompute", "regenerate"):
+            raise InputError("restart must be recompute or regenerate")
         if self.detection_s < 0 or self.mtbf_hours < 0 or self.repair_s < 0:
             raise InputError("detection_s, mtbf_hours and repair_s must be >= 0")
         if not 0 <= self.memory_reserve_fraction < 1:
@@ -126,9 +162,13 @@ class MachineArrays:
     failures: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
     detection_s: float = 0.0
     replicate: bool = False     # recovery: False restart, True replicate
+    regenerate: bool = False    # a restart: False recompute, True regenerate (SimOptions)
     replica_peer: np.ndarray | None = None  # per machine: the peer holding its replicas, -1 host
     # where the instances are: the machines each spans (one, or pp for a pipeline)
     spans: tuple[tuple[int, ...], ...] = ()
+    # pools resized mid-run: rows (time_s, instance, +1 joins | -1 leaves) sorted by (time,
+    # instance); empty: every instance serves throughout
+    resizes: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
     @property
     def count(self) -> int:
@@ -225,6 +265,7 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         chunk_tokens=design.chunk_tokens if design.is_chunked else 0,
         tbt_per_output_token=options.tbt_per_output_token,
         detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
+        regenerate=options.restart == "regenerate",
         replica_peer=peer, spans=spans)
 
 
@@ -247,6 +288,49 @@ def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:
     rows = sorted((start, instance, end - start)
                   for instance, runs in outages.items() for start, end in runs)
     return np.array(rows, dtype=np.float64).reshape(-1, 3)
+def plan_resizes(cluster: Cluster, plan) -> np.ndarray:
+    """Machine rows (time_s, machine, +1 joins | -1 leaves) of a pool plan (`SimOptions.
+    pool_plan`): the lowest indices of each pool serve, so a pool of n machines is machines
+    0..n-1 of it; machines beyond the first step's counts leave at its start."""
+    starts = [float(row[0]) for row in plan]
+    if starts != sorted(starts) or len(set(starts)) != len(starts):
+        raise InputError("a pool plan's start times must increase")
+    sizes = (cluster.prompt_machines, cluster.token_machines)
+    for _, *counts in plan:
+        if any(not 0 <= int(n) <= size for n, size in zip(counts, sizes)) or int(counts[0]) < 1:
+            raise InputError(f"a pool plan step asks for {int(counts[0])}+{int(counts[1])} "
+                             f"machines; the cluster has {sizes[0]}+{sizes[1]}")
+        if not cluster.design.is_baseline and int(counts[1]) < 1:
+            raise InputError("a pool plan step leaves the token pool empty")
+    rows = []
+    serving = sizes
+    for start, *counts in plan:
+        for pool, (before, after) in enumerate(zip(serving, map(int, counts))):
+            first = 0 if pool == 0 else sizes[0]
+            for index in range(min(before, after), max(before, after)):
+                rows.append((start, first + index, 1 if after > before else -1))
+        serving = tuple(map(int, counts))
+    rows.sort()
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def instance_resizes(machine_rows: np.ndarray, spans) -> np.ndarray:
+    """Machine resize rows as instance rows: an instance serves while every machine it spans
+    does (a pipeline needs all its stages)."""
+    present: dict[int, bool] = {}
+    rows = []
+    for t, machine, change in machine_rows:
+        present[int(machine)] = change > 0
+        for instance, members in enumerate(spans):
+            if int(machine) in members:
+                rows.append((t, instance, 1 if all(present.get(m, True) for m in members)
+                             else -1))
+    # one row per instance and instant (its state after that instant's changes)
+    last = {(t, i): change for t, i, change in rows}
+    return np.array(sorted((t, i, c) for (t, i), c in last.items()),
+                    dtype=np.float64).reshape(-1, 3)
+
+
 def kv_transfer_seconds(prompt_tokens: int, src: int, dst: int, m: MachineArrays) -> float:
     """Time the KV transfer adds before the second token (SPEC 4).
 

@@ -8,7 +8,9 @@ its ended iterations (`decode_clock`), and each running decode knows the count a
 produces its last token (`finish_tick`) and sits in the machine's pairing heap keyed (finish
 tick, request) (intrusive: `heap_child`, `heap_sibling`), so an iteration's end costs
 O(finished x log batch) instead of O(batch); a decode's generated tokens are materialized when
-it finishes or is lost. A machine's decode-only iterations up to its next finish are one event
+it finishes or is lost. (Only the decodes that regenerate tokens already sent, after a failure
+when restarts regenerate, are walked per run, for their inter-token gaps: `_count_silent`.)
+A machine's decode-only iterations up to its next finish are one event
 (a run, cut where a prompt or KV cache arrives for it, and ended by the next failure step), so a
 machine with a small batch costs one event per finish or arrival, not per token. Likewise a
 colocated chunked machine's full-budget pieces of one prompt are one event (a chunk run): the
@@ -22,7 +24,8 @@ PROVISION_NO_JIT=1, or without numba, "python": the same code as plain Python (s
 identical). PROVISION_NO_AOT=1 skips the install-time build.
 
 Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
-machine index; (2) KV caches that arrive, by (time, request); (3) requests that arrive, routed at
+machine index; (2) KV caches that arrive, by (time, request), then (2r) pool resizes and
+(2a-c) failures; (3) requests that arrive, routed at
 once; (4) idle machines with work start their next iteration, by machine index.
 
 No step scans all machines, so a run costs O(events x log machines): iteration ends come from a
@@ -47,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, MachineArrays, Stalled
+from simcore.cluster import ITL_BINS, ROLE_BOTH, ROLE_PROMPT, MachineArrays, Stalled, itl_bin
 from simcore.workload import Workload
 
 # The functions Python calls; everything else is compiled into them.
@@ -69,9 +72,40 @@ def _ahead_of_time_build():
         return None
     try:
         from simcore import _core
-    except ImportError:  # not built (no compiler at install, or a checkout): numba compiles
-        return None
+    except ImportError:  # not built here (no compiler at install, or a checkout)
+        _core = _installed_build()
+        if _core is None:  # numba compiles
+            return None
     return _core if _core.source_digest() == source_digest() else None
+
+
+def _installed_build():
+    """Python started inside a checkout imports the checkout's sources (the current folder
+    comes first on sys.path), which hold no build: the installed package's build serves them
+    too while it was built from the same sources (the digest check above), so running in the
+    checkout never compiles the core again. None when provision is not installed, or was
+    installed without a build."""
+    import importlib.util
+    from importlib import metadata
+    try:
+        files = metadata.distribution("provision").files or ()
+    except metadata.PackageNotFoundError:
+        return None
+    here = Path(__file__).resolve().parent
+    for file in files:
+        if file.parts[:1] != ("simcore",) or not file.name.startswith("_core."):
+            continue
+        path = Path(file.locate()).resolve()
+        if path.parent == here or not path.is_file():
+            continue
+        spec = importlib.util.spec_from_file_location("simcore._core", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError:  # built for another interpreter
+            return None
+        return module
+    return None
 
 
 _AOT = _ahead_of_time_build()
@@ -122,6 +156,7 @@ if CORE == "jit":
 # too, see simcore.aot): simulations on several threads run in parallel.
 _compiled = njit(cache=True, _nrt=False, nogil=True)
 _inlined = njit(cache=True, _nrt=False, inline="always")
+_itl_bin = _inlined(itl_bin)
 
 NONE = -1
 INF = np.inf
@@ -133,12 +168,14 @@ INF = np.inf
 REQUEST = np.dtype([
     # the fields a finishing decode touches (the first cache line)
     ("prompt", np.int32), ("output", np.int32), ("generated", np.int32),
+    ("emitted", np.int32),          # tokens already sent (regenerated ones are not sent again):
+    #                                 the most it generated, made current as generated is
     ("reservation", np.int32),      # KV tokens held while it decodes: prompt + output
     ("finish_tick", np.int32),      # running: its machine's decode_clock at its last token
     ("heap_child", np.int32), ("heap_sibling", np.int32),  # the running decodes' pairing heap
     ("prompt_machine", np.int32), ("token_machine", np.int32),
     ("queue_next", np.int32),       # prompt queue, later (remote decode) the decode wait
-    ("batch_next", np.int32),       # prompts of the iteration in flight
+    ("batch_next", np.int32),       # prompts of the iteration in flight; running: silent decodes
     # chunked prefill
     ("prefilled", np.int32),        # tokens of its prefill computed by ended iterations
     ("piece", np.int32),            # tokens of its prefill in the iteration in flight
@@ -149,6 +186,8 @@ REQUEST = np.dtype([
     ("recoveries", np.int32), ("recomputed", np.int32),
     ("arrival", np.float64), ("first_token", np.float64), ("finish", np.float64),
     ("kv_transfer", np.float64),
+    ("last_token", np.float64),     # its latest output token (made current as generated is)
+    ("number", np.int64),           # its arrival order (its index in the run; see run_streamed)
     ("lost_at", np.float64), ("ready_at", np.float64), ("recovery_s", np.float64),
 ], align=True)
 INT32_LIMIT = 2**31 - 1
@@ -173,10 +212,13 @@ MACHINE = np.dtype([
     ("running_root", np.int32),     # running decodes: root of their pairing heap
     ("running_count", np.int32),    # running decodes (the decode batch)
     ("batch_head", np.int32),       # prompts of the iteration in flight
+    ("fresh_head", np.int32), ("fresh_count", np.int32),  # decodes joined since the last start
+    ("silent_head", np.int32),      # running decodes with tokens to regenerate (`_count_silent`)
     ("busy", np.bool_),             # an iteration is in flight
     ("in_mixed", np.bool_),         # lent to the mixed pool
     ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
     ("down", np.bool_),             # failed, not yet repaired
+    ("retired", np.bool_),          # out of its pool (a plan's resize): takes no new request
     ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
     ("run_start", np.float64), ("run_busy_s", np.float64),  # a run's start, busy_s before it
@@ -185,6 +227,7 @@ MACHINE = np.dtype([
     ("chunk_prev_s", np.float64),   # the prompt time of the tokens prefilled before the next
     ("link", np.float64), ("visible", np.float64),  # KV link bytes/s, layer-wise visible s
     ("detect_at", np.float64), ("up_since", np.float64),  # failures
+    ("last_end", np.float64),       # when its latest iteration ended
     # statistics
     ("busy_s", np.float64), ("iterations", np.int64), ("batch_size_sum", np.int64),
     ("max_memory", np.int64), ("mixed_s", np.float64),
@@ -206,13 +249,20 @@ KNOT_BUCKETS = 2048
 
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
-    "layerwise_min", "detection", "replicate", "chunk_tokens"])
+    "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate"])
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act
 # on, keyed (time, request); next: [next failure, next repair]
 Failures = namedtuple("Failures", ["schedule", "repairs", "peer", "recover", "next"])
+# pools resized mid-run: rows (time, machine, +1 joins | -1 leaves) sorted; next: [next row]
+Resizes = namedtuple("Resizes", ["rows", "next"])
 RESTART, RETARGET, RESTORE = 0, 1, 2
+RUN_PAUSED, RUN_DONE, RUN_STALLED = 0, 1, 2
+
+# where the event loop stands: counts [next arrival, requests filled, requests finished] (in
+# arrival order) and clock [the last instant run]
+Progress = namedtuple("Progress", ["counts", "clock"])
 
 Heap = namedtuple("Heap", ["key", "item", "size"])  # binary min-heap on (key, item); size: [n]
 
@@ -469,12 +519,19 @@ def _pop_root(requests, root):
 @_compiled
 def _append_running(requests, machine, r):
     """Admit request r to the machine's running decodes: its last token comes after as many
-    more iterations as it has tokens left."""
+    more iterations as it has tokens left. One with tokens to regenerate (already sent before
+    a loss) also joins the machine's silent decodes."""
     request = requests[r]
     request.finish_tick = machine.decode_clock + request.output - request.generated
     request.heap_child = request.heap_sibling = NONE
     machine.running_root = r if machine.running_root == NONE else _meld(
         requests, machine.running_root, r)
+    request.queue_next = machine.fresh_head  # free while it decodes (see `_count_gaps`)
+    machine.fresh_head = r
+    machine.fresh_count += 1
+    if request.emitted > request.generated:  # it regenerates tokens already sent first
+        request.batch_next = machine.silent_head  # (free while it decodes)
+        machine.silent_head = r
     machine.running_count += 1
     machine.running_context += request.prompt + request.generated
 
@@ -543,7 +600,8 @@ def _tree_key(tree, classes):
 @_inlined
 def _membership(machine, slot, classes):
     """The slot-th tree machine m can belong to (NONE: no such tree) and whether it is in."""
-    up = not machine.down       # a down machine is in no tree: the router never picks it
+    # a down or retired machine is in no tree: the router never picks it
+    up = not machine.down and not machine.retired
     own = not machine.in_mixed and up
     if slot == 0:
         return TREE_PROMPT_COMMITTED + classes + machine.capacity_class, up
@@ -633,10 +691,92 @@ def _touch(touched, machine, m):
 # ---------------------------------------------------------------------------- (1) iterations end
 
 @_inlined
-def _end_decodes(requests, machines, m, now):
+def _count_gaps(requests, machine, curves, gaps, now):
+    """ITL: the inter-token gaps the iteration or decode run ending now closes, binned. A
+    decode that was in the iteration before waited one iteration time; one that joined at the
+    start (on the fresh list) waited from its previous token to the first iteration's end.
+    A run's iteration times grow with the context (`_run_iterations`), so when its first and
+    last fall in one bin every one does, and they are counted at once."""
+    decodes = machine.running_count
+    if decodes == 0:
+        return
+    first_end = now
+    ticks = machine.run_ticks
+    if ticks == 1:
+        gaps[_itl_bin(now - machine.run_start)] += decodes - machine.fresh_count
+    else:
+        decode = _decode_time(curves, machine.kind, decodes)
+        per_token = curves.context_s[machine.kind]
+        context = machine.running_context
+        first = decode + per_token * float(context)
+        first_end = machine.run_start + first
+        gaps[_itl_bin(first)] -= machine.fresh_count
+        low = _itl_bin(first)
+        if low == _itl_bin(decode + per_token * float(context + (ticks - 1) * decodes)):
+            gaps[low] += ticks * decodes
+        else:
+            for run in range(ticks):
+                gaps[_itl_bin(decode + per_token * float(context + run * decodes))] += decodes
+    r = machine.fresh_head
+    while r != NONE:
+        if requests[r].emitted <= requests[r].generated:  # (else its first token is silent)
+            gaps[_itl_bin(first_end - requests[r].last_token)] += 1
+        r = requests[r].queue_next
+    machine.fresh_head = NONE
+    machine.fresh_count = 0
+    if machine.silent_head != NONE:
+        _count_silent(requests, machine, curves, gaps, now)
+
+
+@_compiled
+def _count_silent(requests, machine, curves, gaps, now):
+    """ITL of the silent decodes (tokens regenerated after a restart that regenerates are not
+    sent again; see simcore.refsim): `_count_gaps` gave every running decode a gap per tick of
+    the run, so each silent decode takes back those of its silent ticks (a fresh one's first
+    was not counted), and its first token beyond those sent ends the gap from its last token
+    sent instead; then it leaves the machine's silent list (chained through batch_next). They
+    are rare (only after failures): O(their ticks in the run)."""
+    ticks, clock, decodes = machine.run_ticks, machine.decode_clock, machine.running_count
+    decode = _decode_time(curves, machine.kind, decodes)
+    per_token = curves.context_s[machine.kind]
+    previous = NONE
+    r = machine.silent_head
+    while r != NONE:
+        request = requests[r]
+        after = request.batch_next
+        start = request.finish_tick - request.output  # the clock when it had 0 tokens
+        silent = start + request.emitted - clock      # its silent ticks from this run's start
+        fresh = start + request.generated == clock    # (generated: as when it joined)
+        end = machine.run_start
+        for tick in range(min(silent + 1, ticks)):    # its silent ticks here, and the next
+            if ticks == 1:
+                gap, end = now - machine.run_start, now
+            else:  # as `_run_iterations`
+                gap = decode + per_token * float(machine.running_context + tick * decodes)
+                end = end + gap
+            if tick > 0 or not fresh:
+                gaps[_itl_bin(gap)] -= 1
+            if tick == silent - 1 and request.lost_at >= 0:  # it regenerated the last token
+                request.recovery_s += end - request.lost_at  # sent: back where it was lost
+                request.lost_at = -1.0
+        if silent < ticks:  # its first token beyond those sent: a gap from the last one sent
+            gaps[_itl_bin(end - request.last_token)] += 1
+            if previous == NONE:
+                machine.silent_head = after
+            else:
+                requests[previous].batch_next = after
+        else:
+            previous = r
+        r = after
+
+
+@_inlined
+def _end_decodes(requests, machines, curves, gaps, m, now):
     """Every running decode was in this batch (the set changes only between iterations) and
     gains a token; those at their last token finish. Returns how many finished."""
     machine = machines[m]
+    _count_gaps(requests, machine, curves, gaps, now)
+    machine.last_end = now
     machine.running_context += machine.running_count * machine.run_ticks  # a token each
     machine.decode_clock += machine.run_ticks
     finished = 0
@@ -655,7 +795,8 @@ def _end_decodes(requests, machines, m, now):
 
 @_inlined
 def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, now):
-    """Each prompt yields its first token (a re-prefill after a loss yields none); its decode
+    """Each prompt yields its first token (a re-prefill after a loss yields none; one over the
+    prompt only, when restarts regenerate, yields it again silently); its decode
     continues here, or on its token machine once the KV cache has arrived (if that machine
     failed meanwhile, on one chosen at detection). Returns how many requests finished."""
     machine = machines[m]
@@ -671,7 +812,9 @@ def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, 
             continue
         if request.generated == 0:
             request.generated = 1
-            request.first_token = now
+            if request.emitted == 0:  # (else regenerated after a loss: silent)
+                request.emitted = 1
+                request.first_token = request.last_token = now
         t = request.token_machine
         if request.generated == request.output:
             machine.memory -= request.reservation if t == m else request.prefill
@@ -693,18 +836,18 @@ def _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m, 
             _lose(requests, failures, r, RETARGET, now, max(now, machines[t].detect_at))
         else:
             request.kv_transfer = _kv_transfer(settings, request.prefill, machine, machines[t])
-            _heap_push(kv_arrivals, now + request.kv_transfer, r)
+            _heap_push(kv_arrivals, now + request.kv_transfer, request.number)
         r = after
     machine.batch_head = NONE
     return finished
 
 
 @_inlined
-def _end_iteration(requests, machines, settings, kv_arrivals, pools, touched, failures, m,
-                   now):
+def _end_iteration(requests, machines, curves, settings, kv_arrivals, pools, touched, failures,
+                   gaps, m, now):
     machine = machines[m]
     pending, committed, in_mixed = machine.pending, machine.committed, machine.in_mixed
-    finished = _end_decodes(requests, machines, m, now)
+    finished = _end_decodes(requests, machines, curves, gaps, m, now)
     finished += _end_prompts(requests, machines, settings, kv_arrivals, pools, failures, m,
                              now)
     machines[m].busy = False
@@ -721,7 +864,7 @@ def _deliver_kv(requests, machines, kv_arrivals, touched, now):
     """KV caches that arrive now join their token machine's decode wait, by (time, request),
     and leave their prompt machine's memory."""
     while kv_arrivals.size[0] > 0 and kv_arrivals.key[0] == now:
-        r = _heap_pop(kv_arrivals)
+        r = _heap_pop(kv_arrivals) % len(requests)
         t, p = requests[r].token_machine, requests[r].kv_from
         if p != NONE:  # (NONE: a replica restored after a failure)
             machines[p].memory -= requests[r].prefill   # transferred: the prompt machine lets go
@@ -974,6 +1117,7 @@ def _start_iteration(requests, machines, curves, settings, busy_heap, m, now, li
         duration = _iteration_time(curves, machine.kind, tokens, decodes,
                                    machine.running_context) + extra
         machine.run_ticks = 1
+        machine.run_start = now
         machine.busy_until = now + duration
         machine.busy_s += duration
         if settings.chunk_tokens > 0 and machine.role == ROLE_BOTH and limit == INF:
@@ -1104,7 +1248,7 @@ def _set_chunk_base(curves, machine, piece):
 
 
 @_inlined
-def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
+def _apply_chunk_end(requests, machines, curves, pools, busy_heap, gaps, m):
     """The end of one of machine m's chunk-run iterations and the start of the next, as
     `_end_iteration` and `_start_iteration` would apply them (see `_start_chunk_run`).
     Returns how many requests finished."""
@@ -1112,7 +1256,7 @@ def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
     request = requests[machine.batch_head]
     piece = request.piece
     decodes = machine.running_count
-    finished = _end_decodes(requests, machines, m, machine.busy_until)  # a token for each
+    finished = _end_decodes(requests, machines, curves, gaps, m, machine.busy_until)  # a token each
     request.prefilled += piece                          # and a piece prefilled
     machine.pending -= piece
     _refresh(pools, machines, m, CHANGED_PENDING | (CHANGED_COMMITTED if finished else 0))
@@ -1122,6 +1266,7 @@ def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
         curves, machine, piece, request.prefilled, machine.chunk_prev_s)
     machine.chunked_prefill_s += machine.chunk_piece_s + piece_extra
     machine.prompt_chunks += 1                          # the start: the next piece
+    machine.run_start = machine.busy_until
     machine.busy_until = machine.busy_until + duration
     machine.busy_s += duration
     machine.iterations += 1
@@ -1136,8 +1281,10 @@ def _apply_chunk_end(requests, machines, curves, pools, busy_heap, m):
 
 @_inlined
 def _recovered(request, now):
+    """Its KV reached its token machine; it has recovered unless it still regenerates tokens
+    already sent (then when it has regenerated them: `_count_silent`)."""
     request.ready_at = now
-    if request.lost_at >= 0:
+    if request.lost_at >= 0 and request.generated >= request.emitted:
         request.recovery_s += now - request.lost_at
         request.lost_at = -1.0
 
@@ -1151,7 +1298,7 @@ def _lose(requests, failures, r, kind, now, at):
     request.lost_at = now
     request.recoveries += 1
     if at < INF:
-        _heap_push(failures.recover, at, r)
+        _heap_push(failures.recover, at, request.number)
 
 
 @_compiled
@@ -1197,7 +1344,14 @@ def _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures,
             _lose(requests, failures, r, RESTART, now, at)
         r = after
     while machine.running_root != NONE:
-        _lose(requests, failures, _pop_running(requests, machine), decoding, now, at)
+        r = machine.running_root
+        _pop_running(requests, machine)
+        if requests[r].generated > requests[r].emitted:  # it sent tokens from here, the latest
+            requests[r].emitted = requests[r].generated  # at the last end (else it was silent)
+            requests[r].last_token = machine.last_end
+        _lose(requests, failures, r, decoding, now, at)
+    machine.fresh_head = machine.silent_head = NONE
+    machine.fresh_count = 0
     r = machine.wait_head
     while r != NONE:
         after = requests[r].queue_next
@@ -1205,7 +1359,7 @@ def _fail(requests, machines, settings, kv_arrivals, busy_heap, pools, failures,
         r = after
     kept = 0
     for i in range(kv_arrivals.size[0]):
-        r = kv_arrivals.item[i]
+        r = kv_arrivals.item[i] % len(requests)
         if requests[r].kv_from == m:             # sent from here: the KV is gone
             _lose(requests, failures, r, RESTART, now, at)
         elif requests[r].token_machine == m:     # sent here: resend from where it is
@@ -1230,11 +1384,11 @@ def _repair(machines, pools, m, now):
 
 
 @_compiled
-def _defer(failures, r):
+def _defer(failures, number):
     """Nothing can take it now: wait for the next repair (none: the run stalls)."""
     at = _next_repair(failures)
     if at < INF:
-        _heap_push(failures.recover, at, r)
+        _heap_push(failures.recover, at, number)
 
 
 @_compiled
@@ -1257,12 +1411,16 @@ def _recover(requests, machines, settings, pools, touched, kv_arrivals, failures
             machines[t].committed -= request.reservation
             _leave_mixed_if_done(machines[t], now)
             _refresh(pools, machines, t, CHANGED_ALL)
-        if request.prompt_machine != NONE:
+        if request.prompt_machine != NONE and settings.regenerate:  # the prompt only, then
+            request.prefill = request.prompt  # the tokens already sent decoded again, silently
+            request.recomputed += request.prompt + max(request.emitted - 1, 0)
+            request.generated = 0
+        elif request.prompt_machine != NONE:
             request.prefill = request.prompt + request.generated
             request.recomputed += request.prefill
         request.prompt_machine = request.token_machine = NONE
         if not _route(requests, machines, settings, pools, touched, r, now):
-            _defer(failures, r)
+            _defer(failures, request.number)
         return
     token = NONE
     if machines[0].role != ROLE_BOTH:
@@ -1270,7 +1428,7 @@ def _recover(requests, machines, settings, pools, touched, kv_arrivals, failures
     if token == NONE:
         token = _least_loaded(machines, pools, request.reservation)
     if token == NONE:
-        _defer(failures, r)
+        _defer(failures, request.number)
         return
     source = peers[request.token_machine]
     request.token_machine = token
@@ -1287,7 +1445,7 @@ def _recover(requests, machines, settings, pools, touched, kv_arrivals, failures
         if source != NONE:
             link = min(link, machines[source].link)
         due = now + (request.prompt + request.generated) * settings.kv_bytes / link
-    _heap_push(kv_arrivals, due, r)
+    _heap_push(kv_arrivals, due, request.number)
 
 
 @_inlined
@@ -1314,21 +1472,35 @@ def _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools, 
         nxt[0] += 1
     recover = failures.recover
     while recover.size[0] > 0 and recover.key[0] == now:
-        r = _heap_pop(recover)
+        r = _heap_pop(recover) % len(requests)
         _recover(requests, machines, settings, pools, touched, kv_arrivals, failures, r, now)
 
 
 # ---------------------------------------------------------------------------- event loop
 
+@_compiled
+def _resize_steps(machines, pools, resizes, now):
+    """(2r) machines leave and join their pools, by index (see simcore.refsim)."""
+    rows = resizes.rows
+    while resizes.next[0] < len(rows) and rows[resizes.next[0], 0] == now:
+        m = int(rows[resizes.next[0], 1])
+        machines[m].retired = rows[resizes.next[0], 2] < 0
+        _refresh(pools, machines, m, CHANGED_ALL)
+        resizes.next[0] += 1
+
+
 @_inlined
-def _next_other_event(requests, kv_arrivals, failures, next_arrival):
-    """Earliest KV arrival, request arrival, failure, repair or lost request to act on; INF
-    when nothing is left."""
+def _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival, filled):
+    """Earliest KV arrival, request arrival, pool resize, failure, repair or lost request to
+    act on; INF when nothing is left."""
     now = INF
+    if resizes.next[0] < len(resizes.rows) and resizes.rows[resizes.next[0], 0] < now:
+        now = resizes.rows[resizes.next[0], 0]
     if kv_arrivals.size[0] > 0 and kv_arrivals.key[0] < now:
         now = kv_arrivals.key[0]
-    if next_arrival < len(requests) and requests[next_arrival].arrival < now:
-        now = requests[next_arrival].arrival
+    slot = next_arrival % len(requests)
+    if next_arrival < filled and requests[slot].arrival < now:
+        now = requests[slot].arrival
     if len(failures.schedule):
         now = min(now, _next_failure_step(failures))
     return now
@@ -1348,7 +1520,7 @@ def _is_chunk_end(machine, at):
 
 
 @_inlined
-def _settle_busy_heap(requests, machines, curves, pools, busy_heap, until):
+def _settle_busy_heap(requests, machines, curves, pools, busy_heap, gaps, until):
     """Before the next instant: pop the old ends of cut runs off the top of the busy heap, and
     apply the chunk-run ends at its top up to `until`, the next other event, so that neither
     makes an instant of its own (an instant where nothing happens, at the cost of all four
@@ -1361,7 +1533,7 @@ def _settle_busy_heap(requests, machines, curves, pools, busy_heap, until):
             break
         _heap_pop(busy_heap)
         if chunk_end:
-            finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+            finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, gaps, m)
     return finished
 
 
@@ -1406,43 +1578,64 @@ def _start_touched(requests, machines, curves, settings, busy_heap, touched, now
 
 @_compiled
 def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, touched,
-         failures):
-    """The event loop; returns False if it stalls with unfinished requests."""
-    n = len(requests)
-    next_arrival = 0
-    finished = 0
-    end_time = 0.0
+         failures, resizes, gaps, progress, until):
+    """The event loop, from where `progress` left it, over every instant before `until` (INF:
+    to the end). Requests are numbered in arrival order; request g is in slot g % slots of
+    `requests` (all of them in one run; see `run_streamed` for fewer). Returns RUN_PAUSED (the
+    next instant is at or after `until`), RUN_DONE (every request filled has finished) or
+    RUN_STALLED (unfinished requests, nothing left to happen)."""
+    slots = len(requests)
+    counts = progress.counts   # [next arrival, requests filled, requests finished]
+    next_arrival, filled, finished = counts[0], counts[1], counts[2]
+    end_time = progress.clock[0]
     failing = len(failures.schedule) > 0
-    while finished < n:
-        now = _next_other_event(requests, kv_arrivals, failures, next_arrival)
-        finished += _settle_busy_heap(requests, machines, curves, pools, busy_heap, now)
+    status = RUN_DONE
+    while True:
+        if finished == filled and until == INF:
+            break
+        now = _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival,
+                                filled)
+        if until < now:  # (chunk ends are applied up to the next instant only: see _settle)
+            now = until
+        finished += _settle_busy_heap(requests, machines, curves, pools, busy_heap, gaps, now)
         if busy_heap.size[0] > 0 and busy_heap.key[0] < now:
             now = busy_heap.key[0]
         if now == INF:
-            return False
+            status = RUN_STALLED
+            break
+        if now >= until:
+            status = RUN_PAUSED
+            break
         end_time = now
         while busy_heap.size[0] > 0 and busy_heap.key[0] == now:  # (1), by machine index
             m = _heap_pop(busy_heap)
             if _is_chunk_end(machines[m], now):  # below a current end, so not applied yet
-                finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap, m)
+                finished += _apply_chunk_end(requests, machines, curves, pools, busy_heap,
+                                             gaps, m)
             elif _is_current_end(machines[m], now):
-                finished += _end_iteration(requests, machines, settings, kv_arrivals, pools,
-                                           touched, failures, m, now)
+                finished += _end_iteration(requests, machines, curves, settings, kv_arrivals,
+                                           pools, touched, failures, gaps, m, now)
         _deliver_kv(requests, machines, kv_arrivals, touched, now)  # (2)
+        if resizes.next[0] < len(resizes.rows) and resizes.rows[resizes.next[0], 0] == now:
+            _resize_steps(machines, pools, resizes, now)
         if failing and _failure_due(failures, now):
             _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
                            touched, failures, now)
-        while next_arrival < n and requests[next_arrival].arrival == now:  # (3)
-            if not _route(requests, machines, settings, pools, touched, next_arrival, now):
-                _lose(requests, failures, next_arrival, RESTART, now, _next_repair(failures))
+        while next_arrival < filled and requests[next_arrival % slots].arrival == now:  # (3)
+            r = next_arrival % slots
+            if not _route(requests, machines, settings, pools, touched, r, now):
+                _lose(requests, failures, r, RESTART, now, _next_repair(failures))
             next_arrival += 1
         # (4); a decode-only run ends by the next failure step (see _start_decode_run)
         _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
                        _next_failure_step(failures) if failing else INF)
-    for m in range(len(machines)):  # close the mixed-pool stays still open
-        if machines[m].in_mixed:
-            machines[m].mixed_s += end_time - machines[m].mixed_since
-    return True
+    counts[0], counts[2] = next_arrival, finished
+    progress.clock[0] = end_time
+    if status == RUN_DONE:
+        for m in range(len(machines)):  # close the mixed-pool stays still open
+            if machines[m].in_mixed:
+                machines[m].mixed_s += end_time - machines[m].mixed_since
+    return status
 
 
 # ---------------------------------------------------------------------------- setup
@@ -1498,38 +1691,50 @@ def _bucket_scales(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.array([KNOT_BUCKETS / (row[count - 1] - row[0]) for row, count in zip(xs, n)])
 
 
-def _new_requests(workload: Workload) -> np.recarray:
-    longest = int(np.max(workload.prompt_tokens + workload.output_tokens))
-    if len(workload) > INT32_LIMIT or 2 * longest > INT32_LIMIT:  # 2x: recomputed tokens too
+def _check_sizes(count: int, prompt: np.ndarray, output: np.ndarray) -> None:
+    if count > INT32_LIMIT or (len(prompt) and 2 * int(np.max(prompt + output)) > INT32_LIMIT):
+        # 2x: recomputed tokens too
         raise ValueError("the compiled core holds request indices and token counts in 32 bits")
+
+
+def _new_requests(workload: Workload) -> np.recarray:
+    """Every request of the workload in its own slot."""
+    _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
-    _fill_requests(requests, np.ascontiguousarray(workload.arrival_s, dtype=np.float64),
-                   np.ascontiguousarray(workload.prompt_tokens, dtype=np.int64),
-                   np.ascontiguousarray(workload.output_tokens, dtype=np.int64))
+    _fill(requests, 0, workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
     return requests
 
 
+def _fill(requests: np.recarray, first: int, arrival, prompt, output) -> None:
+    """Requests `first`, `first` + 1, ... (in arrival order) into their slots."""
+    _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
+                   np.ascontiguousarray(prompt, dtype=np.int64),
+                   np.ascontiguousarray(output, dtype=np.int64))
+
+
 @_compiled
-def _fill_requests(requests, arrival, prompt, output):
-    """Every field of every request, in one pass (numpy's field-by-field assignment of a large
-    record array costs more than a tenth of a run)."""
-    for r in range(len(requests)):
+def _fill_requests(requests, first, arrival, prompt, output):
+    """Every field of requests first, first + 1, ... in their slots, in one pass (numpy's
+    field-by-field assignment of a large record array costs more than a tenth of a run)."""
+    for i in range(len(arrival)):
+        r = (first + i) % len(requests)
         request = requests[r]
-        request.arrival, request.prompt, request.output = arrival[r], prompt[r], output[r]
-        request.reservation = prompt[r] + output[r]
+        request.number = first + i
+        request.arrival, request.prompt, request.output = arrival[i], prompt[i], output[i]
+        request.reservation = prompt[i] + output[i]
         request.generated = 0
         request.prompt_machine = request.token_machine = NONE
         request.queue_next = request.batch_next = NONE
         request.finish_tick = 0
         request.heap_child = request.heap_sibling = NONE
-        request.first_token = request.finish = np.nan
+        request.first_token = request.finish = request.last_token = np.nan
         request.kv_transfer = 0.0
-        request.prefill = prompt[r]
+        request.prefill = prompt[i]
         request.kv_from = NONE
         request.from_epoch = request.token_epoch = request.recover_kind = 0
         request.lost_at = -1.0
         request.ready_at = 0.0
-        request.recoveries = request.recomputed = 0
+        request.recoveries = request.recomputed = request.emitted = 0
         request.recovery_s = 0.0
         request.prefilled = request.piece = 0
 
@@ -1559,7 +1764,7 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
     machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
-                 "batch_head"):
+                 "batch_head", "fresh_head", "silent_head"):
         machines[link] = NONE
     return machines
 
@@ -1587,44 +1792,123 @@ def _new_settings(m: MachineArrays) -> Settings:
     return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
                     int(m.prompt_token_limit), int(m.queue_threshold),
                     int(m.layerwise_min_prompt_tokens), float(m.detection_s),
-                    bool(m.replicate), int(m.chunk_tokens))
+                    bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate))
 
 
-def run_arguments(workload: Workload, m: MachineArrays) -> tuple:
-    """The event loop's arguments: fresh records and structures for one run."""
-    requests, machines = _new_requests(workload), _new_machines(m)
-    n = len(workload)
-    return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(n),
-            _new_heap(m.count + 2 * n), _new_pools(machines),  # + ends of cut runs (see _cut_run)
-            Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)), _new_failures(m, n))
+def run_arguments(m: MachineArrays, requests: np.recarray, until: float = INF) -> tuple:
+    """The event loop's arguments: the request records given and fresh structures."""
+    slots, machines = len(requests), _new_machines(m)
+    return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(slots),
+            _new_heap(m.count + 2 * slots), _new_pools(machines),  # + cut runs' ends (_cut_run)
+            Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)),
+            _new_failures(m, slots),
+            Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
+                    np.zeros(1, np.int64)),
+            np.zeros(ITL_BINS, np.int64),
+            Progress(np.zeros(3, np.int64), np.zeros(1)), until)
+
+
+def _column(records, name):  # counts and indices as int64, whatever the record holds
+    values = records[name]
+    return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
+
+
+def _machine_results(arguments: tuple, m: MachineArrays) -> dict:
+    machines = arguments[1]
+    return {"busy_s": _column(machines, "busy_s"), "iterations": _column(machines, "iterations"),
+            "batch_size_sum": _column(machines, "batch_size_sum"),
+            "max_memory_tokens": _column(machines, "max_memory"),
+            "mixed_pool_s": _column(machines, "mixed_s"),
+            "prompt_chunks": _column(machines, "prompt_chunks"),
+            "chunked_prefill_s": _column(machines, "chunked_prefill_s"),
+            "itl_histogram": arguments[ARGUMENT_GAPS],
+            "end_s": np.float64(arguments[ARGUMENT_PROGRESS].clock[0])}  # the last instant
+
+
+ARGUMENT_GAPS, ARGUMENT_PROGRESS, ARGUMENT_UNTIL = 10, 11, 12
 
 
 def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator."""
-    arguments = run_arguments(workload, m)
-    if not _run(*arguments):
+    arguments = run_arguments(m, _new_requests(workload))
+    arguments[ARGUMENT_PROGRESS].counts[1] = len(workload)
+    if _run(*arguments) != RUN_DONE:
         raise Stalled("simulation stalled with unfinished requests")
-    requests, machines = arguments[0], arguments[1]
-
-    def column(records, name):  # counts and indices as int64, whatever the record holds
-        values = records[name]
-        return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
-
-    return {"first_token_s": column(requests, "first_token"),
-            "finish_s": column(requests, "finish"),
-            "prompt_machine": column(requests, "prompt_machine"),
-            "token_machine": column(requests, "token_machine"),
-            "kv_transfer_s": column(requests, "kv_transfer"),
-            "busy_s": column(machines, "busy_s"), "iterations": column(machines, "iterations"),
-            "batch_size_sum": column(machines, "batch_size_sum"),
-            "max_memory_tokens": column(machines, "max_memory"),
-            "mixed_pool_s": column(machines, "mixed_s"),
-            "prompt_chunks": column(machines, "prompt_chunks"),
-            "chunked_prefill_s": column(machines, "chunked_prefill_s"),
+    requests = arguments[0]
+    return {"first_token_s": _column(requests, "first_token"),
+            "finish_s": _column(requests, "finish"),
+            "prompt_machine": _column(requests, "prompt_machine"),
+            "token_machine": _column(requests, "token_machine"),
+            "kv_transfer_s": _column(requests, "kv_transfer"),
+            **_machine_results(arguments, m),
             **({} if not len(m.failures) else {
-                "recoveries": column(requests, "recoveries"),
-                "recomputed_tokens": column(requests, "recomputed"),
-                "recovery_s": column(requests, "recovery_s")})}
+                "recoveries": _column(requests, "recoveries"),
+                "recomputed_tokens": _column(requests, "recomputed"),
+                "recovery_s": _column(requests, "recovery_s")})}
+
+
+class TooManyInFlight(RuntimeError):
+    """A streamed run needed a slot whose request had not finished."""
+
+
+def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
+    """Run the compiled core over arrivals given chunk by chunk, keeping `slots` request records
+    instead of one per request: the same run as `simulate_fast` on all the chunks' requests
+    at once (the same instants, in the same order: requests are ordered by their number, not
+    their slot), in memory that does not grow with the run.
+
+    `chunks` yields (arrival_s, prompt_tokens, output_tokens) arrays, arrivals in order across
+    chunks, each chunk at most slots // 2 requests. Request g (numbered in arrival order) lives
+    in slot g % slots; before a slot is filled again, its finished request is handed over:
+    `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
+    it before returning) in order, every request exactly once. Raises TooManyInFlight when a
+    request still holds its slot when it is needed (slots arrivals after it), Stalled when the
+    run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
+    but the per-request ones)."""
+    arguments = list(run_arguments(m, np.empty(slots, REQUEST).view(np.recarray)))
+    requests, progress = arguments[0], arguments[ARGUMENT_PROGRESS]
+    handed = 0
+
+    def hand_over(upto: int) -> None:
+        nonlocal handed
+        while handed < upto:
+            start = handed % slots
+            stop = min(slots, start + upto - handed)
+            records = requests[start:stop]
+            if np.isnan(records.finish).any():
+                raise TooManyInFlight(
+                    f"a request was still in flight {slots:,} arrivals after it arrived")
+            harvest(handed, records)
+            handed += stop - start
+
+    pending = None
+    for chunk in chunks:
+        if pending is not None:
+            arguments[ARGUMENT_UNTIL] = float(chunk[0][0]) if len(chunk[0]) else INF
+            _advance(arguments, pending, hand_over, slots)
+        pending = chunk
+    if pending is not None:
+        arguments[ARGUMENT_UNTIL] = INF
+        _advance(arguments, pending, hand_over, slots)
+    hand_over(int(progress.counts[1]))
+    return _machine_results(arguments, m)
+
+
+def _advance(arguments: list, chunk, hand_over, slots: int) -> None:
+    """Fill a chunk's requests into their slots (handing over the finished ones they replace),
+    then run up to `until`."""
+    arrival, prompt, output = chunk
+    if len(arrival) > slots // 2:
+        raise ValueError(f"a chunk of {len(arrival):,} requests is more than half the "
+                         f"{slots:,} slots")
+    progress = arguments[ARGUMENT_PROGRESS]
+    filled = int(progress.counts[1])
+    _check_sizes(filled + len(arrival), prompt, output)
+    hand_over(filled + len(arrival) - slots)
+    _fill(arguments[0], filled, arrival, prompt, output)
+    progress.counts[1] = filled + len(arrival)
+    if _run(*arguments) == RUN_STALLED:
+        raise Stalled("simulation stalled with unfinished requests")
 
 
 if _AOT is not None:  # the same entry points, compiled at install

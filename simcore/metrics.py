@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slo_profiles import PERCENTILES, SloProfile
+from simcore.cluster import itl_bin_values
 from simcore.latency import LatencyCurves
 
 
@@ -117,6 +118,18 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     return result
 
 
+def histogram_percentiles(histogram: np.ndarray, pcts) -> np.ndarray:
+    """Percentiles of the values a histogram of `simcore.cluster.itl_bin` counts, in seconds:
+    the value of the bin holding the value of rank ceil(q n) (nearest rank, q = pct / 100), so
+    each is within the bins' relative accuracy (0.5%) of that value. NaN for an empty one."""
+    total = int(histogram.sum())
+    if total == 0:
+        return np.full(len(pcts), np.nan)
+    ranks = np.maximum(1, np.ceil(np.asarray(pcts, dtype=np.float64) / 100.0 * total))
+    bins = np.searchsorted(np.cumsum(histogram), ranks)
+    return itl_bin_values()[bins]
+
+
 def upper_confidence_percentiles(values: np.ndarray, pcts, confidence: float) -> np.ndarray:
     """Distribution-free upper confidence bounds of percentiles (one partial sort): for each,
     the order statistic of rank ceil(n q + z sqrt(n q (1 - q))), q = pct / 100, z the one-sided
@@ -144,6 +157,13 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
         wanted.setdefault(metric, []).append(pct)
     found: dict[tuple[str, str], float | None] = {}
     for metric, pcts in wanted.items():  # one pass over a metric's values for all its limits
+        if metric == "itl":  # every gap of the run, in ms whatever the profile's kind; the
+            # gaps are binned per run, not per request, so a window (`measured`) has none
+            gaps = (result.itl_s([PERCENTILES[p] for p in pcts]) if measured is None
+                    else np.full(len(pcts), np.nan))
+            for pct, value in zip(pcts, gaps):
+                found[metric, pct] = None if np.isnan(value) else float(value) * 1000.0
+            continue
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
         if measured is not None:
             values = values[measured]
@@ -153,7 +173,7 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
         for pct, value in zip(pcts, bounds):
             found[metric, pct] = None if value is None else (
                 float(value) if slowdown else float(value) * 1000.0)
-    checks = [SloCheck(metric, pct, found[metric, pct], limit, "x" if slowdown else "ms")
+    checks = [SloCheck(metric, pct, found[metric, pct], limit, profile.unit(metric))
               for (metric, pct), limit in profile.limits.items()]
     failing = [f"{c.metric.upper()} {c.percentile.upper()} {c.value:.4g} > {c.limit:g}{c.unit}"
                for c in checks if not c.passed]

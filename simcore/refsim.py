@@ -49,6 +49,20 @@ costs the same as a mixed or prompt iteration over the pieces' tokens plus
 `chunk_extra(piece, prefilled before it)` per piece (`simcore.latency`). A prompt yields its first
 token when its last piece ends. A failure loses the prefilled pieces (a restart prefills anew).
 
+Inter-token latency (ITL): every output token after a request's first ends a gap, from the
+request's previous output token to the end of the iteration that produced it (a decode's first
+gap on its token machine includes the KV transfer and any wait for memory; a gap across a
+failure includes the loss and the recovery; a token regenerated after a loss, not sent again,
+ends none). Each gap is counted in a histogram with
+`simcore.cluster.itl_bin`.
+
+Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
+`simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
+join their pools, by index. A machine that leaves takes no new request (the router and the
+mixed pool never pick it) but finishes everything it holds, and then sits idle: it has left.
+A machine that joins can be picked from that instant on (its provisioning delay has passed:
+a plan orders it that long before).
+
 Failures (only when `machines.failures` has rows; DejaVu, SPEC 4): after step (2), at the same
 instant, (2a) machines whose repair ends rejoin their pools empty, by index; (2b) machines fail,
 by index: the iteration in flight is lost, and so is every request whose work or KV was on the
@@ -56,7 +70,13 @@ machine (queued or computing prompts, KV caches sent from it still in flight, de
 running there). The router never picks a down machine. Lost requests are acted on when the
 failure is detected (`detection_s` later), in step (2c), by (time, request): `restart` sends the
 request back to the router, which re-prefills its prompt plus the tokens it already generated
-(no token is produced again; its first token stays); `replicate` restores a decoding request's
+(no token is produced again; its first token stays) when restarts recompute (the default, what
+engines do today), or its prompt only when they regenerate (DejaVu's baseline): the prefill
+yields its first token again and decodes then produce the tokens already sent once more, one
+an iteration, silently (not sent: they end no inter-token gap and move no TTFT; `emitted`, the
+most tokens it ever generated, survives further losses); the first token beyond those sent
+ends the gap from the last one sent. Tokens recomputed: the prefill's, plus under regenerate
+the decode tokens regenerated (emitted - 1); `replicate` restores a decoding request's
 KV (prompt + generated tokens, replicated as generated, to remote host memory or to the peer
 machine of a ring) on a token machine chosen as on arrival, taking size / link bandwidth, and
 restarts it as above when the replica is gone (peer down or repaired since) or the KV never
@@ -72,8 +92,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simcore.cluster import (ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays, Stalled,
-                            kv_transfer_seconds)
+from simcore.cluster import (ITL_BINS, ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays,
+                             Stalled, itl_bin, kv_transfer_seconds)
 from simcore.workload import Workload
 
 
@@ -86,11 +106,14 @@ class _Request:
     prompt_machine: int = -1
     token_machine: int = -1
     generated: int = 0
+    emitted: int = 0             # tokens already sent: the most it ever generated (regenerate)
     first_token: float = np.nan
+    last_token: float = np.nan   # when its latest output token came (ITL: the gap to the next)
     finish: float = np.nan
     kv_transfer: float = 0.0
     # failures
-    prefill: int = 0             # tokens its next prefill computes (prompt; + generated after a loss)
+    prefill: int = 0             # tokens its next prefill computes (prompt; + generated after a
+    #                              loss, unless restarts regenerate)
     kv_from: int = -1            # machine holding its KV until delivered (-1: a replica)
     from_epoch: int = 0
     token_epoch: int = 0         # its token machine's failure count when chosen
@@ -137,6 +160,7 @@ class _Machine:
     mixed_time: float = 0.0
     prompt_chunks: int = 0            # chunked designs: prompt pieces run (whole prompt: 1)
     chunked_prefill_s: float = 0.0    # chunked designs: those pieces each priced alone
+    retired: bool = False          # out of its pool (a plan's resize): takes no new request
     # failures
     down: bool = False
     epoch: int = 0
@@ -170,7 +194,9 @@ class _ReferenceSimulation:
         self.failures = [(float(t), int(mc), float(d)) for t, mc, d in m.failures]
         self.repairs = sorted((t + d, mc) for t, mc, d in self.failures if np.isfinite(t + d))
         self.recoveries: list[tuple[float, int]] = []
+        self.resizes = [(float(t), int(mc), int(change)) for t, mc, change in m.resizes]
         self.iteration_log: list[tuple[int, float, float]] = []  # (machine, start, end), tests
+        self.itl = np.zeros(ITL_BINS, np.int64)  # every inter-token gap, binned (cluster.py)
 
     # ------------------------------------------------------------------ event loop
     def run(self):
@@ -187,6 +213,9 @@ class _ReferenceSimulation:
                     self.machines[req.kv_from].memory_used -= req.prefill  # transferred
                 self.machines[req.token_machine].decode_wait.append(req)
                 self._recovered(req, now)
+            while self.resizes and self.resizes[0][0] == now:  # (2r)
+                _, index, change = self.resizes.pop(0)
+                self.machines[index].retired = change < 0
             if self.failures or self.repairs or self.recoveries:
                 self._failure_steps(now)
             while (self.next_arrival < len(self.requests)
@@ -205,7 +234,8 @@ class _ReferenceSimulation:
         times += [t for t, _ in self.kv_arrivals]
         if self.next_arrival < len(self.requests):
             times.append(self.requests[self.next_arrival].arrival)
-        times += [e[0] for e in self.failures[:1] + self.repairs[:1] + self.recoveries]
+        times += [e[0] for e in self.failures[:1] + self.repairs[:1] + self.recoveries
+                  + self.resizes[:1]]
         if not times:
             raise Stalled("simulation stalled with unfinished requests")
         return min(times)
@@ -260,8 +290,10 @@ class _ReferenceSimulation:
             self.recoveries.append((at, req.index))
 
     def _recovered(self, req: _Request, now: float) -> None:
+        """Its KV reached its token machine; it has recovered unless it still regenerates
+        tokens already sent (then when it has regenerated them: `_end_iteration`)."""
         req.ready_at = now
-        if req.lost_at >= 0:
+        if req.lost_at >= 0 and req.generated >= req.emitted:
             req.recovery_s += now - req.lost_at
             req.lost_at = -1.0
 
@@ -288,7 +320,10 @@ class _ReferenceSimulation:
         if kind == RESTART:
             req.recover_kind = RESTART
             self._release_token_machine(req, now)
-            if req.prompt_machine >= 0:  # (not an arrival that found every machine down)
+            if req.prompt_machine >= 0 and self.m.regenerate:  # prompt only, then re-decode
+                req.prefill, req.generated = req.prompt, 0     # the tokens sent (silently)
+                req.recomputed += req.prompt + max(req.emitted - 1, 0)
+            elif req.prompt_machine >= 0:  # (not an arrival that found every machine down)
                 req.prefill = req.prompt + req.generated
                 req.recomputed += req.prefill
             req.prompt_machine = req.token_machine = -1  # (a deferral must not release twice)
@@ -356,7 +391,7 @@ class _ReferenceSimulation:
         return True
 
     def _up(self):
-        return [mc for mc in self.machines if not mc.down]
+        return [mc for mc in self.machines if not mc.down and not mc.retired]
 
     def _least_loaded(self, req: _Request) -> _Machine | None:
         fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
@@ -379,7 +414,7 @@ class _ReferenceSimulation:
             return own
         if own is not None and not self._is_long(own, req):
             return own
-        mixed = fewest_pending([mc for mc in self.machines if mc.in_mixed])
+        mixed = fewest_pending([mc for mc in self.machines if mc.in_mixed and not mc.retired])
         if mixed is not None and not self._is_long(mixed, req):
             return mixed
         other = min((mc for mc in self._up() if mc.role == ROLE_TOKEN and not mc.in_mixed),
@@ -398,7 +433,7 @@ class _ReferenceSimulation:
             return own
         if own is not None and not self._is_loaded(own, req):
             return own
-        mixed = fewest_committed([mc for mc in self.machines if mc.in_mixed])
+        mixed = fewest_committed([mc for mc in self.machines if mc.in_mixed and not mc.retired])
         if mixed is not None and not self._is_loaded(mixed, req):
             return mixed
         other = fewest_committed([mc for mc in self._up() if mc.role == ROLE_PROMPT
@@ -516,6 +551,13 @@ class _ReferenceSimulation:
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
             req.generated += 1
+            if req.generated > req.emitted:  # (else a token sent before a loss: silent)
+                req.emitted = req.generated
+                self.itl[itl_bin(now - req.last_token)] += 1
+                req.last_token = now
+            elif req.generated == req.emitted and req.lost_at >= 0:  # regenerated them all:
+                req.recovery_s += now - req.lost_at                  # back where it was lost
+                req.lost_at = -1.0
             if req.generated == req.output:
                 self._finish(req, mc, now)
         for req in mc.batch_prompts:
@@ -533,9 +575,11 @@ class _ReferenceSimulation:
     def _prompt_done(self, req: _Request, mc: _Machine, now: float) -> None:
         """Its prefill's last piece ended: its first token (none after a loss); its decode
         continues here or, once its KV cache has arrived, on its token machine."""
-        if req.generated == 0:  # (after a loss, a re-prefill yields no token)
-            req.generated = 1
-            req.first_token = now
+        if req.generated == 0:  # (after a loss, a re-prefill yields no token, unless it
+            req.generated = 1   # regenerates: then its first token again, silently)
+            if req.emitted == 0:
+                req.emitted = 1
+                req.first_token = req.last_token = now
         local = req.token_machine == mc.index
         token = self.machines[req.token_machine]
         if req.generated == req.output:
@@ -588,6 +632,8 @@ class _ReferenceSimulation:
             "mixed_pool_s": np.array([mc.mixed_time for mc in ms]),
             "prompt_chunks": np.array([mc.prompt_chunks for mc in ms], dtype=np.int64),
             "chunked_prefill_s": np.array([mc.chunked_prefill_s for mc in ms]),
+            "end_s": np.float64(end),
+            "itl_histogram": self.itl,
             **({} if not len(self.m.failures) else {
                 "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
                 "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),

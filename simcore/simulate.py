@@ -10,13 +10,14 @@ import numpy as np
 from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore import layout as layouts
 from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays,
-                             instance_failures, pool_layouts, pool_problem)
+                             instance_failures, instance_resizes, plan_resizes, pool_layouts,
+                             pool_problem)
 from simcore.fastsim import simulate_fast
 from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload
 
-SIMULATOR_VERSION = "5"  # bump when simulation semantics change (search caches key on it)
+SIMULATOR_VERSION = "6"  # bump when simulation semantics change (search caches key on it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +41,22 @@ class SimResult:
     # recoveries (times sent back after a loss), recomputed_tokens, recovery_s; and `schedule`
     prompt_instance: np.ndarray | None = None   # the instances (prompt_machine: their machine)
     token_instance: np.ndarray | None = None
+    # every inter-token gap of every request, binned (`simcore.cluster.itl_bin`); None when
+    # infeasible. `itl_s(pcts)` reads percentiles back.
+    itl_histogram: np.ndarray | None = None
+
+    def itl_s(self, pcts) -> np.ndarray:
+        """ITL percentiles in seconds (NaN when no request has a second token)."""
+        from simcore.metrics import histogram_percentiles
+        if self.itl_histogram is None:
+            return np.full(len(pcts), np.nan)
+        return histogram_percentiles(self.itl_histogram, pcts)
+
+    def __repr__(self) -> str:  # one line, not every array (notebooks print it)
+        if not self.feasible:
+            return f"SimResult(infeasible: {self.reason}, {len(self.workload):,} requests)"
+        return (f"SimResult({len(self.workload):,} requests, makespan {self.makespan_s:.1f} s, "
+                f"{len(self.machine_stats.get('role', ())):,} instances)")
 
     @property
     def makespan_s(self) -> float:
@@ -74,20 +91,10 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     """
     if len(workload) == 0:
         raise InputError("the workload has no requests")
-    pool_layout = pool_layouts(cluster.design, model, options.memory_reserve_fraction)
-    reason = pool_problem(cluster, pool_layout)
+    machines, schedule, reason = run_machines(cluster, model, perf, options,
+                                              float(np.max(workload.arrival_s)), workload)
     if reason:
         return _infeasible(workload, reason)
-    machines = build_machine_arrays(cluster, model, perf, options, pool_layout)
-    reason = _unservable_reason(cluster, workload, model, machines)
-    if reason:
-        return _infeasible(workload, reason)
-    schedule = None
-    if options.has_failures:
-        from simcore.failures import failure_array
-        schedule = failure_array(cluster, options, float(np.max(workload.arrival_s)))
-        machines = dataclasses.replace(machines,
-                                       failures=instance_failures(schedule, machines.spans))
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
     try:
         raw = run(workload, machines)
@@ -96,9 +103,8 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
             raise
         return _infeasible(workload, "requests were left unserved: every machine that could "
                            "take them is down for the rest of the run")
-    reference_layout = layouts.default_layout(model, reference, options.memory_reserve_fraction)
-    result = _result(workload, raw, machines,
-                     layouts.curves(perf, model, reference, reference_layout), cluster)
+    result = _result(workload, raw, machines, reference_curves(model, perf, reference, options),
+                     cluster)
     if options.has_failures:
         n = len(workload)
         result = dataclasses.replace(result, failure_stats={
@@ -106,6 +112,38 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
             "recomputed_tokens": raw.get("recomputed_tokens", np.zeros(n, np.int64)),
             "recovery_s": raw.get("recovery_s", np.zeros(n)), "schedule": schedule})
     return result
+
+
+def run_machines(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,
+                 horizon_s: float, workload: Workload | None = None):
+    """(the instances' arrays with their failures and resizes, the machine failure schedule or
+    None, "") for a run whose arrivals end by `horizon_s`; (None, None, why) when the cluster
+    cannot serve at all, or cannot serve a request of `workload`."""
+    pool_layout = pool_layouts(cluster.design, model, options.memory_reserve_fraction)
+    reason = pool_problem(cluster, pool_layout)
+    if reason:
+        return None, None, reason
+    machines = build_machine_arrays(cluster, model, perf, options, pool_layout)
+    reason = _unservable_reason(cluster, workload, model, machines) if workload else ""
+    if reason:
+        return None, None, reason
+    schedule = None
+    if options.has_failures:
+        from simcore.failures import failure_array
+        schedule = failure_array(cluster, options, horizon_s)
+        machines = dataclasses.replace(machines,
+                                       failures=instance_failures(schedule, machines.spans))
+    if options.pool_plan:
+        machines = dataclasses.replace(machines, resizes=instance_resizes(
+            plan_resizes(cluster, options.pool_plan), machines.spans))
+    return machines, schedule, ""
+
+
+def reference_curves(model: ModelSpec, perf, reference: MachineSku, options: SimOptions):
+    """The latency curves slowdowns are measured against: `reference` alone, its default
+    layout."""
+    layout = layouts.default_layout(model, reference, options.memory_reserve_fraction)
+    return layouts.curves(perf, model, reference, layout)
 
 
 def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
@@ -173,9 +211,25 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
                                        raw["finish_s"], per_token)
     ref_ttft, ref_tbt, ref_e2e = _uncontended(w, reference, per_token)
     makespan = float(np.max(raw["finish_s"]))
+    stats = machine_statistics(raw, machines, cluster, makespan)
+    if machines.chunk_tokens > 0 and "prompt_chunks" in raw:
+        stats.update(_chunking_stats(w, raw, machines))
+    first_machine = np.append(stats["machine"], -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
+                         e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],
+                         first_machine[raw["prompt_machine"]], first_machine[raw["token_machine"]],
+                         raw["kv_transfer_s"], stats, prompt_instance=raw["prompt_machine"],
+                         token_instance=raw["token_machine"], itl_histogram=raw["itl_histogram"])
+
+
+def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
+                       makespan: float) -> dict:
+    """Per instance: its SKU, first machine, role, busy time and utilization over `makespan`,
+    iterations, mean batch, peak and capacity of KV tokens, time lent to the mixed pool."""
     iterations = raw["iterations"]
     first = np.array([span[0] for span in machines.spans], dtype=np.int64)
-    stats = {
+    return {
         "sku": np.array(cluster.skus)[first],   # one list, not one per instance
         "machine": first,
         "role": machines.role,
@@ -186,12 +240,3 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
         "max_memory_tokens": raw["max_memory_tokens"], "kv_capacity_tokens": machines.kv_capacity,
         "mixed_pool_s": raw["mixed_pool_s"],
     }
-    if machines.chunk_tokens > 0 and "prompt_chunks" in raw:
-        stats.update(_chunking_stats(w, raw, machines))
-    first_machine = np.append(first, -1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return SimResult(True, "", w, ttft, tbt, e2e, ttft / ref_ttft, tbt / ref_tbt,
-                         e2e / ref_e2e, raw["first_token_s"], raw["finish_s"],
-                         first_machine[raw["prompt_machine"]], first_machine[raw["token_machine"]],
-                         raw["kv_transfer_s"], stats, prompt_instance=raw["prompt_machine"],
-                         token_instance=raw["token_machine"])

@@ -1,8 +1,10 @@
-"""SLO profiles: limits on P50/P90/P99 of TTFT, TBT and E2E, as slowdowns or absolute times.
+"""SLO profiles: limits on P50/P90/P99 of TTFT, TBT, E2E and ITL, as slowdowns or absolute times.
 
 A slowdown profile (the Splitwise Table VI kind) compares each request with the same request
-alone on a DGX-A100; an absolute profile gives milliseconds. Any subset of the nine
-(metric, percentile) pairs may be limited.
+alone on a DGX-A100; an absolute profile gives milliseconds. Any subset of the (metric,
+percentile) pairs may be limited. TBT is a request's mean gap between its output tokens (TPOT);
+ITL is every inter-token gap of every request (where a prompt batched beside decodes stalls
+them), and has no per-request reference, so its limits are milliseconds in either kind.
 """
 from __future__ import annotations
 
@@ -15,12 +17,15 @@ from hardware_catalog import InputError, check_path, read_yaml
 from hardware_catalog.checks import Invalid, positive
 
 DATA_DIR = Path(__file__).resolve().parent
-METRICS = ("ttft", "tbt", "e2e")
+REQUEST_METRICS = ("ttft", "tbt", "e2e")  # one value per request
+METRICS = REQUEST_METRICS + ("itl",)
+ABSOLUTE_METRICS = ("itl",)  # limited in milliseconds whatever the profile's kind
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 KINDS = ("slowdown", "absolute_ms")
 MAX_LIMIT = 1e7  # a slowdown factor, or milliseconds (about 2.8 hours): beyond it, a typo
 
-__all__ = ["SloProfile", "load_slo_profile", "builtin_slo_profiles", "METRICS", "PERCENTILES"]
+__all__ = ["SloProfile", "load_slo_profile", "builtin_slo_profiles", "METRICS", "REQUEST_METRICS",
+           "PERCENTILES"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,10 @@ class SloProfile:
     kind: str                                   # "slowdown" or "absolute_ms"
     limits: Mapping[tuple[str, str], float]     # (metric, "p50"/"p90"/"p99") -> limit
     description: str = ""
+
+    def unit(self, metric: str) -> str:
+        """"x" (a slowdown) or "ms", the unit of the metric's limits and values."""
+        return "x" if self.kind == "slowdown" and metric not in ABSOLUTE_METRICS else "ms"
 
     def as_dict(self) -> dict:
         nested: dict[str, dict[str, float]] = {}
@@ -51,8 +60,8 @@ def parse_slo_profile(name: str, data, source: str) -> SloProfile:
                          field="kind")
     raw = data.get("limits")
     if not isinstance(raw, dict) or not raw:
-        raise InputError("must map metrics (ttft, tbt, e2e) to percentile limits", source=source,
-                         field="limits")
+        raise InputError("must map metrics (ttft, tbt, e2e, itl) to percentile limits",
+                         source=source, field="limits")
     limits: dict[tuple[str, str], float] = {}
     for metric in raw:
         if metric not in METRICS:

@@ -120,6 +120,15 @@ def assert_engines_agree(fast, ref, *, series=("first_token_s", "finish_s", "kv_
     for key in close:
         np.testing.assert_allclose(fast.machine_stats[key], ref.machine_stats[key], rtol=1e-9,
                                    atol=atol)
+    assert_same_gaps(fast.itl_histogram, ref.itl_histogram)
+
+
+def assert_same_gaps(fast: np.ndarray, ref: np.ndarray) -> None:
+    """The same inter-token gaps, each binned alike or (its time equal to 1e-9, on a bin's edge)
+    one bin apart: equal totals, and neither cumulative count ahead of the other's next bin."""
+    assert fast.sum() == ref.sum()
+    cum_fast, cum_ref = np.cumsum(fast), np.cumsum(ref)
+    assert np.all(cum_fast[1:] >= cum_ref[:-1]) and np.all(cum_ref[1:] >= cum_fast[:-1])
 
 
 
@@ -146,4 +155,5 @@ failure_options = st.builds(
     mixed_pool_queue_threshold=st.sampled_from([0, 2048, 8192]),
     memory_reserve_fraction=TIGHT_RESERVE, detection_s=st.sampled_from([0.0, 0.1, 0.5]),
     recovery=st.sampled_from(["restart", "replicate"]),
-    replica_target=st.sampled_from(["host", "peer"]))
+    replica_target=st.sampled_from(["host", "peer"]),
+    restart=st.sampled_from(["recompute", "regenerate"]))

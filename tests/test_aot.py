@@ -52,6 +52,8 @@ runs = [("splitwise-hh", 6, 2, SimOptions()), ("splitwise-ha", 5, 3, SimOptions(
         ("baseline-h100", 8, 0, SimOptions(memory_reserve_fraction=0.5)),
         ("sarathi-a100", 8, 0, SimOptions()),
         ("splitwise-aa", 6, 3, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=1)),
+        ("baseline-h100", 8, 0, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=3,
+                                           restart="regenerate")),
         ("splitwise-hh", 6, 3, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=2,
                                           recovery="replicate", replica_target="peer"))]
 calls = []
@@ -155,3 +157,27 @@ def test_an_install_without_a_compiler_still_succeeds(monkeypatch, capsys, tmp_p
     assert "not compiled at install; numba will compile it on first use" in err
     assert "command 'gcc' failed" in err
     assert not list(tmp_path.rglob("_core*"))
+
+
+def test_python_in_the_checkout_uses_the_installed_build():
+    """Python started in the checkout imports the checkout's sources, which hold no build of
+    their own after `pip install .`: the installed build serves them (same sources, same
+    digest), so nothing compiles. Skips unless provision is installed with a build outside this
+    checkout (an editable install builds in place, where it is found anyway)."""
+    from importlib import metadata
+    try:
+        files = metadata.distribution("provision").files or ()
+    except metadata.PackageNotFoundError:
+        pytest.skip("provision is not installed")
+    builds = [Path(f.locate()).resolve() for f in files
+              if f.parts[:1] == ("simcore",) and f.name.startswith("_core.")]
+    if not any(p.is_file() and p.parent != ROOT / "simcore" for p in builds):
+        pytest.skip("no install-time build outside this checkout")
+    if list((ROOT / "simcore").glob("_core.*")):
+        pytest.skip("this checkout has a build of its own")
+    env = {k: v for k, v in os.environ.items() if k not in ("PROVISION_NO_AOT", "PROVISION_NO_JIT")}
+    out = subprocess.run([sys.executable, "-c", "from simcore import fastsim; "
+                          "print(fastsim.CORE, fastsim.__file__)"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert Path(out[1]).resolve().parent == ROOT / "simcore"  # the checkout's sources ...
+    assert out[0] == "aot"                                     # ... with the installed build

@@ -10,14 +10,14 @@ from hypothesis import given
 
 from hardware_catalog import InputError
 from simcore import Cluster, SimOptions, Workload, simulate
-from simcore.cluster import build_machine_arrays, kv_transfer_seconds
+from simcore.cluster import build_machine_arrays, itl_bin, kv_transfer_seconds
 from simcore.failures import failure_array, read_failure_csv
 from simcore.perfmodel import default_performance_model
 from simcore.refsim import _ReferenceSimulation
 from simcore.workload import synthesize
-from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, assert_engines_agree, both_engines,
-                        clusters, failure_options, fit, layout_clusters, perf_models, schedules,
-                        workloads)
+from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, assert_engines_agree,
+                        assert_same_gaps, both_engines, clusters, failure_options, fit,
+                        layout_clusters, perf_models, schedules, workloads)
 
 PERF = default_performance_model()
 LLAMA = CATALOG.model("llama2-70b")
@@ -56,8 +56,10 @@ def test_engines_agree_under_failures_of_multi_instance_machines(cluster_model, 
 @given(cluster=clusters(), workload=workloads(), perf=perf_models, opts=failure_options,
        schedule=schedules())
 def test_invariants_under_failures(cluster, workload, perf, opts, schedule):
-    """Every request finishes exactly once with all its tokens; a down machine starts nothing;
-    memory never exceeds capacity."""
+    """Every request finishes exactly once with all its tokens, each sent once: the ITL
+    histogram holds sum(output - 1) gaps whether restarts recompute or regenerate (a token
+    regenerated is not sent again); a down machine starts nothing; memory never exceeds
+    capacity."""
     opts = dataclasses.replace(opts, failures=fit(schedule, cluster))
     if not opts.failures:
         return
@@ -72,6 +74,9 @@ def test_invariants_under_failures(cluster, workload, perf, opts, schedule):
     sim.run()
     assert sim.finished == len(workload)
     assert all(r.generated == r.output for r in sim.requests)  # tokens conserved
+    assert all(r.emitted == r.output for r in sim.requests)    # each sent, once
+    assert result.itl_histogram.sum() == int((workload.output_tokens - 1).sum())
+    assert sim.itl.sum() == result.itl_histogram.sum()
     assert np.all(np.isfinite(result.finish_s)) and np.all(result.finish_s >= result.first_token_s)
     assert np.all(result.first_token_s >= workload.arrival_s)
     for t, m, d in machines.failures:
@@ -127,6 +132,64 @@ def test_replicate_costs_detection_plus_the_kv_restore_only(engine, design, prom
     # DejaVu's 500/500 example: the restart costs a large share of the E2E, replication little
     _, restart, *_ = _alone(design, prompt, token, engine, recovery="restart")
     assert run.e2e_s[0] < restart.e2e_s[0]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("design,prompt,token", [("baseline-a100", 2, 0), ("splitwise-aa", 1, 2)])
+def test_regenerate_decodes_the_tokens_sent_again_one_iteration_each_silently(engine, design,
+                                                                              prompt, token):
+    """The same failure (250 of 500 tokens sent): recompute prefills 500 + 250 tokens at once;
+    regenerate (DejaVu's baseline) prefills the prompt only, then decodes the 249 other tokens
+    already sent again, one iteration each: it finishes later, its TTFT is unchanged, and no
+    token is sent twice (499 gaps; the 251st token's gap spans the loss and the
+    regeneration)."""
+    base, recompute, m, curves, late = _alone(design, prompt, token, engine, restart="recompute")
+    _, regenerate, *_ = _alone(design, prompt, token, engine, restart="regenerate")
+    transfer = kv_transfer_seconds(500, 0, prompt + 1, m) if token else 0.0
+    redo = (float(curves.prompt_time(500)) + transfer
+            + sum(float(curves.token_time(1, 500 + k)) for k in range(1, 250)))
+    assert regenerate.e2e_s[0] - base.e2e_s[0] == pytest.approx(late + 5.0 + redo, rel=1e-9)
+    assert regenerate.e2e_s[0] > recompute.e2e_s[0] + 1.0   # 249 decodes against one prefill
+    assert regenerate.ttft_s[0] == recompute.ttft_s[0] == base.ttft_s[0]
+    for run in (base, recompute, regenerate):
+        assert run.itl_histogram.sum() == 499
+    # the longest gap: from the 250th token (before the loss) to the 251st
+    longest = int(np.flatnonzero(regenerate.itl_histogram)[-1])
+    assert abs(longest - itl_bin(late + 5.0 + redo + float(curves.token_time(1, 750)))) <= 1
+    stats = regenerate.failure_stats
+    assert stats["recoveries"][0] == 1
+    assert stats["recomputed_tokens"][0] == 500 + 249   # the prompt, and 249 decode tokens
+    assert recompute.failure_stats["recomputed_tokens"][0] == 750
+    # recovered once back where it was lost: the last token sent regenerated
+    assert stats["recovery_s"][0] == pytest.approx(5.0 + redo, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_request_lost_again_while_regenerating_keeps_what_it_had_sent(engine):
+    """Lost at 250 tokens sent, then again while regenerating them (after its prefill): the
+    second restart regenerates the same 250 (not fewer), the TTFT stays the first one and
+    each token is sent once."""
+    cluster = Cluster(CATALOG.design("baseline-a100"), 3)
+    w = Workload("one", np.array([0.0]), np.array([500]), np.array([500]))
+    base = simulate(cluster, w, LLAMA, PERF, REFERENCE, SimOptions(), engine=engine)
+    m = build_machine_arrays(cluster, LLAMA, PERF, SimOptions())
+    curves = m.curves[0]
+    t250 = float(curves.prompt_time(500)) + sum(float(curves.token_time(1, 500 + k))
+                                                for k in range(1, 250))
+    first = t250 + 0.001
+    # machine 1 takes it at detection; it fails again 100 regenerated tokens later
+    again = first + 5.0 + float(curves.prompt_time(500)) + sum(
+        float(curves.token_time(1, 500 + k)) for k in range(1, 100)) + 0.001
+    opts = SimOptions(failures=((first, "any", 0, 600.0), (again, "any", 1, 600.0)),
+                      detection_s=5.0, restart="regenerate")
+    run = simulate(cluster, w, LLAMA, PERF, REFERENCE, opts, engine=engine)
+    redo = float(curves.prompt_time(500)) + sum(float(curves.token_time(1, 500 + k))
+                                                for k in range(1, 250))
+    assert run.e2e_s[0] == pytest.approx(again + 5.0 + redo + base.e2e_s[0] - t250, rel=1e-9)
+    assert run.ttft_s[0] == base.ttft_s[0]
+    assert run.itl_histogram.sum() == 499
+    assert run.failure_stats["recoveries"][0] == 2
+    assert run.failure_stats["recomputed_tokens"][0] == 2 * (500 + 249)
 
 
 # ------------------------------------------------------------------ no failure, same answer
@@ -237,8 +300,9 @@ def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_p
               "--rate", "10", "--duration", "20", "--json"]
     plain = json.loads(cli(common).stdout)
     assert "failures" not in plain
-    for recovery in ("restart", "replicate"):
-        run = cli(common + ["--failures", schedule, "--recovery", recovery])
+    for recovery in (["--recovery", "restart"], ["--recovery", "replicate"],
+                     ["--recovery", "restart", "--restart", "regenerate"]):
+        run = cli(common + ["--failures", schedule, *recovery])
         assert run.code in (0, 1), run.stderr
         failures = json.loads(run.stdout)["failures"]
         assert failures["schedule"] == [[5.0, 6, None], [8.0, 1, 3.0]]
@@ -253,6 +317,8 @@ def test_simulate_prints_failure_metrics_only_when_failures_are_configured(tmp_p
 @pytest.mark.parametrize("args,message", [
     (["--failures", "MISSING.csv"], "MISSING.csv"),
     (["--recovery", "replicate"], "--recovery applies when machines fail"),
+    (["--restart", "regenerate"], "--restart applies when machines fail"),
+    (["--failures", "SCHEDULE", "--restart", "again"], "--restart"),
     (["--repair-minutes", "3", "--failures", "SCHEDULE"], "--repair-minutes applies"),
     (["--failures", "SCHEDULE", "--recovery", "sometimes"], "recovery"),
     (["--mtbf-hours", "-1"], "--mtbf-hours"),
@@ -372,15 +438,18 @@ def test_peer_replicas_halve_capacity_and_are_lost_with_their_peer(engine):
 @pytest.mark.parametrize("design,prompt,token", [("splitwise-hh", 2, 2), ("splitwise-ha", 3, 2),
                                                  ("baseline-h100", 3, 0),
                                                  ("sarathi-h100", 3, 0)])
-@pytest.mark.parametrize("recovery,target", [("restart", "host"), ("replicate", "host"),
-                                             ("replicate", "peer")])
+@pytest.mark.parametrize("recovery,target,restart", [
+    ("restart", "host", "recompute"), ("replicate", "host", "recompute"),
+    ("replicate", "peer", "recompute"), ("restart", "host", "regenerate"),
+    ("replicate", "peer", "regenerate")])
 def test_engines_agree_on_busy_clusters_with_many_failures(design, prompt, token, recovery,
-                                                           target):
-    """Loaded clusters, failures every few seconds: every kind of loss happens."""
+                                                           target, restart):
+    """Loaded clusters, failures every few seconds: every kind of loss happens (under
+    regenerate, requests lost again while regenerating, silent decodes in long decode runs)."""
     w = synthesize("conversation", 3.0, 60.0, seed=2)
     cluster = Cluster(CATALOG.design(design), prompt, token)
     opts = SimOptions(mtbf_hours=0.005, repair_s=4.0, failure_seed=3, detection_s=1.0,
-                      recovery=recovery, replica_target=target)
+                      recovery=recovery, replica_target=target, restart=restart)
     fast = simulate(cluster, w, LLAMA, PERF, REFERENCE, opts, engine="fast")
     ref = simulate(cluster, w, LLAMA, PERF, REFERENCE, opts, engine="reference")
     assert fast.feasible and ref.feasible
@@ -391,6 +460,10 @@ def test_engines_agree_on_busy_clusters_with_many_failures(design, prompt, token
         np.testing.assert_array_equal(fast.failure_stats[key], ref.failure_stats[key])
     np.testing.assert_array_equal(fast.machine_stats["iterations"],
                                   ref.machine_stats["iterations"])
+    np.testing.assert_allclose(fast.failure_stats["recovery_s"], ref.failure_stats["recovery_s"],
+                               rtol=1e-9, atol=1e-12)
+    assert_same_gaps(fast.itl_histogram, ref.itl_histogram)
+    assert ref.itl_histogram.sum() == int((w.output_tokens - 1).sum())
 
 
 def test_resilience_rows_follow_the_goal():

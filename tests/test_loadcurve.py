@@ -46,6 +46,7 @@ def test_iso_timestamps_and_rescaling(tmp_path):
     ("", ["load curve"]),
     ("time_s,rate_rps\n", ["no rows"]),
     ("time_s,rate_rps\nnoon,3\n", ["row 2", "time_s"]),
+    ("time_s,rate_rps\n0,1\n40000000,2\n", ["row 3", "time_s", "366-day limit"]),
 ])
 def test_a_bad_curve_is_one_line_naming_the_file_row_and_field(run_cli, tmp_path, text, words):
     path = _curve(tmp_path, text)
@@ -124,6 +125,46 @@ def test_a_days_plan_serves_every_window_and_saves_against_the_static_cluster(tm
         assert run.report.passed, (window, pools, run.report.as_dict())
     rows = (tmp_path / "out" / "plan.csv").read_text().splitlines()
     assert len(rows) == 1 + len(curve["windows"]) and rows[0].startswith("window,")
+    # both answers run over the whole curve in one simulation each: the plan's pools resized
+    # at every window's start, machines failing at the fleet rate; every window met
+    checked = entry["whole_curve"]
+    for label in ("static", "plan"):
+        run = checked[label]
+        assert run["feasible"] and run["failing_windows"] == [], (label, run)
+        assert run["windows_met"] == len(curve["windows"]) and run["whole_curve"]["passed"]
+        assert run["failures"]["mtbf_hours"] == 6000.0
+    assert checked["plan"]["requests"] == checked["static"]["requests"] > 0
+
+
+def test_a_plan_is_stepped_up_where_its_whole_curve_run_misses(monkeypatch):
+    """A window that misses gets a larger cluster (no smaller in either pool than before);
+    missing again, the window before it too; the runs stop once every window is met or
+    nothing larger is left."""
+    from provisioner import curverun
+    needs = {2: (5, 2)}   # window 2 is met only with 5P+2T or more
+    runs = []
+
+    def fake_run(study, cluster, plan):
+        runs.append(list(plan))
+        failing = [k for k, need in needs.items() if plan[k][0] < need[0] or plan[k][1] < need[1]]
+        return {"feasible": True, "failing_windows": failing}
+    monkeypatch.setattr(curverun, "run_curve", fake_run)
+    options = [[(2, 1), (5, 2)], [(2, 1), (5, 2)], [(2, 1), (3, 1), (5, 2)], [(2, 1)]]
+
+    def replan(opts):  # the cheapest option of each window
+        return [min(o, key=sum) for o in opts]
+    plan, record, stepped = curverun.verified_plan(None, lambda p: None, options,
+                                                   replan(options), replan)
+    assert plan[2] == (5, 2) and record["failing_windows"] == [] and 2 in stepped
+    assert runs[0][2] == (2, 1) and runs[1][2] == (3, 1) and len(runs) == 3
+    assert 1 in stepped   # missed twice: its predecessor was stepped up too
+    # nothing larger left: the runs stop, the miss stays in the record
+    needs[3] = (9, 9)
+    runs.clear()
+    options = [[(2, 1)], [(2, 1)], [(5, 2)], [(2, 1)]]
+    plan, record, _ = curverun.verified_plan(None, lambda p: None, options, replan(options),
+                                             replan)
+    assert record["failing_windows"] == [3] and len(runs) <= curverun.STEP_UP_ROUNDS
 
 
 def test_curve_options_without_a_curve_are_refused(run_cli, tmp_path):
@@ -149,3 +190,52 @@ def test_simulate_replays_a_curve_and_checks_each_window(run_cli, tmp_path):
                              "1", "--load-curve", path, "--rate", "5"), "--rate")
     assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
                              "1", "--curve-window", "60"), "--curve-window", "--load-curve")
+
+
+def test_simulate_replays_a_plan_over_the_curve(run_cli, tmp_path):
+    """--plan resizes the pools window by window in the one run: the same curve missed with
+    2P+1T throughout is met where the plan adds machines for the busy minute; the cluster is
+    the plan's largest pools, and the JSON echoes the plan."""
+    curve = _curve(tmp_path, "time_s,rate_rps\n0,2\n60,20\n120,2\n")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("start_s,prompt_machines,token_machines\n0,1,1\n60,4,2\n120,1,1\n")
+    common = ("simulate", "--design", "splitwise-hh", "--model", "llama2-70b", "--load-curve",
+              curve, "--curve-window", "60", "--json")
+    flat = json.loads(run_cli(*common, "--prompt", "1", "--token", "1").stdout)
+    planned = run_cli(*common, "--plan", plan)
+    document = json.loads(planned.stdout)
+    assert (document["prompt_machines"], document["token_machines"]) == (4, 2)
+    assert [step["prompt_machines"] for step in document["plan"]] == [1, 4, 1]
+    assert document["requests"] == flat["requests"]     # the same arrivals
+    assert not flat["windows"][1]["passed"] and document["windows"][1]["passed"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("start_s,prompt_machines\n0,1\n", ["plan.csv", "token_machines"]),
+    ("start_s,prompt_machines,token_machines\n0,1,1\n0,2,1\n", ["plan.csv", "row 3", "start_s"]),
+    ("start_s,prompt_machines,token_machines\n0,1.5,1\n", ["plan.csv", "row 2",
+                                                           "prompt_machines"]),
+    ("start_s,prompt_machines,token_machines\n0,0,1\n", ["plan.csv", "row 2", "prompt_machines"]),
+    ("start_s,prompt_machines,token_machines,design\n0,1,1,splitwise-aa\n",
+     ["plan.csv", "splitwise-hh"]),
+])
+def test_a_bad_plan_is_one_line_naming_the_file_row_and_field(run_cli, tmp_path, text, words):
+    curve = _curve(tmp_path, "time_s,rate_rps\n0,2\n60,4\n")
+    plan = tmp_path / "plan.csv"
+    plan.write_text(text)
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--load-curve", curve,
+                             "--plan", plan), *words)
+
+
+def test_a_plan_needs_a_curve_and_must_fit_the_cluster(run_cli, tmp_path):
+    curve = _curve(tmp_path, "time_s,rate_rps\n0,2\n60,4\n")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("start_s,prompt_machines,token_machines\n0,3,1\n")
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
+                             "1", "--plan", plan), "--plan", "--load-curve")
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
+                             "1", "--load-curve", curve, "--curve-window", "60", "--plan", plan),
+                     "3+1")
+    assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
+                             "1", "--load-curve", curve), "--curve-window",
+                     "longer than the load curve")

@@ -78,6 +78,7 @@ def questions(draw) -> dict:
     if draw(st.booleans()):
         values.update(survive_failures=draw(st.integers(1, 3)),
                       recovery=draw(st.sampled_from(["restart", "replicate"])),
+                      restart=draw(st.sampled_from(["recompute", "regenerate"])),
                       mtbf_hours=draw(st.sampled_from([None, 0.5])),
                       detection_s=draw(st.sampled_from([5.0, 1.0])))
     return values
@@ -139,6 +140,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "mtbf_hours": ({}, 1000.0),
     "repair_minutes": ({"mtbf_hours": 1000.0}, 5.0),
     "recovery": (FAILING, "replicate"),
+    "restart": (FAILING, "regenerate"),
     "replica_target": ({**FAILING, "recovery": "replicate"}, "peer"),
     "detection_s": (FAILING, 1.0),
     "slo_confidence": ({}, 0.99),

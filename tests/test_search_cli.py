@@ -69,7 +69,8 @@ def test_report_json_schema_and_contents(report_dir):
                                   "cost_per_hour", "power_kw", "gpus", "slo"}
     assert "machines" in base["optimum"] and "token_machines" not in base["optimum"]
     slo = ha["optimum"]["slo"]
-    assert list(slo) == [f"{m}_{p}" for m in ("ttft", "tbt", "e2e") for p in ("p50", "p90", "p99")]
+    assert list(slo) == [f"{m}_{p}" for m in ("ttft", "tbt", "e2e", "itl")
+                         for p in ("p50", "p90", "p99")]
     assert slo["ttft_p99"]["limit"] == 6.0 and slo["ttft_p99"]["value"] <= 6.0
     o = ha["optimum"]
     assert o["cost_per_hour"] == pytest.approx(o["prompt_machines"] * 38.0

@@ -95,6 +95,8 @@ def test_invariants(cluster, workload, perf, opts):
     extra_pieces = stats["prompt_chunks"].sum() - len(w) if "prompt_chunks" in stats else 0
     assert stats["iterations"] @ stats["mean_batch"] == pytest.approx(w.output_tokens.sum()
                                                                       + extra_pieces)
+    # every output token after a request's first ends one inter-token gap (ITL)
+    assert result.itl_histogram.sum() == (w.output_tokens - 1).sum()
     # KV memory in use never exceeds capacity
     assert np.all(stats["max_memory_tokens"] <= stats["kv_capacity_tokens"])
     # no request is faster than it would be alone on the machines it ran on
@@ -238,3 +240,39 @@ def test_percentiles_are_numpys_bit_for_bit():
         expected = np.percentile(values, pcts)
         assert np.array_equal(percentiles(values, pcts).view(np.int64),
                               expected.view(np.int64)), (n, pcts)
+
+
+def test_itl_counts_every_gap_and_reads_back_within_its_accuracy():
+    """One request alone on a baseline machine: its gaps are its decode iterations' times
+    (context growing by one token each); ITL percentiles are those gaps' nearest-rank
+    percentiles within the histogram's 0.5%, and the first gap is the first decode."""
+    from simcore.cluster import ITL_ACCURACY
+    cluster = Cluster(CATALOG.design("baseline-a100"), 1)
+    perf = SyntheticPerf([0.05, 0.2, 0.5, 1.5], [0.01, 0.012, 0.02], 2e-6)
+    w = Workload("one", np.array([0.0]), np.array([1000]), np.array([201]))
+    for engine in ("fast", "reference"):
+        result = simulate(cluster, w, MODEL, perf, REFERENCE, SimOptions(), engine=engine)
+        curves = build_machine_arrays(cluster, MODEL, perf, SimOptions()).curves[0]
+        gaps = np.sort(curves.token_time(1, 1001 + np.arange(200)))  # prompt + generated
+        assert result.itl_histogram.sum() == 200
+        for pct, value in zip((50, 90, 99), result.itl_s([50, 90, 99])):
+            exact = gaps[int(np.ceil(pct / 100 * 200)) - 1]
+            assert abs(value / exact - 1) <= ITL_ACCURACY + 1e-12
+        assert result.tbt_s[0] == pytest.approx(gaps.mean(), rel=1e-9)
+
+
+def test_chunked_prefill_removes_the_decode_stalls_itl_shows():
+    """Long prompts batched whole beside running decodes stall them for a prompt's time: the
+    ITL tail shows it, a request's mean gap (TPOT) hides most of it. Stall-free chunked prefill
+    (Sarathi) bounds every iteration, so its ITL P99 is far lower on the same machines."""
+    rng = np.random.default_rng(3)
+    n = 300
+    w = Workload("mixed", np.sort(rng.uniform(0, 30, n)), rng.integers(1500, 4000, n),
+                 rng.integers(50, 200, n))
+    p99 = {}
+    for name in ("baseline-h100", "sarathi-h100"):
+        result = simulate(Cluster(CATALOG.design(name), 2), w, MODEL,
+                          default_performance_model(), REFERENCE, SimOptions())
+        assert result.feasible
+        p99[name] = float(result.itl_s([99])[0])
+    assert p99["sarathi-h100"] < 0.5 * p99["baseline-h100"], p99

@@ -1,0 +1,238 @@
+"""Long runs: a day or a week of a load curve in one simulation, in bounded memory (issue 29).
+
+A week at the shared curves' scale is 17-27 million requests; at 152 bytes a request record,
+keeping every record (as `simulate` does) would take 2.6-4.1 GB before any result. A long run
+instead streams: the arrivals are drawn step by step of the curve as the run goes
+(`curve_chunks`), the compiled core keeps `SLOTS` request records and reuses the slot of a
+finished request (`simcore.fastsim.run_streamed`: the same run, instant for instant, as with
+one record per request), and each finished request leaves only its latencies and slowdowns
+as float32 (24 bytes). A window's percentiles are then exact (over its requests, by arrival),
+as `evaluate_slos` computes them for any run.
+
+Memory: 24 bytes per request plus the slots (about 160 MB), so a 27-million-request week
+fits in well under 2 GB. ITL is one histogram over the whole run (`simcore.cluster.itl_bin`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from hardware_catalog import InputError, MachineSku, ModelSpec
+from simcore.cluster import Cluster, SimOptions, Stalled
+from simcore.fastsim import TooManyInFlight, run_streamed
+from simcore.metrics import uncontended_latencies
+from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
+                              run_machines)
+from simcore.workload import Workload, _arrival_times, _size_sampler
+
+SLOTS = 1 << 20            # request records held (a request older than this many arrivals
+#                            that has not finished makes the run infeasible: TooManyInFlight)
+CHUNK_REQUESTS = 1 << 17   # at most this many requests drawn at a time (< SLOTS / 2)
+MAX_CURVE_REQUESTS = 100_000_000   # a longer run is a typo (or months of load): refused
+METRICS = ("ttft", "tbt", "e2e")
+
+
+@dataclass(frozen=True, eq=False)
+class RequestLatencies:
+    """Per-request latencies of part of a run (what `evaluate_slos` reads): seconds and
+    slowdowns, float32, NaN where a request has none (TBT of a 1-token output). ITL is not
+    kept per request: a part has `itl_histogram` None (no ITL value), the whole run its own."""
+    ttft_s: np.ndarray
+    tbt_s: np.ndarray
+    e2e_s: np.ndarray
+    ttft_slowdown: np.ndarray
+    tbt_slowdown: np.ndarray
+    e2e_slowdown: np.ndarray
+    itl_histogram: np.ndarray | None = None
+    feasible: bool = True
+    reason: str = ""
+
+    def itl_s(self, pcts) -> np.ndarray:
+        from simcore.metrics import histogram_percentiles
+        if self.itl_histogram is None:
+            return np.full(len(pcts), np.nan)
+        return histogram_percentiles(self.itl_histogram, pcts)
+
+    def __len__(self) -> int:
+        return len(self.ttft_s)
+
+
+@dataclass(frozen=True, eq=False)
+class CurveRun:
+    """A whole load curve simulated in one run: `requests` per window (`window_requests`,
+    windows as given), each request's latencies (`latencies`, in arrival order), the machine
+    statistics and ITL histogram of the run. Infeasible: `reason` says why (no latencies)."""
+    feasible: bool
+    reason: str
+    window_requests: tuple[int, ...]
+    latencies: RequestLatencies | None = None
+    machine_stats: dict = field(default_factory=dict)
+    failure_stats: dict | None = None
+    schedule: np.ndarray | None = None
+    makespan_s: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return sum(self.window_requests)
+
+    def window(self, k: int) -> RequestLatencies:
+        """The latencies of the requests that arrived in window k (no ITL: see the module)."""
+        start = sum(self.window_requests[:k])
+        stop = start + self.window_requests[k]
+        whole = self.latencies
+        return RequestLatencies(*(getattr(whole, f"{m}_{unit}")[start:stop]
+                                  for unit in ("s", "slowdown") for m in METRICS))
+
+    def __repr__(self) -> str:
+        state = "" if self.feasible else f"infeasible: {self.reason}, "
+        return (f"CurveRun({state}{self.requests:,} requests in {len(self.window_requests)} "
+                "windows)")
+
+
+def expected_requests(times: Sequence[float], rates: Sequence[float], end_s: float) -> float:
+    edges = [*times, end_s]
+    return sum(r * (b - a) for r, a, b in zip(rates, edges, edges[1:]))
+
+
+def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[float],
+                 end_s: float, seed: int, edges: Sequence[float], counts: list[int],
+                 chunk: int = CHUNK_REQUESTS) -> Iterator[tuple[np.ndarray, ...]]:
+    """Poisson arrivals following the piecewise-constant curve (`rates[i]` from `times[i]` to
+    the next time, the last to `end_s`), with sizes drawn from `sizes`, yielded as
+    (arrival_s, prompt, output) chunks in arrival order: each piece of the curve between two
+    of its steps or window `edges` is drawn in turn from one generator seeded with `seed`
+    (arrivals, then sizes), so the same inputs give the same requests; chunks hold at most
+    `chunk` requests. Appends to `counts` the requests of each window (edges[k] to
+    edges[k + 1]) as they are drawn."""
+    sampler, _, _ = _size_sampler(sizes)
+    rng = np.random.default_rng(seed)
+    steps = [*times, end_s]
+    cuts = sorted(set(steps) | set(edges))
+    counts.extend([0] * (len(edges) - 1))
+    for start, stop in zip(cuts, cuts[1:]):
+        if stop <= start:
+            continue
+        rate = rates[max(0, int(np.searchsorted(steps, start, side="right")) - 1)]
+        if rate <= 0:
+            continue
+        arrival = start + _arrival_times(rng, rate, stop - start, "poisson", 1.0)
+        if not len(arrival):
+            continue
+        prompt, output = sampler(rng, len(arrival))
+        window = int(np.searchsorted(edges, start, side="right")) - 1
+        if 0 <= window < len(counts):
+            counts[window] += len(arrival)
+        for first in range(0, len(arrival), chunk):
+            part = slice(first, first + chunk)
+            yield arrival[part], prompt[part], output[part]
+
+
+def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[float],
+                   rates: Sequence[float], end_s: float, edges: Sequence[float], seed: int,
+                   model: ModelSpec, perf, reference: MachineSku,
+                   options: SimOptions = SimOptions(), slots: int = SLOTS) -> CurveRun:
+    """Simulate the whole curve on `cluster` (resized by `options.pool_plan`, failing as
+    `options` says over the whole curve), streamed in `slots` request records; windows are
+    `edges[k]` to `edges[k + 1]` and must cover the curve."""
+    expected = expected_requests(times, rates, end_s)
+    if expected > MAX_CURVE_REQUESTS:
+        raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
+                         f"{MAX_CURVE_REQUESTS:,}; simulate part of it or lower its rates")
+    machines, schedule, reason = run_machines(cluster, model, perf, options, end_s)
+    counts: list[int] = []
+    if reason:
+        return CurveRun(False, reason, tuple(counts))
+    ref = reference_curves(model, perf, reference, options)
+    per_token = machines.tbt_per_output_token
+    store = _Store(int(expected + 10 * math.sqrt(expected) + 1024))
+    failures = bool(len(machines.failures))
+
+    def checked(chunks):
+        for arrival, prompt, output in chunks:
+            why = _unservable_reason(cluster, Workload("chunk", arrival, prompt, output), model,
+                                     machines)
+            if why:
+                raise _Unservable(why)
+            yield arrival, prompt, output
+
+    def harvest(first: int, records) -> None:
+        store.add(first, records, ref, per_token, failures)
+
+    try:
+        chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts,
+                              min(CHUNK_REQUESTS, slots // 4))
+        raw = run_streamed(machines, checked(chunks), slots, harvest)
+    except _Unservable as err:
+        return CurveRun(False, str(err), tuple(counts))
+    except TooManyInFlight as err:
+        return CurveRun(False, f"the cluster falls behind the load for good: {err}",
+                        tuple(counts))
+    except Stalled:
+        return CurveRun(False, "requests were left unserved: every machine that could take "
+                        "them is down for the rest of the run", tuple(counts))
+    latencies = store.latencies(raw["itl_histogram"])
+    return CurveRun(True, "", tuple(counts), latencies,
+                    machine_statistics(raw, machines, cluster, raw["end_s"]),
+                    store.failure_totals() if failures else None, schedule, raw["end_s"])
+
+
+class _Unservable(Exception):
+    pass
+
+
+class _Store:
+    """The finished requests' latencies, by arrival order, growing as needed."""
+
+    def __init__(self, expected: int):
+        self.columns = {f"{m}_{u}": np.empty(expected, np.float32)
+                        for u in ("s", "slowdown") for m in METRICS}
+        self.size = 0
+        self.recoveries = self.recomputed = 0
+        self.affected = 0
+        self.recovery_s = 0.0
+        self.recovery_max = 0.0
+
+    def add(self, first: int, records, ref, per_token: bool, failures: bool) -> None:
+        count = len(records)
+        if first + count > len(self.columns["ttft_s"]):
+            grown = max(first + count, int(len(self.columns["ttft_s"]) * 1.25))
+            for key, column in self.columns.items():
+                self.columns[key] = np.resize(column, grown)
+        arrival = records.arrival
+        output = records.output.astype(np.int64)
+        ttft = records.first_token - arrival
+        e2e = records.finish - arrival
+        gaps = (output - 1 if not per_token else output).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tbt = np.where(gaps > 0, (records.finish - records.first_token) / np.maximum(gaps, 1),
+                           np.nan)
+            ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(
+                records.prompt.astype(np.int64), output, ref, per_token)
+            values = {"ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e, "ttft_slowdown": ttft / ref_ttft,
+                      "tbt_slowdown": tbt / ref_tbt, "e2e_slowdown": e2e / ref_e2e}
+        part = slice(first, first + count)
+        for key, value in values.items():
+            self.columns[key][part] = value
+        self.size = max(self.size, first + count)
+        if failures:
+            hit = records.recoveries > 0
+            self.affected += int(hit.sum())
+            self.recoveries += int(records.recoveries.sum())
+            self.recomputed += int(records.recomputed.sum())
+            self.recovery_s += float(records.recovery_s.sum())
+            if hit.any():
+                self.recovery_max = max(self.recovery_max, float(records.recovery_s.max()))
+
+    def latencies(self, itl_histogram: np.ndarray) -> RequestLatencies:
+        return RequestLatencies(**{key: column[:self.size]
+                                   for key, column in self.columns.items()},
+                                itl_histogram=itl_histogram)
+
+    def failure_totals(self) -> dict:
+        return {"requests_affected": self.affected, "recoveries": self.recoveries,
+                "tokens_recomputed": self.recomputed,
+                "recovery_s_mean": self.recovery_s / self.affected if self.affected else 0.0,
+                "recovery_s_max": self.recovery_max}

@@ -1,0 +1,112 @@
+"""Long runs streamed in bounded memory (issue 29): the same run as with one record per
+request, instant for instant, however few slots and however the arrivals are cut."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from simcore import Cluster, SimOptions, Workload, simulate
+from simcore.fastsim import REQUEST, TooManyInFlight, run_streamed, simulate_fast
+from simcore.longrun import curve_chunks, simulate_curve
+from simcore.simulate import run_machines
+from strategies import (CATALOG, MODEL, REFERENCE, SETTINGS, SyntheticPerf, clusters, fit,
+                        failure_options, perf_models, schedules, workloads)
+
+
+def streamed(machines, w: Workload, slots: int, chunk: int):
+    """run_streamed over `w` cut into chunks of `chunk`: per-request fields by arrival order."""
+    got = {"first_token": np.full(len(w), np.nan), "finish": np.full(len(w), np.nan),
+           "prompt_machine": np.zeros(len(w), np.int64), "token_machine": np.zeros(len(w), np.int64)}
+    seen = []
+
+    def harvest(first, records):
+        seen.append((first, len(records)))
+        for key, column in got.items():
+            column[first:first + len(records)] = records[key]
+
+    chunks = ((w.arrival_s[i:i + chunk], w.prompt_tokens[i:i + chunk], w.output_tokens[i:i + chunk])
+              for i in range(0, len(w), chunk))
+    raw = run_streamed(machines, chunks, slots, harvest)
+    # every request handed over once, in order
+    assert [f for f, _ in seen] == list(np.cumsum([0] + [n for _, n in seen])[:-1])
+    assert sum(n for _, n in seen) == len(w)
+    return got, raw
+
+
+@SETTINGS
+@given(cluster=clusters(), workload=workloads(max_requests=60), perf=perf_models,
+       opts=failure_options, schedule=schedules(), slots=st.sampled_from([8, 16, 64]),
+       data=st.data())
+def test_a_streamed_run_is_the_same_run(cluster, workload, perf, opts, schedule, slots, data):
+    """Bit for bit: first tokens, finishes, machines, machine statistics and ITL, with
+    failures and pools resized mid-run, with 8 slots for 60 requests (slots reused 7 times)."""
+    chunk = data.draw(st.integers(1, slots // 2))
+    plan = ()
+    if data.draw(st.booleans()):
+        plan = ((0.0, cluster.prompt_machines, cluster.token_machines),
+                (1.0, max(1, cluster.prompt_machines - 1),
+                 max(1, cluster.token_machines - 1) if cluster.token_machines else 0))
+    opts = dataclasses.replace(opts, failures=fit(schedule, cluster), pool_plan=plan)
+    machines, _, reason = run_machines(cluster, MODEL, perf, opts,
+                                       float(workload.arrival_s.max()), workload)
+    assume(not reason)
+    try:
+        whole = simulate_fast(workload, machines)
+    except Exception:  # a stalled run: streamed, it stalls too (tested below)
+        assume(False)
+    try:
+        got, raw = streamed(machines, workload, slots, chunk)
+    except TooManyInFlight:
+        # only when a request had not finished when its slot was needed: when the chunk of
+        # the request `slots` after it was filled, at the first arrival of that chunk
+        n = len(workload)
+        needed = (np.arange(n) + slots) // chunk * chunk
+        assert any(whole["finish_s"][g] >= workload.arrival_s[needed[g]]
+                   for g in range(n) if needed[g] < n)
+        return
+    np.testing.assert_array_equal(got["first_token"], whole["first_token_s"])
+    np.testing.assert_array_equal(got["finish"], whole["finish_s"])
+    np.testing.assert_array_equal(got["prompt_machine"], whole["prompt_machine"])
+    np.testing.assert_array_equal(got["token_machine"], whole["token_machine"])
+    for key in ("busy_s", "iterations", "batch_size_sum", "max_memory_tokens", "mixed_pool_s",
+                "itl_histogram"):
+        np.testing.assert_array_equal(raw[key], whole[key])
+
+
+def test_a_curve_run_gives_each_window_its_requests_latencies():
+    """simulate_curve on a small curve: the requests `curve_chunks` draws, simulated whole by
+    `simulate`, give the same per-request latencies (as float32), window by window."""
+    cluster = Cluster(CATALOG.design("splitwise-hh"), 2, 1)
+    perf = SyntheticPerf([0.02, 0.05, 0.1, 0.3], [0.01, 0.012, 0.02], 1e-7)
+    times, rates, end, edges = [0.0, 20.0, 40.0], [2.0, 6.0, 1.0], 60.0, [0.0, 30.0, 60.0]
+    counts = []
+    chunks = list(curve_chunks("coding", times, rates, end, 7, edges, counts))
+    w = Workload("curve", *(np.concatenate(parts) for parts in zip(*chunks)))
+    whole = simulate(cluster, w, MODEL, perf, REFERENCE)
+    run = simulate_curve(cluster, "coding", times, rates, end, edges, 7, MODEL, perf, REFERENCE)
+    assert run.feasible and run.window_requests == tuple(counts) and run.requests == len(w)
+    for metric in ("ttft_s", "tbt_s", "e2e_s", "ttft_slowdown", "e2e_slowdown"):
+        np.testing.assert_allclose(getattr(run.latencies, metric),
+                                   getattr(whole, metric).astype(np.float32), rtol=1e-6)
+    np.testing.assert_array_equal(run.latencies.itl_histogram, whole.itl_histogram)
+    first = counts[0]
+    np.testing.assert_array_equal(run.window(1).ttft_s, run.latencies.ttft_s[first:])
+    # the arrivals of each window are in it
+    assert np.all(w.arrival_s[:first] < 30.0) and np.all(w.arrival_s[first:] >= 30.0)
+
+
+def test_a_run_that_cannot_keep_up_is_infeasible_not_a_crash():
+    cluster = Cluster(CATALOG.design("splitwise-hh"), 1, 1)
+    perf = SyntheticPerf([0.2, 0.5, 1.0, 3.0], [0.05, 0.06, 0.1], 1e-6)
+    run = simulate_curve(cluster, "coding", [0.0], [50.0], 30.0, [0.0, 30.0], 1, MODEL, perf,
+                         REFERENCE, slots=64)
+    assert not run.feasible and "falls behind" in run.reason
+    assert REQUEST.itemsize <= 160
+    with pytest.raises(ValueError, match="half"):
+        list(run_streamed(run_machines(cluster, MODEL, perf, SimOptions(), 1.0)[0],
+                          [(np.zeros(40), np.ones(40, np.int64), np.ones(40, np.int64))], 64,
+                          lambda first, records: None))
