@@ -559,7 +559,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     if c.load_curve is not None:
         return _simulate_curve(options, cluster, model, perf, profile, source, workload, plan,
                                catalog.machine(SLO_REFERENCE_SKU))
-    refuse_curve_options(c, ClusterOptions(), ("curve_window",))
+    refuse_curve_options(c, ClusterOptions(), ("curve_window", "curve_shape"))
     requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
     reserve = sim_options(s, options.resilience).memory_reserve_fraction
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
@@ -623,7 +623,7 @@ def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, pro
     if c.requests_csv is not None:
         raise InputError(f"{option_ref('requests_csv')} writes one row per request: a load "
                          "curve's run keeps no per-request rows; drop it", field="requests_csv")
-    curve = read_asked_curve(c.load_curve, s.rate)
+    curve = read_asked_curve(c.load_curve, s.rate).shaped(c.curve_shape)
     spans = windows(curve, c.curve_window, "curve_window")
     edges = [w.start_s for w in spans] + [spans[-1].end_s]
     options_used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
@@ -636,7 +636,7 @@ def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, pro
     if plan:
         plan_resizes(cluster, plan)   # the plan fits the cluster (one line if not)
     run = simulate_curve(cluster, sizes, curve.times, curve.rates, curve.end_s, edges, s.seed,
-                         model, perf, reference, options_used)
+                         model, perf, reference, options_used, linear=curve.linear)
     reports = ([(w, evaluate_slos(run.window(k), profile) if n else None)
                 for k, (w, n) in enumerate(zip(spans, run.window_requests))]
                if run.feasible else [(w, None) for w in spans])

@@ -53,7 +53,7 @@ def run_curve(study, cluster: Cluster, plan: Sequence[tuple[int, int]] | None) -
     run = simulate_curve(cluster, curve_sizes(study.workload), curve.times, curve.rates,
                          curve.end_s, edges, study.seed, study.model,
                          study.perf.load(study.catalog),
-                         study.reference, options)
+                         study.reference, options, linear=curve.linear)
     return curve_record(run, study.slo, options)
 
 

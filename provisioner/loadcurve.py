@@ -22,7 +22,7 @@ failing at fleet rates; the plan is stepped up where a window misses an SLO.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -36,12 +36,14 @@ MAX_WINDOWS = 10_000
 
 @dataclass(frozen=True)
 class LoadCurve:
-    """A piecewise-constant arrival rate: rates[i] from times[i] to times[i + 1] (the last one
-    for `tail_s`)."""
+    """An arrival rate over time: piecewise constant (rates[i] from times[i] to times[i + 1],
+    the last one for `tail_s`) or, `linear`, piecewise linear between the rows (the last rate
+    held for `tail_s`)."""
     source: str
     times: tuple[float, ...]
     rates: tuple[float, ...]
     tail_s: float
+    linear: bool = False
 
     @property
     def end_s(self) -> float:
@@ -52,8 +54,20 @@ class LoadCurve:
         if peak_rps is None:
             return self
         factor = peak_rps / max(self.rates)
-        return LoadCurve(self.source, self.times, tuple(r * factor for r in self.rates),
-                         self.tail_s)
+        return replace(self, rates=tuple(r * factor for r in self.rates))
+
+    def shaped(self, shape: str) -> "LoadCurve":
+        """The curve read as `shape` ("step" or "linear") between its rows."""
+        return replace(self, linear=shape == "linear")
+
+    def knots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times, rates) whose linear interpolation is the curve (a step: each rate also
+        just before the next row's time)."""
+        times, rates = np.array(self.times), np.array(self.rates)
+        if self.linear:
+            return np.append(times, self.end_s), np.append(rates, rates[-1])
+        ends = np.append(np.nextafter(times[1:], -np.inf), self.end_s)
+        return np.column_stack([times, ends]).ravel(), np.repeat(rates, 2)
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,8 @@ def windows(curve: LoadCurve, window_s: float, option: str = "window") -> list[W
         raise InputError(f"{option_ref(option)} {window_s:g} s cuts the curve into {count} "
                          f"windows (at most {MAX_WINDOWS}); give a longer window",
                          field=option)
+    if curve.linear:
+        return _linear_windows(curve, window_s, count)
     edges = np.append(np.array(curve.times), curve.end_s)
     rates = np.array(curve.rates)
     result = []
@@ -192,6 +208,21 @@ def windows(curve: LoadCurve, window_s: float, option: str = "window") -> list[W
         inside = overlap > 0
         peak = float(rates[inside].max())
         mean = float((rates * overlap).sum() / (end - start))
+        result.append(Window(start, end, peak, mean, grid_rate(peak)))
+    return result
+
+
+def _linear_windows(curve: LoadCurve, window_s: float, count: int) -> list[Window]:
+    """Windows of a piecewise-linear curve: its peak is at a row or a window's edge, its mean
+    the integral (trapezoids between those points) over the window's length."""
+    times, rates = curve.knots()
+    result = []
+    for k in range(count):
+        start, end = k * window_s, min((k + 1) * window_s, curve.end_s)
+        points = np.concatenate([[start], times[(times > start) & (times < end)], [end]])
+        values = np.interp(points, times, rates)
+        peak = float(values.max())
+        mean = float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(points)) / (end - start))
         result.append(Window(start, end, peak, mean, grid_rate(peak)))
     return result
 

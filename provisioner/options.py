@@ -30,6 +30,7 @@ from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, I
 
 GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
+CURVE_SHAPES = ("step", "linear")      # a load curve between its rows (LoadCurve.linear)
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
@@ -169,6 +170,10 @@ class QuestionOptions:
         metavar="CSV", outcome=False)
     window: float = option(3600.0, "--load-curve: the planning window in seconds.",
                            positive(MAX_DURATION), outcome=False)
+    curve_shape: str = option(
+        "step", "--load-curve: the rate between the curve's rows: step (each row's rate holds "
+                "until the next) or linear (interpolated).", OneOf(CURVE_SHAPES),
+        outcome=False)
     peak_rate: Optional[float] = option(
         None, "--load-curve: rescale the curve so its highest rate is this (req/s).",
         positive(MAX_RATE), outcome=False)
@@ -339,6 +344,9 @@ class ClusterOptions:
         Text(), path=True, metavar="CSV")
     curve_window: float = option(3600.0, "--load-curve: the window the SLOs are checked per.",
                                  positive(MAX_DURATION))
+    curve_shape: str = option(
+        "step", "--load-curve: the rate between the curve's rows: step (each row's rate holds "
+                "until the next) or linear (interpolated).", OneOf(CURVE_SHAPES))
     plan: Optional[str] = option(
         None, "--load-curve: resize the pools during the run as this plan says: a search's "
               "plan.csv (its rows of --design), or a CSV start_s,prompt_machines,"

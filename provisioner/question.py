@@ -194,13 +194,15 @@ def resolve_load_curve(options: SearchOptions):
     q = options.question
     if q.load_curve is None:
         refuse_curve_options(q, QuestionOptions(),
-                             ("window", "peak_rate", "scale_up_minutes", "min_machines"))
+                             ("window", "peak_rate", "scale_up_minutes", "min_machines",
+                              "curve_shape"))
         return None
     from provisioner.loadcurve import PlanRules, windows
     if q.goal == "max-rate":
         raise InputError(f"{option_ref('load_curve')} sizes for the curve's load: use "
                          f"{option_ref('goal')} min-cost or min-power", field="goal")
-    curve = read_asked_curve(q.load_curve, options.study.rate).scaled(q.peak_rate)
+    curve = read_asked_curve(q.load_curve, options.study.rate).scaled(
+        q.peak_rate).shaped(q.curve_shape)
     return (tuple(windows(curve, q.window)),
             PlanRules(q.scale_up_minutes * 60.0, q.min_machines), curve)
 

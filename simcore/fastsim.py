@@ -25,8 +25,14 @@ identical). PROVISION_NO_AOT=1 skips the install-time build.
 
 Each event time runs the reference simulator's steps in its order: (1) iterations that end, by
 machine index; (2) KV caches that arrive, by (time, request), then (2r) pool resizes and
-(2a-c) failures; (3) requests that arrive, routed at
-once; (4) idle machines with work start their next iteration, by machine index.
+(2a-c) failures; (3) requests that arrive, routed at once; (4) idle machines with work start
+their next iteration, by machine index.
+
+Requests are numbered in arrival order and request g lives in slot g % slots of the record
+array: one slot per request in a plain run; in a long run (`run_streamed`) fewer, each reused
+once its request has finished and been handed over, the loop pausing before the first arrival
+not yet filled in. Every order between requests (the KV-arrival and lost-request heaps) is by
+number, never by slot, so a streamed run is the same run.
 
 No step scans all machines, so a run costs O(events x log machines): iteration ends come from a
 heap keyed (time, machine), which yields the machines ending now by index; step (4) visits only

@@ -92,33 +92,86 @@ class CurveRun:
                 "windows)")
 
 
-def expected_requests(times: Sequence[float], rates: Sequence[float], end_s: float) -> float:
+def expected_requests(times: Sequence[float], rates: Sequence[float], end_s: float,
+                      linear: bool = False) -> float:
     edges = [*times, end_s]
-    return sum(r * (b - a) for r, a, b in zip(rates, edges, edges[1:]))
+    ends = [*rates[1:], rates[-1]] if linear else rates
+    return sum((r + q) / 2 * (b - a) for r, q, a, b in zip(rates, ends, edges, edges[1:]))
+
+
+def _unit_arrivals(rng: np.random.Generator, total: float, gaps: np.ndarray | None) -> np.ndarray:
+    """Arrivals of a unit-rate process over [0, total): Poisson, or (`gaps`: a trace's gaps
+    over their mean) a renewal process whose gaps are drawn from the trace's, so its bursts
+    keep their shape at any rate."""
+    if gaps is None:
+        return _arrival_times(rng, 1.0, total, "poisson", 1.0)
+    chunk = int(total + 8 * np.sqrt(total) + 16)
+    pieces, start = [], 0.0
+    while True:
+        points = start + np.cumsum(gaps[rng.integers(0, len(gaps), chunk)])
+        pieces.append(points[points < total])
+        if points[-1] >= total:
+            return np.concatenate(pieces)
+        start = points[-1]
+
+
+def trace_gaps(trace: Workload) -> np.ndarray | None:
+    """A trace's inter-arrival gaps over their mean (None: fewer than two arrivals, or all at
+    once: no shape to keep)."""
+    gaps = np.diff(np.sort(trace.arrival_s))
+    return gaps / gaps.mean() if len(gaps) and gaps.mean() > 0 else None
+
+
+def _linear_arrivals(rng: np.random.Generator, first: float, last: float,
+                     duration: float, gaps: np.ndarray | None = None) -> np.ndarray:
+    """Arrivals over [0, duration) at a rate going linearly from `first` to `last`: a
+    unit-rate process (`_unit_arrivals`) over the cumulative rate L(t) = first t +
+    (last - first) t^2 / 2d, mapped back through its inverse (exact, no thinning)."""
+    total = (first + last) / 2 * duration
+    if total <= 0:
+        return np.zeros(0)
+    units = _unit_arrivals(rng, total, gaps)
+    slope = (last - first) / duration
+    # t = 2u / (first + sqrt(first^2 + 2 slope u)): the root of L(t) = u, stable for any slope
+    times = 2 * units / (first + np.sqrt(np.maximum(first * first + 2 * slope * units, 0.0)))
+    return np.minimum(times, np.nextafter(duration, 0))
 
 
 def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[float],
                  end_s: float, seed: int, edges: Sequence[float], counts: list[int],
-                 chunk: int = CHUNK_REQUESTS) -> Iterator[tuple[np.ndarray, ...]]:
-    """Poisson arrivals following the piecewise-constant curve (`rates[i]` from `times[i]` to
-    the next time, the last to `end_s`), with sizes drawn from `sizes`, yielded as
+                 chunk: int = CHUNK_REQUESTS,
+                 linear: bool = False) -> Iterator[tuple[np.ndarray, ...]]:
+    """Arrivals following the curve (piecewise constant: `rates[i]` from `times[i]` to the next
+    time, the last to `end_s`; `linear`: interpolated between the rows, the last rate held to
+    `end_s`) with sizes drawn from `sizes`: Poisson for a size table, and for a trace its own
+    inter-arrival gaps, rescaled to the curve's rate (`trace_gaps`). Yielded as
     (arrival_s, prompt, output) chunks in arrival order: each piece of the curve between two
     of its steps or window `edges` is drawn in turn from one generator seeded with `seed`
     (arrivals, then sizes), so the same inputs give the same requests; chunks hold at most
     `chunk` requests. Appends to `counts` the requests of each window (edges[k] to
     edges[k + 1]) as they are drawn."""
     sampler, _, _ = _size_sampler(sizes)
+    gaps = trace_gaps(sizes) if isinstance(sizes, Workload) else None
     rng = np.random.default_rng(seed)
     steps = [*times, end_s]
     cuts = sorted(set(steps) | set(edges))
     counts.extend([0] * (len(edges) - 1))
+    knots = (np.array(steps), np.append(np.array(rates, dtype=np.float64), rates[-1]))
     for start, stop in zip(cuts, cuts[1:]):
         if stop <= start:
             continue
-        rate = rates[max(0, int(np.searchsorted(steps, start, side="right")) - 1)]
-        if rate <= 0:
-            continue
-        arrival = start + _arrival_times(rng, rate, stop - start, "poisson", 1.0)
+        if linear:
+            first, last = np.interp([start, stop], *knots)
+            arrival = start + _linear_arrivals(rng, float(first), float(last), stop - start,
+                                               gaps)
+        else:
+            rate = rates[max(0, int(np.searchsorted(steps, start, side="right")) - 1)]
+            if rate <= 0:
+                continue
+            if gaps is None:
+                arrival = start + _arrival_times(rng, rate, stop - start, "poisson", 1.0)
+            else:
+                arrival = start + _unit_arrivals(rng, rate * (stop - start), gaps) / rate
         if not len(arrival):
             continue
         prompt, output = sampler(rng, len(arrival))
@@ -133,11 +186,13 @@ def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[
 def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[float],
                    rates: Sequence[float], end_s: float, edges: Sequence[float], seed: int,
                    model: ModelSpec, perf, reference: MachineSku,
-                   options: SimOptions = SimOptions(), slots: int = SLOTS) -> CurveRun:
+                   options: SimOptions = SimOptions(), slots: int = SLOTS,
+                   linear: bool = False) -> CurveRun:
     """Simulate the whole curve on `cluster` (resized by `options.pool_plan`, failing as
     `options` says over the whole curve), streamed in `slots` request records; windows are
-    `edges[k]` to `edges[k + 1]` and must cover the curve."""
-    expected = expected_requests(times, rates, end_s)
+    `edges[k]` to `edges[k + 1]` and must cover the curve; `linear`: the rate interpolated
+    between the curve's rows (`curve_chunks`)."""
+    expected = expected_requests(times, rates, end_s, linear)
     if expected > MAX_CURVE_REQUESTS:
         raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
                          f"{MAX_CURVE_REQUESTS:,}; simulate part of it or lower its rates")
@@ -163,7 +218,7 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
 
     try:
         chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts,
-                              min(CHUNK_REQUESTS, slots // 4))
+                              min(CHUNK_REQUESTS, slots // 4), linear)
         raw = run_streamed(machines, checked(chunks), slots, harvest)
     except _Unservable as err:
         return CurveRun(False, str(err), tuple(counts))

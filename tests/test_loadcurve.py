@@ -239,3 +239,32 @@ def test_a_plan_needs_a_curve_and_must_fit_the_cluster(run_cli, tmp_path):
     assert_bad_input(run_cli("simulate", "--design", "splitwise-hh", "--prompt", "1", "--token",
                              "1", "--load-curve", curve), "--curve-window",
                      "longer than the load curve")
+
+
+def test_a_linear_curve_interpolates_between_its_rows():
+    """--curve-shape linear: a window's peak is the highest rate inside it (a row or an edge),
+    its mean the integral; the arrivals follow the ramp (a rising ramp puts 3/4 of its
+    requests in its second half)."""
+    import numpy as np
+
+    from provisioner.loadcurve import LoadCurve, windows
+    from simcore.longrun import _linear_arrivals, curve_chunks, expected_requests
+    curve = LoadCurve("ramp", (0.0, 600.0, 1200.0), (0.0, 20.0, 0.0), 600.0, linear=True)
+    spans = windows(curve, 300.0)
+    assert [w.peak_rps for w in spans[:4]] == [10.0, 20.0, 20.0, 10.0]
+    assert [w.mean_rps for w in spans[:4]] == pytest.approx([5.0, 15.0, 15.0, 5.0])
+    assert windows(curve.shaped("step"), 300.0)[0].peak_rps == 0.0
+    times = _linear_arrivals(np.random.default_rng(0), 0.0, 100.0, 100.0)
+    assert abs(len(times) - 5000) < 4 * 5000 ** 0.5
+    assert np.all((times >= 0) & (times < 100.0)) and np.all(np.diff(times) >= 0)
+    late = (times >= 50.0).mean()
+    assert abs(late - 0.75) < 0.03
+    falling = _linear_arrivals(np.random.default_rng(1), 100.0, 0.0, 100.0)
+    assert abs((falling < 50.0).mean() - 0.75) < 0.03
+    counts = []
+    drawn = sum(len(a) for a, _, _ in curve_chunks("coding", curve.times, curve.rates,
+                                                   curve.end_s, 3, [0.0, 900.0, 1800.0],
+                                                   counts, linear=True))
+    assert drawn == sum(counts)
+    assert abs(drawn - expected_requests(curve.times, curve.rates, curve.end_s, True)) < 4 * 110
+    assert expected_requests(curve.times, curve.rates, curve.end_s, True) == pytest.approx(12000)

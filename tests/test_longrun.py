@@ -110,3 +110,20 @@ def test_a_run_that_cannot_keep_up_is_infeasible_not_a_crash():
         list(run_streamed(run_machines(cluster, MODEL, perf, SimOptions(), 1.0)[0],
                           [(np.zeros(40), np.ones(40, np.int64), np.ones(40, np.int64))], 64,
                           lambda first, records: None))
+
+
+def test_a_traces_curve_keeps_its_bursts_at_the_curves_rate():
+    """With a trace as the workload, a curve's arrivals draw the trace's own gaps (over their
+    mean) rescaled to the curve's rate: bursts of five simultaneous requests stay bursts of
+    zero gaps, at 10 req/s instead of the trace's 5."""
+    arrival = np.repeat(np.arange(200.0), 5)
+    trace = Workload("bursts", arrival, np.full(1000, 100), np.full(1000, 10))
+    counts = []
+    chunks = list(curve_chunks(trace, [0.0], [10.0], 500.0, 0, [0.0, 500.0], counts))
+    times = np.concatenate([c[0] for c in chunks])
+    gaps = np.diff(times)
+    assert abs(len(times) - 5000) < 500 and counts == [len(times)]
+    assert abs((gaps == 0).mean() - 0.8) < 0.03        # four of five gaps inside a burst
+    assert np.allclose(gaps[gaps > 0], 0.5, rtol=0.01)  # ~5 x the mean gap of 0.1 s
+    sizes = np.concatenate([c[1] for c in chunks])
+    assert np.all(sizes == 100)                        # the trace's sizes

@@ -154,6 +154,7 @@ OTHER_CHANGES = {   # options that change the search or its points, never a samp
     "price": (("dgx-h100", 30.0),), "hardware": ("dgx-h100",),
     "load_curve": str(REPO / "examples" / "load-curves" / "azure-coding-2024-05-13.csv"),
     "window": 1800.0, "peak_rate": 50.0, "scale_up_minutes": 5.0, "min_machines": 2,
+    "curve_shape": "linear",
 }
 
 
@@ -174,7 +175,8 @@ def test_an_outcome_option_changes_the_cache_key(name, tmp_path):
     assert identity(study_of(**{**base, name: other})) != before
 
 
-CURVE_OPTIONS = ("window", "peak_rate", "scale_up_minutes", "min_machines")  # need a curve
+CURVE_OPTIONS = ("window", "peak_rate", "scale_up_minutes", "min_machines",
+                 "curve_shape")  # need a curve
 
 
 @pytest.mark.parametrize("name", sorted(OTHER_CHANGES))
