@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from hardware_catalog import Design, InputError
 from provisioner.options import CHUNK_BUDGETS
-from provisioner.study import DesignResult, Goal
+from provisioner.study import Asked, DesignResult, Goal
 
 VARIANT_SEPARATOR = "@"
 
@@ -59,7 +59,6 @@ def progress_by_design(on_batch: Callable[[dict[str, int]], None] | None,
     all of its variants are)."""
     if on_batch is None:
         return None
-    from provisioner.frontier import Asked   # here: frontier imports this module
 
     def update(asked: dict[str, int]) -> None:
         totals: dict[str, int] = {}

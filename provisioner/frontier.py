@@ -32,7 +32,7 @@ from hardware_catalog import Design
 from provisioner.chunked import goal_key
 from provisioner.options import Constraints, SearchSettings
 from provisioner.select import select_optimum
-from provisioner.study import Budget, DesignResult, Goal, Metrics, Point
+from provisioner.study import Asked, Budget, DesignResult, Goal, Metrics, Point
 from provisioner.verify import QUICK_SAMPLES, Verify
 
 Search = Generator[list[Point], list[Metrics], Any]
@@ -497,17 +497,6 @@ def _cells_below(p_max: int, t_max: int):
 
 
 # ------------------------------------------------------------------------------ the driver
-class Asked(dict):
-    """What `on_batch` receives: the points asked so far per search name (a plain dict to
-    read), with `finished`, the names whose search has returned, and `search`, one object per
-    `drive` call, so that a listener tells one search from the next (the progress ETA)."""
-
-    def __init__(self, asked: dict[str, int], finished=(), search: object = None):
-        super().__init__(asked)
-        self.finished = frozenset(finished)
-        self.search = search
-
-
 def drive(searches: dict[str, Search], run_batch: Callable[[list[Point]], list[Metrics]],
           on_batch: Callable[[dict[str, int]], None] | None = None,
           concurrent: bool = False) -> dict[str, Any]:

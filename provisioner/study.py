@@ -296,6 +296,17 @@ class Study:
         return replace(self, settings=settings, load_curve=None, **changes)
 
 
+class Asked(dict):
+    """What `on_batch` receives: the points asked so far per search name (a plain dict to
+    read), with `finished`, the names whose search has returned, and `search`, one object per
+    `frontier.drive` call, so that a listener tells one search from the next (the progress ETA)."""
+
+    def __init__(self, asked: dict[str, int], finished=(), search: object = None):
+        super().__init__(asked)
+        self.finished = frozenset(finished)
+        self.search = search
+
+
 # ------------------------------------------------------------------------------- the answers
 @dataclass(frozen=True, order=True)
 class Point:

@@ -123,7 +123,7 @@ class SearchProgress:
     def update(self, asked: dict[str, int]) -> None:
         if self._progress is None:
             return
-        search = getattr(asked, "search", None)   # frontier.Asked: one object per search
+        search = getattr(asked, "search", None)   # study.Asked: one object per search
         if search is not self._search:
             if self._last:
                 for name, count in self._last.items():

@@ -12,7 +12,8 @@ from rich.console import Console
 import provisioner
 from provisioner.api import planned_searches
 from provisioner.chunked import progress_by_design
-from provisioner.frontier import Asked, drive
+from provisioner.frontier import drive
+from provisioner.study import Asked
 from provisioner.terminal import ETA_AFTER_S, SearchProgress, eta_seconds
 
 SMALL = dict(designs="splitwise-hh", model="llama2-70b", rate=10, duration=30, verify_seeds=2)
