@@ -167,10 +167,10 @@ _itl_bin = _inlined(itl_bin)
 NONE = -1
 INF = np.inf
 
-# Counts and indices are int32 (tokens of one request, request and machine indices, epochs: all
-# far below 2**31, checked on entry) and times float64: 136 bytes a request instead of 216, so
-# the records of an 840k-request run take 110 MB instead of 180 and more of them stay in cache.
-# Arithmetic on them is int64 in numba, so nothing overflows in between.
+# Counts and indices are int32 (tokens of one request, request and machine indices and numbers,
+# epochs: all far below 2**31, checked on entry) and times float64: 152 bytes a request instead
+# of 232, so the records of an 840k-request run take 128 MB instead of 195 and more of them
+# stay in cache. Arithmetic on them is int64 in numba, so nothing overflows in between.
 REQUEST = np.dtype([
     # the fields a finishing decode touches (the first cache line)
     ("prompt", np.int32), ("output", np.int32), ("generated", np.int32),
@@ -190,10 +190,10 @@ REQUEST = np.dtype([
     ("kv_from", np.int32),          # machine holding its KV until delivered (NONE: a replica)
     ("from_epoch", np.int32), ("token_epoch", np.int32), ("recover_kind", np.int32),
     ("recoveries", np.int32), ("recomputed", np.int32),
+    ("number", np.int32),           # its arrival order (its index in the run; see run_streamed)
     ("arrival", np.float64), ("first_token", np.float64), ("finish", np.float64),
     ("kv_transfer", np.float64),
     ("last_token", np.float64),     # its latest output token (made current as generated is)
-    ("number", np.int64),           # its arrival order (its index in the run; see run_streamed)
     ("lost_at", np.float64), ("ready_at", np.float64), ("recovery_s", np.float64),
 ], align=True)
 INT32_LIMIT = 2**31 - 1
@@ -716,8 +716,8 @@ def _count_gaps(requests, machine, curves, gaps, now):
         context = machine.running_context
         first = decode + per_token * float(context)
         first_end = machine.run_start + first
-        gaps[_itl_bin(first)] -= machine.fresh_count
         low = _itl_bin(first)
+        gaps[low] -= machine.fresh_count
         if low == _itl_bin(decode + per_token * float(context + (ticks - 1) * decodes)):
             gaps[low] += ticks * decodes
         else:
@@ -1496,7 +1496,8 @@ def _resize_steps(machines, pools, resizes, now):
 
 
 @_inlined
-def _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival, filled):
+def _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival, next_slot,
+                      filled):
     """Earliest KV arrival, request arrival, pool resize, failure, repair or lost request to
     act on; INF when nothing is left."""
     now = INF
@@ -1504,9 +1505,8 @@ def _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival, fi
         now = resizes.rows[resizes.next[0], 0]
     if kv_arrivals.size[0] > 0 and kv_arrivals.key[0] < now:
         now = kv_arrivals.key[0]
-    slot = next_arrival % len(requests)
-    if next_arrival < filled and requests[slot].arrival < now:
-        now = requests[slot].arrival
+    if next_arrival < filled and requests[next_slot].arrival < now:
+        now = requests[next_slot].arrival
     if len(failures.schedule):
         now = min(now, _next_failure_step(failures))
     return now
@@ -1593,13 +1593,14 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
     slots = len(requests)
     counts = progress.counts   # [next arrival, requests filled, requests finished]
     next_arrival, filled, finished = counts[0], counts[1], counts[2]
+    next_slot = next_arrival % slots   # its slot, kept in step (no division per event)
     end_time = progress.clock[0]
     failing = len(failures.schedule) > 0
     status = RUN_DONE
     while True:
         if finished == filled and until == INF:
             break
-        now = _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival,
+        now = _next_other_event(requests, kv_arrivals, failures, resizes, next_arrival, next_slot,
                                 filled)
         if until < now:  # (chunk ends are applied up to the next instant only: see _settle)
             now = until
@@ -1627,11 +1628,12 @@ def _run(requests, machines, curves, settings, kv_arrivals, busy_heap, pools, to
         if failing and _failure_due(failures, now):
             _failure_steps(requests, machines, settings, kv_arrivals, busy_heap, pools,
                            touched, failures, now)
-        while next_arrival < filled and requests[next_arrival % slots].arrival == now:  # (3)
-            r = next_arrival % slots
+        while next_arrival < filled and requests[next_slot].arrival == now:  # (3)
+            r = next_slot
             if not _route(requests, machines, settings, pools, touched, r, now):
                 _lose(requests, failures, r, RESTART, now, _next_repair(failures))
             next_arrival += 1
+            next_slot = 0 if next_slot + 1 == slots else next_slot + 1
         # (4); a decode-only run ends by the next failure step (see _start_decode_run)
         _start_touched(requests, machines, curves, settings, busy_heap, touched, now,
                        _next_failure_step(failures) if failing else INF)
