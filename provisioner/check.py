@@ -164,6 +164,34 @@ def optimum_changes(old: dict, new: dict) -> list[tuple[str, str, Any, Any]]:
     return changes
 
 
+def plan_changes(old: dict, new: dict) -> list[tuple[str, str, Any, Any]]:
+    """--load-curve: (design, field, old, new) where a design's static pools, or its plan at
+    some window (the first that moved), or its plan's verdict over the whole curve moved."""
+    before = (old.get("load_curve") or {}).get("designs") or {}
+    after = (new.get("load_curve") or {}).get("designs") or {}
+    changes = []
+    for name, entry in before.items():
+        other = after.get(name) or {}
+        if entry.get("static") != other.get("static"):
+            changes.append((name, "load_curve.static", entry.get("static"), other.get("static")))
+        plans = entry.get("plan") or [], other.get("plan") or []
+        moved = next((k for k, (a, b) in enumerate(zip(*plans)) if a != b), None)
+        if moved is None and len(plans[0]) != len(plans[1]):
+            moved = min(map(len, plans))
+        if moved is not None:
+            changes.append((name, f"load_curve.plan at window {moved}",
+                            _at(plans[0], moved), _at(plans[1], moved)))
+        met = [((e.get("whole_curve") or {}).get("plan") or {}).get("windows_met")
+               for e in (entry, other)]
+        if met[0] != met[1]:
+            changes.append((name, "load_curve.whole_curve.plan.windows_met", *met))
+    return changes
+
+
+def _at(values: list, index: int):
+    return values[index] if index < len(values) else None
+
+
 def _flat(entry: dict) -> dict:
     optimum = entry["optimum"] or {}
     return {"feasible": entry["feasible"], **optimum,
@@ -183,7 +211,7 @@ def check_report(path: str | Path, execution: Execution = Execution(), *,
         now = new["versions"].get(key)
         if now != value:
             notes.append(f"{key} version: {value} -> {now}")
-    changes = optimum_changes(old, new)
+    changes = optimum_changes(old, new) + plan_changes(old, new)
     before, after = old.get("summary", {}).get("best_design"), new["summary"]["best_design"]
     if before != after:
         changes.insert(0, ("(summary)", "best_design", before, after))

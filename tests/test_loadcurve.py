@@ -268,3 +268,23 @@ def test_a_linear_curve_interpolates_between_its_rows():
     assert drawn == sum(counts)
     assert abs(drawn - expected_requests(curve.times, curve.rates, curve.end_s, True)) < 4 * 110
     assert expected_requests(curve.times, curve.rates, curve.end_s, True) == pytest.approx(12000)
+
+
+def test_check_rederives_the_plan_and_says_where_it_moved(run_cli, tmp_path):
+    """`provision check` on a load-curve report re-derives the plan too: unchanged, exit 0;
+    a plan edited at one window, exit 1 naming the design and the window."""
+    path = _curve(tmp_path, "time_s,rate_rps\n0,4\n600,8\n")
+    out = tmp_path / "out"
+    run = run_cli("search", "--load-curve", path, "--window", "600", "--designs",
+                  "splitwise-hh", "--model", "llama2-70b", "--duration", "20", "--out", out,
+                  "--quiet")
+    assert run.returncode == 0, run.stderr
+    report = out / "report.json"
+    assert run_cli("check", report, "--no-cache").returncode == 0
+    document = json.loads(report.read_text())
+    plan = document["load_curve"]["designs"]["splitwise-hh"]["plan"]
+    plan[1] = [plan[1][0] + 5, plan[1][1]]
+    report.write_text(json.dumps(document))
+    drifted = run_cli("check", report, "--no-cache")
+    assert drifted.returncode == 1
+    assert "splitwise-hh" in drifted.stdout and "window 1" in drifted.stdout
