@@ -218,19 +218,24 @@ def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str,
 
 
 def plan_csv(document: dict) -> str:
-    """--load-curve: one row per window and design: its rates and the plan's pools."""
+    """--load-curve: one row per window and design: its rates, the plan's pools and the
+    window's worst SLO margin in the plan's whole-curve run (below 0: missed; empty: no run
+    or no request in the window)."""
     curve = document["load_curve"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
-                     "prompt_machines", "token_machines", "static_prompt", "static_token"))
+                     "prompt_machines", "token_machines", "static_prompt", "static_token",
+                     "whole_curve_margin"))
     for name, entry in curve["designs"].items():
         if not entry["feasible"]:
             continue
+        run = (entry.get("whole_curve") or {}).get("plan") or {}
+        margins = run.get("window_margins") or [None] * len(entry["plan"])
         for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
             writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
                              window["mean_rps"], window["rate_rps"], name, *pools,
-                             *entry["static"]))
+                             *entry["static"], "" if margins[k] is None else margins[k]))
     return buffer.getvalue()
 
 
