@@ -85,32 +85,36 @@ def _ahead_of_time_build():
     return _core if _core.source_digest() == source_digest() else None
 
 
+def installed_builds() -> list[Path]:
+    """The install-time builds of the core in the other `simcore` folders on sys.path (an
+    installed package's, seen from a checkout)."""
+    import sys
+    here = Path(__file__).resolve().parent
+    found = []
+    for entry in sys.path:
+        folder = Path(entry or ".").resolve() / "simcore"
+        if folder != here and folder.is_dir():
+            found += sorted(p for p in folder.glob("_core.*") if p.is_file())
+    return found
+
+
 def _installed_build():
     """Python started inside a checkout imports the checkout's sources (the current folder
     comes first on sys.path), which hold no build: the installed package's build serves them
     too while it was built from the same sources (the digest check above), so running in the
     checkout never compiles the core again. None when provision is not installed, or was
-    installed without a build."""
+    installed without a build. (Found on sys.path, not through the package's metadata: a
+    build from the checkout leaves an egg-info there that lists no build.)"""
     import importlib.util
-    from importlib import metadata
-    try:
-        files = metadata.distribution("provision").files or ()
-    except metadata.PackageNotFoundError:
-        return None
-    here = Path(__file__).resolve().parent
-    for file in files:
-        if file.parts[:1] != ("simcore",) or not file.name.startswith("_core."):
-            continue
-        path = Path(file.locate()).resolve()
-        if path.parent == here or not path.is_file():
-            continue
+    for path in installed_builds():
         spec = importlib.util.spec_from_file_location("simcore._core", path)
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
         except ImportError:  # built for another interpreter
-            return None
-        return module
+            continue
+        if module.source_digest() == source_digest():
+            return module
     return None
 
 
