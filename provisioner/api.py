@@ -614,8 +614,9 @@ class CurveSimulation:
 
 def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, profile, source,
                     workload, plan, reference) -> CurveSimulation:
-    """simulate --load-curve: the workload's sizes under Poisson arrivals following the curve,
-    all of it in one streamed run, the SLOs per --curve-window and over the whole curve."""
+    """simulate --load-curve: the workload's sizes under arrivals following the curve
+    (`simcore.longrun.curve_chunks`), all of it in one streamed run, the SLOs per
+    --curve-window and over the whole curve."""
     from provisioner.curverun import curve_sizes, longest_request
     from provisioner.loadcurve import windows
     from simcore.longrun import simulate_curve
@@ -632,9 +633,7 @@ def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, pro
     cluster = replace(cluster, design=pinned_design(
         cluster.design, options.layout, model, options_used.memory_reserve_fraction,
         longest_request(sizes), (cluster.prompt_machines, cluster.token_machines)))
-    from simcore.cluster import plan_resizes
-    if plan:
-        plan_resizes(cluster, plan)   # the plan fits the cluster (one line if not)
+    # (a plan that does not fit the cluster is refused, one line, before any simulation)
     run = simulate_curve(cluster, sizes, curve.times, curve.rates, curve.end_s, edges, s.seed,
                          model, perf, reference, options_used, linear=curve.linear)
     reports = ([(w, evaluate_slos(run.window(k), profile) if n else None)
@@ -642,7 +641,8 @@ def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, pro
                if run.feasible else [(w, None) for w in spans])
     whole = evaluate_slos(run.latencies if run.feasible else run, profile)
     reserve = options_used.memory_reserve_fraction
-    notes = (f"poisson arrivals following the load curve {c.load_curve} ({len(curve.rates)} "
+    process = "poisson arrivals" if workload.kind == "builtin" else "arrivals with the trace's gaps"
+    notes = (f"{process} following the load curve {c.load_curve} ({len(curve.rates)} "
              f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {s.seed}), all "
              "in one streamed run",)
     return CurveSimulation(cluster, model, workload.name, run, whole, reports,

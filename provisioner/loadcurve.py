@@ -61,13 +61,9 @@ class LoadCurve:
         return replace(self, linear=shape == "linear")
 
     def knots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(times, rates) whose linear interpolation is the curve (a step: each rate also
-        just before the next row's time)."""
-        times, rates = np.array(self.times), np.array(self.rates)
-        if self.linear:
-            return np.append(times, self.end_s), np.append(rates, rates[-1])
-        ends = np.append(np.nextafter(times[1:], -np.inf), self.end_s)
-        return np.column_stack([times, ends]).ravel(), np.repeat(rates, 2)
+        """A linear curve's (times, rates), the last rate held to its end."""
+        return (np.append(np.array(self.times), self.end_s),
+                np.append(np.array(self.rates), self.rates[-1]))
 
 
 @dataclass(frozen=True)

@@ -273,10 +273,7 @@ def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:
     """Machine failure rows (time_s, machine, down_s) as instance rows: each failure takes down
     every instance on the machine; an instance spanning machines is down while any of them is
     (overlapping outages merged), so no instance fails while it is down."""
-    on_machine: dict[int, list[int]] = {}
-    for instance, members in enumerate(spans):
-        for machine in members:
-            on_machine.setdefault(machine, []).append(instance)
+    on_machine = _instances_on(spans)
     outages: dict[int, list[list[float]]] = {}
     for t, machine, down in sorted(map(tuple, machine_rows)):
         for instance in on_machine.get(int(machine), ()):
@@ -288,6 +285,17 @@ def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:
     rows = sorted((start, instance, end - start)
                   for instance, runs in outages.items() for start, end in runs)
     return np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def _instances_on(spans) -> dict[int, list[int]]:
+    """machine -> the instances it holds a part of."""
+    on_machine: dict[int, list[int]] = {}
+    for instance, members in enumerate(spans):
+        for machine in members:
+            on_machine.setdefault(machine, []).append(instance)
+    return on_machine
+
+
 def plan_resizes(cluster: Cluster, plan) -> np.ndarray:
     """Machine rows (time_s, machine, +1 joins | -1 leaves) of a pool plan (`SimOptions.
     pool_plan`): the lowest indices of each pool serve, so a pool of n machines is machines
@@ -317,14 +325,14 @@ def plan_resizes(cluster: Cluster, plan) -> np.ndarray:
 def instance_resizes(machine_rows: np.ndarray, spans) -> np.ndarray:
     """Machine resize rows as instance rows: an instance serves while every machine it spans
     does (a pipeline needs all its stages)."""
+    on_machine = _instances_on(spans)
     present: dict[int, bool] = {}
     rows = []
     for t, machine, change in machine_rows:
         present[int(machine)] = change > 0
-        for instance, members in enumerate(spans):
-            if int(machine) in members:
-                rows.append((t, instance, 1 if all(present.get(m, True) for m in members)
-                             else -1))
+        for instance in on_machine.get(int(machine), ()):
+            rows.append((t, instance, 1 if all(present.get(m, True) for m in spans[instance])
+                         else -1))
     # one row per instance and instant (its state after that instant's changes)
     last = {(t, i): change for t, i, change in rows}
     return np.array(sorted((t, i, c) for (t, i), c in last.items()),

@@ -717,16 +717,15 @@ def _count_gaps(requests, machine, curves, gaps, now):
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
-        context = machine.running_context
-        first = decode + per_token * float(context)
+        first = _tick_s(machine, decode, per_token, 0, decodes)
         first_end = machine.run_start + first
         low = _itl_bin(first)
         gaps[low] -= machine.fresh_count
-        if low == _itl_bin(decode + per_token * float(context + (ticks - 1) * decodes)):
+        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, decodes)):
             gaps[low] += ticks * decodes
         else:
             for run in range(ticks):
-                gaps[_itl_bin(decode + per_token * float(context + run * decodes))] += decodes
+                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes))] += decodes
     r = machine.fresh_head
     while r != NONE:
         if requests[r].emitted <= requests[r].generated:  # (else its first token is silent)
@@ -761,8 +760,8 @@ def _count_silent(requests, machine, curves, gaps, now):
         for tick in range(min(silent + 1, ticks)):    # its silent ticks here, and the next
             if ticks == 1:
                 gap, end = now - machine.run_start, now
-            else:  # as `_run_iterations`
-                gap = decode + per_token * float(machine.running_context + tick * decodes)
+            else:
+                gap = _tick_s(machine, decode, per_token, tick, decodes)
                 end = end + gap
             if tick > 0 or not fresh:
                 gaps[_itl_bin(gap)] -= 1
@@ -1157,6 +1156,15 @@ def _start_decode_run(requests, machine, curves, now, limit):
 
 
 @_inlined
+def _tick_s(machine, decode, per_token, tick, decodes):
+    """The time of the tick-th iteration of a decode run that started with the machine's
+    running context (each iteration adds a token per decode): the one formula the run's
+    replays (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for
+    bit."""
+    return decode + per_token * float(machine.running_context + tick * decodes)
+
+
+@_inlined
 def _run_iterations(machine, curves, ticks, until, limit):
     """Replay the run from its start for `ticks` iterations or to the first iteration end at or
     after `until`, and after the first iteration none that ends after `limit`, adding each
@@ -1168,7 +1176,7 @@ def _run_iterations(machine, curves, ticks, until, limit):
     end = machine.run_start
     run = 0
     while run < ticks and end < until:  # each as _iteration_time's decode-only case
-        duration = decode + per_token * float(machine.running_context + run * decodes)
+        duration = _tick_s(machine, decode, per_token, run, decodes)
         if run > 0 and end + duration > limit:
             break
         end = end + duration
@@ -1807,8 +1815,9 @@ def _new_settings(m: MachineArrays) -> Settings:
                     bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate))
 
 
-def run_arguments(m: MachineArrays, requests: np.recarray, until: float = INF) -> tuple:
-    """The event loop's arguments: the request records given and fresh structures."""
+def run_arguments(m: MachineArrays, requests: np.recarray) -> tuple:
+    """The event loop's arguments: the request records given and fresh structures (running
+    to the end: `until` INF)."""
     slots, machines = len(requests), _new_machines(m)
     return (requests, machines, _stacked_curves(m.curves), _new_settings(m), _new_heap(slots),
             _new_heap(m.count + 2 * slots), _new_pools(machines),  # + cut runs' ends (_cut_run)
@@ -1817,7 +1826,7 @@ def run_arguments(m: MachineArrays, requests: np.recarray, until: float = INF) -
             Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
                     np.zeros(1, np.int64)),
             np.zeros(ITL_BINS, np.int64),
-            Progress(np.zeros(3, np.int64), np.zeros(1)), until)
+            Progress(np.zeros(3, np.int64), np.zeros(1)), INF)
 
 
 def _column(records, name):  # counts and indices as int64, whatever the record holds
@@ -1825,7 +1834,7 @@ def _column(records, name):  # counts and indices as int64, whatever the record 
     return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
 
 
-def _machine_results(arguments: tuple, m: MachineArrays) -> dict:
+def _machine_results(arguments: tuple) -> dict:
     machines = arguments[1]
     return {"busy_s": _column(machines, "busy_s"), "iterations": _column(machines, "iterations"),
             "batch_size_sum": _column(machines, "batch_size_sum"),
@@ -1852,7 +1861,7 @@ def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
             "prompt_machine": _column(requests, "prompt_machine"),
             "token_machine": _column(requests, "token_machine"),
             "kv_transfer_s": _column(requests, "kv_transfer"),
-            **_machine_results(arguments, m),
+            **_machine_results(arguments),
             **({} if not len(m.failures) else {
                 "recoveries": _column(requests, "recoveries"),
                 "recomputed_tokens": _column(requests, "recomputed"),
@@ -1903,7 +1912,7 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
         arguments[ARGUMENT_UNTIL] = INF
         _advance(arguments, pending, hand_over, slots)
     hand_over(int(progress.counts[1]))
-    return _machine_results(arguments, m)
+    return _machine_results(arguments)
 
 
 def _advance(arguments: list, chunk, hand_over, slots: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import Cluster, SimOptions, Stalled
 from simcore.fastsim import TooManyInFlight, run_streamed
-from simcore.metrics import uncontended_latencies
+from simcore.metrics import request_latencies, uncontended_latencies
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
 from simcore.workload import Workload, _arrival_times, _size_sampler
@@ -39,7 +40,8 @@ METRICS = ("ttft", "tbt", "e2e")
 class RequestLatencies:
     """Per-request latencies of part of a run (what `evaluate_slos` reads): seconds and
     slowdowns, float32, NaN where a request has none (TBT of a 1-token output). ITL is not
-    kept per request: a part has `itl_histogram` None (no ITL value), the whole run its own."""
+    kept per request: a part has `itl_histogram` None (no ITL value), the whole run its own
+    (`histogram_percentiles` reads it)."""
     ttft_s: np.ndarray
     tbt_s: np.ndarray
     e2e_s: np.ndarray
@@ -49,12 +51,6 @@ class RequestLatencies:
     itl_histogram: np.ndarray | None = None
     feasible: bool = True
     reason: str = ""
-
-    def itl_s(self, pcts) -> np.ndarray:
-        from simcore.metrics import histogram_percentiles
-        if self.itl_histogram is None:
-            return np.full(len(pcts), np.nan)
-        return histogram_percentiles(self.itl_histogram, pcts)
 
     def __len__(self) -> int:
         return len(self.ttft_s)
@@ -78,10 +74,13 @@ class CurveRun:
     def requests(self) -> int:
         return sum(self.window_requests)
 
+    @cached_property
+    def _window_starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.window_requests)]).astype(np.int64)
+
     def window(self, k: int) -> RequestLatencies:
         """The latencies of the requests that arrived in window k (no ITL: see the module)."""
-        start = sum(self.window_requests[:k])
-        stop = start + self.window_requests[k]
+        start, stop = self._window_starts[k], self._window_starts[k + 1]
         whole = self.latencies
         return RequestLatencies(*(getattr(whole, f"{m}_{unit}")[start:stop]
                                   for unit in ("s", "slowdown") for m in METRICS))
@@ -256,14 +255,10 @@ class _Store:
             grown = max(first + count, int(len(self.columns["ttft_s"]) * 1.25))
             for key, column in self.columns.items():
                 self.columns[key] = np.resize(column, grown)
-        arrival = records.arrival
         output = records.output.astype(np.int64)
-        ttft = records.first_token - arrival
-        e2e = records.finish - arrival
-        gaps = (output - 1 if not per_token else output).astype(np.float64)
+        ttft, tbt, e2e = request_latencies(records.arrival, output, records.first_token,
+                                           records.finish, per_token)
         with np.errstate(invalid="ignore", divide="ignore"):
-            tbt = np.where(gaps > 0, (records.finish - records.first_token) / np.maximum(gaps, 1),
-                           np.nan)
             ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(
                 records.prompt.astype(np.int64), output, ref, per_token)
             values = {"ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e, "ttft_slowdown": ttft / ref_ttft,

@@ -118,10 +118,13 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     return result
 
 
-def histogram_percentiles(histogram: np.ndarray, pcts) -> np.ndarray:
+def histogram_percentiles(histogram: np.ndarray | None, pcts) -> np.ndarray:
     """Percentiles of the values a histogram of `simcore.cluster.itl_bin` counts, in seconds:
     the value of the bin holding the value of rank ceil(q n) (nearest rank, q = pct / 100), so
-    each is within the bins' relative accuracy (0.5%) of that value. NaN for an empty one."""
+    each is within the bins' relative accuracy (0.5%) of that value. NaN for an empty one, or
+    none (a run's part, whose gaps are not kept apart)."""
+    if histogram is None:
+        return np.full(len(pcts), np.nan)
     total = int(histogram.sum())
     if total == 0:
         return np.full(len(pcts), np.nan)
@@ -159,8 +162,8 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
     for metric, pcts in wanted.items():  # one pass over a metric's values for all its limits
         if metric == "itl":  # every gap of the run, in ms whatever the profile's kind; the
             # gaps are binned per run, not per request, so a window (`measured`) has none
-            gaps = (result.itl_s([PERCENTILES[p] for p in pcts]) if measured is None
-                    else np.full(len(pcts), np.nan))
+            gaps = histogram_percentiles(result.itl_histogram if measured is None else None,
+                                         [PERCENTILES[p] for p in pcts])
             for pct, value in zip(pcts, gaps):
                 found[metric, pct] = None if np.isnan(value) else float(value) * 1000.0
             continue

@@ -48,8 +48,6 @@ class SimResult:
     def itl_s(self, pcts) -> np.ndarray:
         """ITL percentiles in seconds (NaN when no request has a second token)."""
         from simcore.metrics import histogram_percentiles
-        if self.itl_histogram is None:
-            return np.full(len(pcts), np.nan)
         return histogram_percentiles(self.itl_histogram, pcts)
 
     def __repr__(self) -> str:  # one line, not every array (notebooks print it)
