@@ -106,6 +106,7 @@ class ModelSpec:
     experts: int | None = None            # routed experts per MoE layer (None: dense)
     experts_per_token: int | None = None
     expert_intermediate_size: int | None = None
+    kv_bytes_per_value: int | None = None  # the KV cache's (--kv-dtype); None: bytes_per_value
 
     @property
     def head_dim(self) -> int:
@@ -118,7 +119,9 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V for every layer; grouped-query attention stores kv_heads heads, not heads."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+        kv_bytes = (self.bytes_per_value if self.kv_bytes_per_value is None
+                    else self.kv_bytes_per_value)
+        return 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes
 
     @property
     def weight_bytes(self) -> float:

@@ -97,13 +97,21 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
     if not source.uses_kernels:
         return f"{legacy}, {source.dtype}"
     covered: dict[str, list[str]] = {}
+    left_out: dict[str, list[str]] = {}   # database anomalies this model's latencies avoid
     for m in machines:
         if perf.covers(model, m):
             tables = perf.kernels.tables(m)
             key = (f"{ENGINE_NAMES[source.engine]} {tables.document['gemm']['engine_version']} "
                    f"on {tables.document.get('device', tables.gpu)}")
             covered.setdefault(key, []).append(m.name)
-    text = (f"{kernel_data_version()} kernel tables ({source.dtype}): "
+            tps = [tp for tp in (1, 2, 4, 8, 16) if tp <= m.gpus and model.heads % tp == 0]
+            for note in tables.anomalies(model, tps):
+                left_out.setdefault(note, [])
+                if tables.gpu not in left_out[note]:
+                    left_out[note].append(tables.gpu)
+    dtypes = (source.dtype if (source.dtype, source.kv_dtype) == ("bf16", "bf16")
+              else f"{source.dtype} weights, {source.kv_dtype} KV cache")
+    text = (f"{kernel_data_version()} kernel tables ({dtypes}): "
             + "; ".join(f"{key} ({', '.join(names)})" for key, names in covered.items())
             if covered else f"no {ENGINE_NAMES[source.engine]} {source.dtype} kernel data for "
                             f"{model.name} on these machines")
@@ -111,6 +119,8 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
     if others:
         text += (f"; {', '.join(others)}: the {LEGACY_ENGINE} model (no "
                  f"{ENGINE_NAMES[source.engine]} {source.dtype} kernel data: uncalibrated)")
+    for note, gpus in left_out.items():   # docs/kernel-data.md: anomalies of the database
+        text += f"; database anomaly left out on {', '.join(gpus)}: {note}"
     return text
 
 
@@ -549,7 +559,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
         counts = (c.prompt, c.token, c.machines)
     cluster = cluster_from_counts(design, *counts)
     source = resolve_perf(s)
-    model = model_in_dtype(resolve_model(s, catalog), s.dtype)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype, source.kv_dtype)
     profile = load_slo_profile(s.slo)
     perf = source.load(catalog)
     check_engine_coverage(source, perf, model, [cluster.design])

@@ -110,7 +110,9 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 
     cat, profiles = resolve_catalog(catalog_dir), builtin_slo_profiles()
     if as_json:
-        print_json({"machines": [m.as_dict() for m in cat.machines.values()],
+        from simcore.kernels import machine_latency_source
+        print_json({"machines": [_machine_entry(m, machine_latency_source(m))
+                                 for m in cat.machines.values()],
                     "models": [m.as_dict() for m in cat.models.values()],
                     "slo_profiles": [p.as_dict() for p in profiles.values()],
                     "designs": [d.as_dict() for d in cat.designs.values()]})
@@ -118,6 +120,15 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
     console = _console()
     for table in catalog_tables(cat, profiles):
         console.print(table)
+
+
+def _machine_entry(machine, source: dict) -> dict:
+    """A catalog machine in `catalog --json`: its record with its latency source in place of
+    the bare `calibrated` flag (which said only whether the 2023 profiles measured it)."""
+    entry = machine.as_dict()
+    entry.pop("calibrated")
+    entry["latency_source"] = source
+    return entry
 
 
 # --------------------------------------------------------------------------------- simulate

@@ -37,6 +37,7 @@ PRESETS = ("provision", "splitwise-sim")
 ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (README: Where latencies come from)
 LEGACY_ENGINE = "splitwise-2023"   # the model fitted to the 2023 Splitwise profiles
 DTYPES = ("bf16", "fp8")
+KV_DTYPES = ("auto", "bf16", "fp8")   # --kv-dtype; auto: as the engine does (study.KV_DEFAULT)
 BACKENDS = ("threads", "loky", "dask", "ray")
 LOCAL_BACKENDS = ("threads", "loky")   # on this machine: no --address
 DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the paper's default)
@@ -110,8 +111,15 @@ class StudyOptions:
                 "uncalibrated), or splitwise-2023, the model fitted to the 2023 Splitwise "
                 "profiles.", OneOf(ENGINES), outcome=True)
     dtype: str = option(
-        "bf16", "Data type of weights and KV cache: fp8 halves their bytes and uses the fp8 "
-                "kernel tables (not with --engine splitwise-2023).", OneOf(DTYPES), outcome=True)
+        "bf16", "Data type of the weights: fp8 halves their bytes and uses the engine's fp8 "
+                "kernel tables (not with --engine splitwise-2023; refused on GPUs without "
+                "them, naming those that have them).", OneOf(DTYPES), outcome=True)
+    kv_dtype: str = option(
+        "auto", "Data type of the KV cache: fp8 halves its bytes per token and uses the "
+                "fp8-KV attention tables; auto does as the engine does: bf16 under vLLM and "
+                "SGLang (their --kv-cache-dtype auto keeps the model's bf16), the weights' "
+                "--dtype under TensorRT-LLM (kv_cache_quant_algo of NVIDIA's fp8 checkpoints).",
+        OneOf(KV_DTYPES), outcome=True)
     memory_reserve: Optional[float] = option(
         None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
               "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),

@@ -34,8 +34,8 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, Qu
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (Budget, Goal, PerfSource, Study, WorkloadSource, model_in_dtype,
-                               perf_source, workload_source)
+from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, WorkloadSource,
+                               kv_dtype_of, model_in_dtype, perf_source, workload_source)
 from simcore import SIMULATOR_VERSION, SimOptions
 from simcore.cluster import kv_capacity_tokens
 from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
@@ -286,7 +286,7 @@ def resolve_study(options: SearchOptions) -> Study:
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures", auto_spares)
-    model = model_in_dtype(resolve_model(s, catalog), s.dtype)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     check_pins(options.layout, catalog, designs)
@@ -319,13 +319,29 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
     model), else --engine's kernel tables in --dtype. fp8 needs an engine's fp8 tables."""
     perf = preset_perf(study.assumptions, perf_source(study.perf_model, engine=study.engine,
                                                       dtype=study.dtype))
-    if perf.dtype != "bf16" and perf.engine == LEGACY_ENGINE:
-        why = (f"{option_ref('assumptions')} splitwise-sim uses" if study.engine != LEGACY_ENGINE
-               else f"{option_ref('engine')} {LEGACY_ENGINE} uses")
-        raise InputError(f"{option_ref('dtype')} {perf.dtype} needs an engine's kernel tables: "
-                         f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
-                         f"{option_ref('engine')} vllm", field="dtype")
+    perf = replace(perf, kv_dtype=kv_dtype_of(perf.engine, perf.dtype, study.kv_dtype))
+    for name, value in (("dtype", perf.dtype), ("kv_dtype", perf.kv_dtype)):
+        if value != "bf16" and perf.engine == LEGACY_ENGINE:
+            why = (f"{option_ref('assumptions')} splitwise-sim uses"
+                   if study.engine != LEGACY_ENGINE else f"{option_ref('engine')} {LEGACY_ENGINE} uses")
+            raise InputError(f"{option_ref(name)} {value} needs an engine's kernel tables: "
+                             f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
+                             f"{option_ref('engine')} vllm", field=name)
     return perf
+
+
+def kernel_data_summary() -> str:
+    """What the shipped kernel tables hold, per GPU: engines with their weight data types (and
+    fp8 KV where measured), e.g. 'A100: vLLM bf16; H100: vLLM bf16/fp8 (KV fp8), ...'."""
+    from simcore.kernels import GPU_NAMES, coverage
+    parts = []
+    for gpu, engines in sorted(coverage().items(), key=lambda kv: list(GPU_NAMES).index(kv[0])
+                               if kv[0] in GPU_NAMES else 99):
+        listed = [f"{ENGINE_NAMES.get(e, e)} {'/'.join(sorted(c['dtypes']))}"
+                  + (" (KV fp8)" if "fp8" in c["kv_dtypes"] else "")
+                  for e, c in sorted(engines.items())]
+        parts.append(f"{GPU_NAMES.get(gpu, gpu)}: {', '.join(listed)}")
+    return "; ".join(parts)
 
 
 def check_engine_coverage(perf: PerfSource, loaded: Any, model: ModelSpec,
@@ -335,11 +351,44 @@ def check_engine_coverage(perf: PerfSource, loaded: Any, model: ModelSpec,
     if not perf.uses_kernels:
         return
     machines = {m.name: m for d in designs for m in d.machines()}
+    if (perf.dtype, perf.kv_dtype) != ("bf16", "bf16"):
+        # the 2023 model has no fp8 (weights or KV): an uncovered machine is refused, never
+        # simulated with another source
+        refuse_uncovered(perf, loaded, model, machines)
+        return
     if machines and not any(loaded.covers(model, m) for m in machines.values()):
         from provisioner.runner import warn
         warn(f"--engine {perf.engine} --dtype {perf.dtype} has no kernel data for "
              f"{model.name} on {', '.join(machines)}: their latencies come from the "
              f"{LEGACY_ENGINE} model (marked uncalibrated)")
+
+
+def refuse_uncovered(perf: PerfSource, loaded: Any, model: ModelSpec, machines: dict) -> None:
+    """One line for the first machine whose GPU has no kernel tables for the engine and data
+    types (naming what the tables hold per GPU), or whose model the tables cannot size."""
+    from simcore.kernels import GPU_OF_MACHINE, covers
+    asked = f"{option_ref('dtype')} {perf.dtype} {option_ref('kv_dtype')} {perf.kv_dtype}"
+    engine = ENGINE_NAMES.get(perf.engine, perf.engine)
+    field = "dtype" if perf.dtype != "bf16" else "kv_dtype"
+    for m in machines.values():
+        if loaded.covers(model, m):
+            continue
+        if not covers(m, perf.engine, perf.dtype, perf.kv_dtype):
+            gpu = GPU_OF_MACHINE.get(m.gpu)
+            what = (f"{perf.dtype} kernel" if not covers(m, perf.engine, perf.dtype)
+                    else "fp8-KV attention")
+            raise InputError(
+                f"{option_ref('engine')} {perf.engine} {asked}: no {engine} {what} data for "
+                f"'{m.name}' ({m.gpu}), and the {LEGACY_ENGINE} model has no fp8; kernel "
+                f"data ({'none for this GPU; ' if gpu is None else ''}aiconfigurator-core): "
+                f"{kernel_data_summary()}; choose designs on those GPUs or another "
+                f"{option_ref('engine')}/{option_ref(field)}", field=field)
+        raise InputError(
+            f"{option_ref('engine')} {perf.engine} {asked}: the kernel tables cannot size "
+            f"model '{model.name}' on '{m.name}' (it lacks intermediate_size or vocab_size, or "
+            f"its {model.heads} heads do not split over {m.gpus} GPUs), and the "
+            f"{LEGACY_ENGINE} model has no fp8; use {option_ref('dtype')} bf16 "
+            f"{option_ref('kv_dtype')} bf16", field=field)
 
 
 def check_workload_size(workload: WorkloadSource, rate: float | None, duration: float,

@@ -140,15 +140,35 @@ DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
-def model_in_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
-    """The model record with its weights and KV cache in `dtype` (bf16: as the catalog states
-    it; fp8: one byte per value, a stated weight size scaled alike)."""
+# --kv-dtype auto: the KV cache data type each engine uses by default, given the weights'
+# --dtype. vLLM and SGLang: `--kv-cache-dtype auto` stores the KV in the model's data type,
+# bf16 also with fp8 weights (docs.vllm.ai: Engine Arguments, Quantized KV Cache; SGLang docs:
+# Quantized KV Cache); fp8 KV is opt-in. TensorRT-LLM: `KvCacheConfig(dtype="auto")` follows
+# the checkpoint's kv_cache_quant_algo (NVIDIA/TensorRT-LLM#16240), FP8 in NVIDIA's ModelOpt
+# fp8 checkpoints (AIConfigurator assumes the same for fp8 checkpoints).
+KV_DEFAULT = {"vllm": lambda dtype: "bf16", "sglang": lambda dtype: "bf16",
+              "trtllm": lambda dtype: dtype, LEGACY_ENGINE: lambda dtype: "bf16"}
+
+
+def kv_dtype_of(engine: str, dtype: str, kv_dtype: str) -> str:
+    """--kv-dtype resolved: as given, or (auto) what the engine does with `dtype` weights."""
+    return KV_DEFAULT[engine](dtype) if kv_dtype == "auto" else kv_dtype
+
+
+def model_in_dtype(model: ModelSpec, dtype: str, kv_dtype: str | None = None) -> ModelSpec:
+    """The model record with its weights in `dtype` and its KV cache in `kv_dtype` (default:
+    `dtype`); bf16: as the catalog states it, fp8: one byte per value (a stated weight size
+    scaled alike)."""
+    kv_size = model.bytes_per_value if (kv_dtype or dtype) == "bf16" \
+        else DTYPE_BYTES[kv_dtype or dtype]
     size = DTYPE_BYTES[dtype]
-    if dtype == "bf16" or model.bytes_per_value == size:
-        return model
-    weights = (None if model.weights_bytes is None
-               else model.weights_bytes * size / model.bytes_per_value)
-    return replace(model, bytes_per_value=size, weights_bytes=weights)
+    if dtype != "bf16" and model.bytes_per_value != size:
+        weights = (None if model.weights_bytes is None
+                   else model.weights_bytes * size / model.bytes_per_value)
+        model = replace(model, bytes_per_value=size, weights_bytes=weights)
+    if kv_size != model.bytes_per_value:
+        model = replace(model, kv_bytes_per_value=kv_size)
+    return model
 
 
 @dataclass(frozen=True)
@@ -165,6 +185,7 @@ class PerfSource:
     latency_model: str = "provision"
     engine: str = LEGACY_ENGINE   # --engine (the option's default is vllm)
     dtype: str = "bf16"           # --dtype
+    kv_dtype: str = "bf16"        # --kv-dtype, resolved (never "auto")
 
     @property
     def uses_kernels(self) -> bool:
@@ -175,9 +196,12 @@ class PerfSource:
     def identity(self) -> dict:
         identity = {"name": self.name, "sha256": self.sha256, "version": perf_model_version(),
                     "engine": self.engine, "dtype": self.dtype}
+        if (self.dtype, self.kv_dtype) != ("bf16", "bf16"):   # all-bf16 reports unchanged
+            identity["kv_dtype"] = self.kv_dtype
         if self.uses_kernels:
             identity["kernel_data"] = kernel_data_version()
-            identity["kernel_tables_sha256"] = tables_sha256(self.engine, self.dtype)[:16]
+            identity["kernel_tables_sha256"] = tables_sha256(self.engine, self.dtype,
+                                                             self.kv_dtype)[:16]
         if self.latency_model != "provision":
             identity["latency_model"] = (f"{self.latency_model} curves "
                                          f"{splitwise_sim.curves_sha256()[:12]}")
@@ -196,7 +220,7 @@ class PerfSource:
                 return _splitwise_sim_model()
             if self.engine == LEGACY_ENGINE:
                 return default_performance_model()
-            return _engine_model(self.engine, self.dtype)
+            return _engine_model(self.engine, self.dtype, self.kv_dtype)
         # keyed by the names a table is checked against (a Catalog holds dicts: not hashable)
         key = (self.path, self.sha256, tuple(catalog.machines), tuple(catalog.models))
         if key not in _LOADED_MODELS:
@@ -222,11 +246,13 @@ def _splitwise_sim_model():
 
 
 @lru_cache(maxsize=None)
-def _engine_model(engine: str, dtype: str) -> EnginePerformanceModel:
+def _engine_model(engine: str, dtype: str, kv_dtype: str = "bf16") -> EnginePerformanceModel:
     """The engine's kernel model with the 2023 model for the pairs it does not cover (for fp8,
     its own copy of it: `_own_default_model`)."""
-    fallback = default_performance_model() if dtype == "bf16" else _own_default_model()
-    return EnginePerformanceModel(KernelPerformanceModel(engine, dtype), fallback)
+    fallback = (default_performance_model() if (dtype, kv_dtype) == ("bf16", "bf16")
+                else _own_default_model())
+    return EnginePerformanceModel(KernelPerformanceModel(engine, dtype, kv_dtype=kv_dtype),
+                                  fallback)
 
 
 @dataclass(frozen=True)
@@ -243,9 +269,9 @@ class _Scaled:
 
 
 def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LEGACY_ENGINE,
-                dtype: str = "bf16") -> PerfSource:
+                dtype: str = "bf16", kv_dtype: str = "bf16") -> PerfSource:
     if path is None:
-        return PerfSource(engine=engine, dtype=dtype)
+        return PerfSource(engine=engine, dtype=dtype, kv_dtype=kv_dtype)
     check_path(path, "perf_model")
     resolved = Path(path)
     if not resolved.exists() and base_dir is not None and (base_dir / path).exists():
@@ -253,7 +279,7 @@ def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LE
     if not resolved.is_file():
         raise InputError(f"performance model file not found: {path}", field="perf_model")
     return PerfSource(str(resolved), file_sha256(resolved), name=path, engine=engine,
-                      dtype=dtype)
+                      dtype=dtype, kv_dtype=kv_dtype)
 
 
 OUTCOME = {"outcome": True}   # a Study field that changes a simulated outcome (cache identity)

@@ -24,7 +24,20 @@ engine, data type), and writes one JSON file each with its source and versions n
   moe_tp 1/2/4/8, ep 1, power_law_1.01 routing (AIConfigurator's default; balanced where
   that is not measured);
 - memory: the system's HBM bandwidth and AIConfigurator's empirical memory-op constants, for
-  the element-wise ops (norms, activation, embedding) that have no table.
+  the element-wise ops (norms, activation, embedding) that have no table;
+- fp8 files also carry kv_fp8_context_attention / kv_fp8_generation_attention: the same
+  attention tables with an fp8 KV cache (bf16 queries), for --kv-dtype fp8.
+
+Anomalies of the database are checked and left out, each with a note in the file's
+`anomalies` list (docs/kernel-data.md lists them):
+- latency not monotone in tokens: a GEMM measurement (along m) or MoE measurement (along
+  tokens) more than SPIKE times the latency of a larger token count (more work cannot take
+  less than half the time) is dropped; a GEMM hole is filled like the grid's other holes,
+  an MoE point is simply absent;
+- fp8 slower than bf16 for the same shape: an fp8 GEMM cell or MoE point more than
+  FP8_TOLERANCE slower than the bf16 measurement of the same (m, n, k) or (shape, moe_tp,
+  tokens) of the same GPU and engine takes the bf16 latency (fp8 moves half the bytes for
+  the same math; the report names this fallback).
 
 Latencies are stored in microseconds with 4 significant digits (the package's are ms).
 """
@@ -45,15 +58,21 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "simcore" / "data" / "kernels"
 FORMAT = "provision-kernel-tables/1"
 GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s")
+# GPUs whose TensorRT-LLM collection has fp8 GEMMs (A100's 1.0.0 collection has none)
+TRTLLM_FP8_GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s")
 # (gpu, engine, dtype) files written: vLLM everywhere (bf16, fp8 where the GPU has fp8 GEMMs),
-# SGLang and TensorRT-LLM bf16 on H100 and B200.
+# SGLang bf16 on H100 and B200, TensorRT-LLM bf16 and fp8 where it has fp8 GEMMs (its bf16
+# tables there too: the LM head runs in bf16).
 TARGETS = ([(g, "vllm", d) for g in GPUS for d in ("bf16", "fp8")]
-           + [(g, e, "bf16") for g in ("h100_sxm", "b200_sxm") for e in ("sglang", "trtllm")])
+           + [(g, "sglang", "bf16") for g in ("h100_sxm", "b200_sxm")]
+           + [(g, "trtllm", d) for g in TRTLLM_FP8_GPUS for d in ("bf16", "fp8")])
 GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8"}
 GEMM_M = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048,
           2560, 3072, 3584, 4096, 6144, 8192, 12288, 16384, 32768)
 HEAD_DIM = 128
 MOE_TP = (1, 2, 4, 8)
+SPIKE = 2.0            # a latency above SPIKE x that of more tokens is a broken measurement
+FP8_TOLERANCE = 0.10   # fp8 slower than bf16 by more than this (timing noise) is an anomaly
 
 
 def package_dir() -> Path:
@@ -140,19 +159,78 @@ def derive_gemm(data: Path, root: Path, engine: str, dtype: str) -> dict | None:
     for (m, n, k), value in frame.items():
         grid[index[0][m], index[1][n], index[2][k]] = value
     holes = int(np.isnan(grid).sum())
+    spikes = spike_mask(grid, axis=0)
+    grid[spikes] = np.nan
     grid = fill_grid(grid, [np.array(ms), np.array(ns), np.array(ks)])
-    return {"file": _rel(path, root), "engine_version": path.parent.name,
-            "kernel_source": source, "gemm_dtype": GEMM_DTYPE[dtype], "m": ms, "n": ns, "k": ks,
-            "filled_holes": holes, "us": us(grid)}
+    out = {"file": _rel(path, root), "engine_version": path.parent.name,
+           "kernel_source": source, "gemm_dtype": GEMM_DTYPE[dtype], "m": ms, "n": ns, "k": ks,
+           "filled_holes": holes, "us": us(grid)}
+    if spikes.any():
+        out["anomalies"] = [{
+            "table": "gemm", "kind": "not monotone in tokens", "cells": int(spikes.sum()),
+            "of": int(grid.size),
+            "note": (f"{int(spikes.sum())} measurements more than {SPIKE:g}x the latency of a "
+                     "larger m at the same (n, k) left out"),
+            "fallback": "interpolated along m like the grid's holes",
+            "cells_by_nk": spikes.sum(axis=0).astype(int).tolist()}]
+    return out
 
 
-def _attention(path: Path, root: Path, ratios: set[int], x_column: str) -> dict:
+def spike_mask(values: np.ndarray, axis: int) -> np.ndarray:
+    """Measurements more than SPIKE times the smallest latency at a larger token count along
+    `axis` (NaN-safe): latency must not fall that far with more work."""
+    flipped = np.flip(values, axis=axis)
+    filled = np.where(np.isnan(flipped), np.inf, flipped)
+    later = np.minimum.accumulate(filled, axis=axis)
+    # the minimum over strictly larger token counts: shift by one along the axis
+    later = np.flip(later, axis=axis)
+    shifted = np.full(values.shape, np.inf)
+    index = [slice(None)] * values.ndim
+    source = [slice(None)] * values.ndim
+    index[axis], source[axis] = slice(0, -1), slice(1, None)
+    shifted[tuple(index)] = later[tuple(source)]
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values > SPIKE * shifted)
+
+
+def fp8_against_bf16(fp8: dict, bf16: dict) -> dict:
+    """fp8 GEMM cells more than FP8_TOLERANCE slower than bf16 at the same (m, n, k) take the
+    bf16 latency; the count is recorded as an anomaly."""
+    if (fp8["m"], fp8["n"], fp8["k"]) != (bf16["m"], bf16["n"], bf16["k"]):
+        raise SystemExit(f"fp8 and bf16 GEMM grids differ ({fp8['file']}): cannot compare")
+    a = np.array(fp8["us"], dtype=float)
+    b = np.array(bf16["us"], dtype=float)
+    slow = a > b * (1.0 + FP8_TOLERANCE)
+    if not slow.any():
+        return fp8
+    ratio = a[slow] / b[slow]
+    out = dict(fp8, us=[float(v) for v in np.where(slow, b, a)])
+    notes = list(fp8.get("anomalies", []))
+    notes.append({
+        "table": "gemm", "kind": "fp8 slower than bf16", "cells": int(slow.sum()),
+        "of": int(slow.size),
+        "note": (f"{int(slow.sum())} of {slow.size} fp8 cells more than "
+                 f"{FP8_TOLERANCE:.0%} slower than bf16 at the same (m, n, k) (median "
+                 f"x{float(np.median(ratio)):.2f}, at most x{float(ratio.max()):.2f})"),
+        "fallback": "the bf16 latency of the same (m, n, k)",
+        "cells_by_nk": slow.reshape(len(fp8["m"]), len(fp8["n"]), len(fp8["k"]))
+                           .sum(axis=0).astype(int).tolist()})
+    out["anomalies"] = notes
+    return out
+
+
+def _attention(path: Path, root: Path, ratios: set[int], x_column: str,
+               kv_dtype: str = "bfloat16") -> dict | None:
     import pandas as pd
     frame = pd.read_parquet(path)
     if "window_size" not in frame.columns:      # older collections: no sliding window column
         frame = frame.assign(window_size=0)
     frame = frame[(frame.head_dim == HEAD_DIM) & (frame.window_size == 0)
-                  & (frame.kv_cache_dtype == "bfloat16")]
+                  & (frame.kv_cache_dtype == kv_dtype)]
+    if kv_dtype != "bfloat16":                        # bf16 queries, as with a bf16 KV cache
+        frame = frame[frame.attn_dtype == "bfloat16"]
+    if frame.empty:
+        return None
     frame = frame[(frame.num_heads % frame.num_key_value_heads == 0)
                   & (frame.num_heads // frame.num_key_value_heads).isin(ratios)]
     source = _dominant(frame, "kernel_source")
@@ -168,18 +246,21 @@ def _attention(path: Path, root: Path, ratios: set[int], x_column: str) -> dict:
             grid[batches.index(b), xs.index(x)] = v
         pairs[f"{h}/{kv}"] = us(grid)
     return {"file": _rel(path, root), "engine_version": path.parent.name,
-            "kernel_source": source, "head_dim": HEAD_DIM, "kv_cache_dtype": "bfloat16",
+            "kernel_source": source, "head_dim": HEAD_DIM, "kv_cache_dtype": kv_dtype,
             "batch": batches, ("isl" if x_column == "isl" else "kv_tokens"): xs,
             "pairs": pairs}
 
 
-def derive_attention(data: Path, root: Path, engine: str, ratios: set[int]):
+def derive_attention(data: Path, root: Path, engine: str, ratios: set[int],
+                     kv: str = "bfloat16"):
     base = data / "attention" / engine
     ctx = newest(base, "context_attention_perf.parquet")
     gen = newest(base, "generation_attention_perf.parquet")
     if ctx is None or gen is None:
         return None, None
-    return _attention(ctx, root, ratios, "isl"), _attention(gen, root, ratios, "kv")
+    context, generation = (_attention(ctx, root, ratios, "isl", kv),
+                           _attention(gen, root, ratios, "kv", kv))
+    return (context, generation) if context and generation else (None, None)
 
 
 def derive_nccl(data: Path, root: Path) -> dict | None:
@@ -248,11 +329,58 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
         per_tp = {}
         for tp in MOE_TP:
             table = rows[rows.moe_tp_size == tp].groupby("num_tokens").latency.min()
+            spikes = spike_mask(table.values.astype(float), axis=0)
+            if spikes.any():
+                out.setdefault("anomalies", []).append({
+                    "table": "moe", "shape": f"{hidden}/{inter}/{experts}/{topk}", "tp": tp,
+                    "kind": "not monotone in tokens", "points": int(spikes.sum()),
+                    "of": int(len(table)),
+                    "note": (f"tokens {', '.join(str(int(t)) for t in table.index[spikes])}: "
+                             f"more than {SPIKE:g}x the latency of more tokens, left out"),
+                    "fallback": "interpolated between the other token counts"})
+                table = table[~spikes]
             if len(table) >= 2:
                 per_tp[str(tp)] = {"tokens": [int(t) for t in table.index], "us": us(table.values)}
         if per_tp:
             out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"] = {
                 "distribution": dist, "kernel_source": source, "tp": per_tp}
+    return out
+
+
+def moe_fp8_against_bf16(fp8: dict | None, bf16: dict | None) -> dict | None:
+    """fp8 MoE points more than FP8_TOLERANCE slower than the bf16 measurement of the same
+    shape, moe_tp and token count take the bf16 latency; one note per (shape, moe_tp)."""
+    if not fp8 or not bf16:
+        return fp8
+    out = dict(fp8, shapes={})
+    notes = list(fp8.get("anomalies", []))
+    for key, shape in fp8["shapes"].items():
+        reference = bf16["shapes"].get(key, {}).get("tp", {})
+        tables = {}
+        for tp, table in shape["tp"].items():
+            base = dict(zip(reference.get(tp, {}).get("tokens", []),
+                            reference.get(tp, {}).get("us", [])))
+            values, slow = [], []
+            for tokens, value in zip(table["tokens"], table["us"]):
+                ref = base.get(tokens)
+                if ref is not None and value is not None and value > ref * (1 + FP8_TOLERANCE):
+                    slow.append((tokens, value, ref))
+                    value = ref
+                values.append(value)
+            tables[tp] = {"tokens": table["tokens"], "us": values}
+            if slow:
+                ratios = [v / r for _, v, r in slow]
+                at = next(((t, v, r) for t, v, r in slow if t == 64), slow[0])
+                notes.append({
+                    "table": "moe", "shape": key, "tp": int(tp), "kind": "fp8 slower than bf16",
+                    "points": len(slow), "of": len(table["tokens"]),
+                    "note": (f"fp8 {float(np.median(ratios)):.1f}x slower than bf16 at "
+                             f"{len(slow)} of {len(table['tokens'])} token counts (median; "
+                             f"{at[0]} tokens: {at[1]:,.0f} us against {at[2]:,.0f} us)"),
+                    "fallback": "the bf16 latency of the same shape, moe_tp and tokens"})
+        out["shapes"][key] = dict(shape, tp=tables)
+    if notes:
+        out["anomalies"] = notes
     return out
 
 
@@ -279,15 +407,29 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
         return None
     import pandas as pd
     device = str(pd.read_parquet(root / gemm["file"], columns=["device"]).device.iloc[0])
-    return {"format": FORMAT, "source": "aiconfigurator-core", "version": package_version(),
-            "license": "Apache-2.0 (NVIDIA); derived by scripts/derive_kernel_tables.py",
-            "gpu": gpu, "device": device, "engine": engine, "dtype": dtype,
-            "units": "latency in microseconds per kernel call on one GPU; bytes; tokens",
-            "gemm": gemm, "context_attention": context, "generation_attention": generation,
-            "all_reduce": derive_all_reduce(data, root, engine),
-            "nccl_all_reduce": derive_nccl(data, root),
-            "moe": derive_moe(data, root, engine, dtype, moe_shapes(catalog)),
-            "memory": system_memory(pkg, gpu)}
+    moe = derive_moe(data, root, engine, dtype, moe_shapes(catalog))
+    extra = {}
+    if dtype != "bf16":
+        gemm = fp8_against_bf16(gemm, derive_gemm(data, root, engine, "bf16"))
+        moe = moe_fp8_against_bf16(moe, derive_moe(data, root, engine, "bf16",
+                                                   moe_shapes(catalog)))
+        kv_context, kv_generation = derive_attention(data, root, engine, ratios, "fp8")
+        if kv_context is not None:
+            extra = {"kv_fp8_context_attention": kv_context,
+                     "kv_fp8_generation_attention": kv_generation}
+    anomalies = [*gemm.pop("anomalies", []), *((moe or {}).pop("anomalies", []))]
+    doc = {"format": FORMAT, "source": "aiconfigurator-core", "version": package_version(),
+           "license": "Apache-2.0 (NVIDIA); derived by scripts/derive_kernel_tables.py",
+           "gpu": gpu, "device": device, "engine": engine, "dtype": dtype,
+           "units": "latency in microseconds per kernel call on one GPU; bytes; tokens",
+           "gemm": gemm, "context_attention": context, "generation_attention": generation,
+           "all_reduce": derive_all_reduce(data, root, engine),
+           "nccl_all_reduce": derive_nccl(data, root),
+           "moe": moe,
+           "memory": system_memory(pkg, gpu), **extra}
+    if anomalies:
+        doc["anomalies"] = anomalies
+    return doc
 
 
 def derive_all(catalog=None) -> dict[str, dict]:

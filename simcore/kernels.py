@@ -46,6 +46,12 @@ per layer x layers x that. Graph-captured iterations use the graph all-reduce an
 floor. `step_overhead_s` (scheduler, sampling, input preparation: not in the kernel data) is 0
 unless given.
 
+KV cache data type: the attention tables are measured with a bf16 KV cache; with
+`kv_dtype="fp8"` the context and generation attention come from the same GPU's and engine's
+fp8-KV measurements (kept in its fp8 file, `kv_fp8_*_attention`). The derivation leaves out
+database anomalies (docs/kernel-data.md); each file's `anomalies` names them and the fallback
+used (`KernelTables.anomalies`).
+
 `KernelPerformanceModel` tabulates `LatencyCurves` per (model, machine) for the simulator, like
 `simcore.perfmodel.PerformanceModel`: the prompt curve is a single prompt of T tokens on the
 prompt knots; the decode curve b decodes at the shortest measured context; the context
@@ -73,7 +79,8 @@ from simcore.perfmodel import DECODE_KNOTS, PROMPT_KNOTS
 __all__ = ["KERNEL_DIR", "GPU_OF_MACHINE", "KernelTables", "load_tables", "available_tables",
            "Chunk", "iteration_time", "ModelShapes", "KernelPerformanceModel",
            "kernel_curves", "CUDA_GRAPH_TOKENS", "EnginePerformanceModel", "tables_sha256",
-           "kernel_data_version"]
+           "kernel_data_version", "kv_fp8_available", "coverage", "GPU_NAMES",
+           "machine_latency_source"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "data" / "kernels"
 TABLE_FORMAT = "provision-kernel-tables/1"
@@ -81,6 +88,8 @@ TABLE_FORMAT = "provision-kernel-tables/1"
 GPU_OF_MACHINE = {"A100-SXM4-80GB": "a100_sxm", "H100-SXM5-80GB": "h100_sxm",
                   "H100-SXM5-80GB (power-capped)": "h100_sxm", "H200-SXM-141GB": "h200_sxm",
                   "B200-180GB": "b200_sxm", "B300-288GB": "b300_sxm", "L40S-48GB": "l40s"}
+GPU_NAMES = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
+             "b300_sxm": "B300", "l40s": "L40S"}
 CUDA_GRAPH_TOKENS = 512     # vLLM's largest captured batch (max_capture_size)
 BF16_BYTES = 2
 
@@ -90,14 +99,17 @@ def available_tables() -> list[tuple[str, str, str]]:
     return sorted(tuple(p.stem.rsplit("-", 2)) for p in KERNEL_DIR.glob("*.json"))
 
 
-def covers(machine: MachineSku, engine: str = "vllm", dtype: str = "bf16") -> bool:
-    """Are there measured kernel tables for the machine's GPU under this engine and dtype?"""
+def covers(machine: MachineSku, engine: str = "vllm", dtype: str = "bf16",
+           kv_dtype: str = "bf16") -> bool:
+    """Are there measured kernel tables for the machine's GPU under this engine and dtype
+    (and, for an fp8 KV cache, fp8-KV attention tables)?"""
     gpu = GPU_OF_MACHINE.get(machine.gpu)
-    return gpu is not None and (gpu, engine, dtype) in available_tables()
+    return (gpu is not None and (gpu, engine, dtype) in available_tables()
+            and (kv_dtype == "bf16" or kv_fp8_available(gpu, engine)))
 
 
 @lru_cache(maxsize=None)
-def load_tables(gpu: str, engine: str = "vllm", dtype: str = "bf16") -> "KernelTables":
+def _document(gpu: str, engine: str, dtype: str) -> dict:
     path = KERNEL_DIR / f"{gpu}-{engine}-{dtype}.json"
     if not path.is_file():
         known = ", ".join("-".join(t) for t in available_tables())
@@ -105,7 +117,38 @@ def load_tables(gpu: str, engine: str = "vllm", dtype: str = "bf16") -> "KernelT
     document = json.loads(path.read_text())
     if document.get("format") != TABLE_FORMAT:
         raise InputError(f"not a kernel table (format {TABLE_FORMAT})", source=str(path))
-    return KernelTables(document)
+    return document
+
+
+def kv_fp8_available(gpu: str, engine: str) -> bool:
+    """Attention measured with an fp8 KV cache for this GPU and engine (in its fp8 file)?"""
+    return ((gpu, engine, "fp8") in available_tables()
+            and "kv_fp8_generation_attention" in _document(gpu, engine, "fp8"))
+
+
+@lru_cache(maxsize=None)
+def load_tables(gpu: str, engine: str = "vllm", dtype: str = "bf16",
+                kv_dtype: str = "bf16") -> "KernelTables":
+    document = _document(gpu, engine, dtype)
+    if kv_dtype == "bf16":
+        return KernelTables(document)
+    if not kv_fp8_available(gpu, engine):
+        raise InputError(f"no fp8-KV attention tables for {gpu}/{engine}")
+    return KernelTables(document, kv_dtype, _document(gpu, engine, "fp8"))
+
+
+def coverage() -> dict[str, dict[str, dict]]:
+    """What the shipped tables hold, per GPU and engine: the engine version of its GEMMs, the
+    weight data types and the KV cache data types."""
+    out: dict[str, dict[str, dict]] = {}
+    for gpu, engine, dtype in available_tables():
+        entry = out.setdefault(gpu, {}).setdefault(engine, {"dtypes": [], "kv_dtypes": ["bf16"]})
+        entry["dtypes"].append(dtype)
+        document = _document(gpu, engine, dtype)
+        entry.setdefault("engine_version", {})[dtype] = document["gemm"]["engine_version"]
+        if dtype == "fp8" and kv_fp8_available(gpu, engine):
+            entry["kv_dtypes"].append("fp8")
+    return out
 
 
 def _bracket(grid: np.ndarray, x: float) -> tuple[int, int, float, float]:
@@ -216,9 +259,13 @@ class _AttentionGrid:
 class KernelTables:
     """Measured kernel latencies of one (GPU, engine, data type); all results in seconds."""
 
-    def __init__(self, document: dict):
+    def __init__(self, document: dict, kv_dtype: str = "bf16", kv_document: dict | None = None):
         self.document = document
         self.gpu, self.engine, self.dtype = document["gpu"], document["engine"], document["dtype"]
+        self.kv_dtype = kv_dtype
+        attention = (document["context_attention"], document["generation_attention"]) \
+            if kv_dtype == "bf16" else (kv_document["kv_fp8_context_attention"],
+                                        kv_document["kv_fp8_generation_attention"])
         g = document["gemm"]
         self.gemm_m = np.array(g["m"], dtype=float)
         self.gemm_n = np.array(g["n"], dtype=float)
@@ -226,8 +273,8 @@ class KernelTables:
         self._gemm_curves: dict[tuple[int, int], np.ndarray] = {}
         self.gemm_s = np.array(g["us"], dtype=float).reshape(
             len(self.gemm_m), len(self.gemm_n), len(self.gemm_k)) * 1e-6
-        self.context = _AttentionGrid(document["context_attention"], "isl", 2.0)
-        self.generation = _AttentionGrid(document["generation_attention"], "kv_tokens", 1.0)
+        self.context = _AttentionGrid(attention[0], "isl", 2.0)
+        self.generation = _AttentionGrid(attention[1], "kv_tokens", 1.0)
         ar = document["all_reduce"]
         self.ar_values = np.array(ar["message_values"], dtype=float)
         self.ar = {mode: {int(g): np.array(v, dtype=float) * 1e-6 for g, v in ar[mode].items()}
@@ -248,7 +295,54 @@ class KernelTables:
 
     def version(self) -> str:
         d = self.document
-        return f"{d['source']} {d['version']} ({self.gpu}, {self.engine} {d['gemm']['engine_version']}, {self.dtype})"
+        kv = "" if self.kv_dtype == "bf16" else f", KV {self.kv_dtype}"
+        return (f"{d['source']} {d['version']} ({self.gpu}, {self.engine} "
+                f"{d['gemm']['engine_version']}, {self.dtype}{kv})")
+
+    def anomalies(self, model: ModelSpec | None = None, tps: Iterable[int] = ()) -> list[str]:
+        """The database anomalies the derivation left out of these tables, each with the
+        fallback used; given a model, only those its latencies at TP `tps` read: GEMM cells
+        around its (n, k) shapes, its MoE shape."""
+        out: list[str] = []
+        moe: dict[tuple, list[dict]] = {}
+        for note in self.document.get("anomalies", []):
+            if model is not None and note["table"] == "gemm":
+                counts = np.array(note["cells_by_nk"])
+                used = set()
+                for tp in tps:
+                    shapes = ModelShapes(model, tp)
+                    for n, k in [*shapes.gemms(), *self._moe_gemms(shapes)]:
+                        j0, j1, _, _ = _bracket(self.gemm_n, n)
+                        l0, l1, _, _ = _bracket(self.gemm_k, k)
+                        used |= {(j, i) for j in (j0, j1) for i in (l0, l1)}
+                hit = sum(int(counts[j, i]) for j, i in used)
+                if not hit:
+                    continue
+                out.append(f"{hit} GEMM measurements near {model.name}'s shapes {note['kind']}"
+                           f" (used instead: {note['fallback']})")
+            elif note["table"] == "moe":
+                if model is not None and (not model.is_moe or note["shape"] != (
+                        f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
+                        f"{model.experts_per_token}")):
+                    continue
+                moe.setdefault((note["shape"], note["kind"], note["fallback"]), []).append(note)
+            else:
+                out.append(f"{note['table']} {note['kind']}: {note['note']} "
+                           f"(used instead: {note['fallback']})")
+        for (shape, kind, fallback), notes in moe.items():   # one line per MoE shape
+            out.append(f"MoE {shape} at moe_tp {', '.join(str(n['tp']) for n in notes)} "
+                       f"{kind}: moe_tp {notes[0]['tp']}: {notes[0]['note']} "
+                       f"(used instead: {fallback})")
+        return out
+
+    def _moe_gemms(self, shapes: "ModelShapes") -> list[tuple[int, int]]:
+        """The grouped-GEMM shapes `moe_layer` prices a MoE shape it has no table for with."""
+        m = shapes.model
+        key = f"{m.hidden}/{m.expert_intermediate_size}/{m.experts}/{m.experts_per_token}"
+        if not m.is_moe or self.moe.get(key):
+            return []
+        up = (2 if m.mlp_gated else 1) * m.expert_intermediate_size // shapes.tp
+        return [(up, m.hidden), (m.hidden, m.expert_intermediate_size // shapes.tp)]
 
     # --- GEMM --------------------------------------------------------------------------
     def _gemm_curve(self, n: int, k: int) -> np.ndarray:
@@ -543,10 +637,12 @@ class KernelPerformanceModel:
     not given, unless the model was built with a fixed `tp`."""
 
     def __init__(self, engine: str = "vllm", dtype: str = "bf16", tp: int | None = None,
-                 step_overhead_s: float = 0.0):
+                 step_overhead_s: float = 0.0, kv_dtype: str = "bf16"):
         self.engine, self.dtype, self.tp = engine, dtype, tp
+        self.kv_dtype = kv_dtype
         self.step_overhead_s = step_overhead_s
-        self.source = f"kernels:{engine}:{dtype}"
+        self.source = f"kernels:{engine}:{dtype}" + ("" if kv_dtype == "bf16"
+                                                      else f":kv-{kv_dtype}")
         self._cache: dict[tuple, LatencyCurves] = {}
 
     def tables(self, machine: MachineSku) -> KernelTables:
@@ -554,7 +650,7 @@ class KernelPerformanceModel:
         if gpu is None:
             raise InputError(f"no kernel tables for GPU '{machine.gpu}' of machine "
                              f"'{machine.name}'; measured: {', '.join(sorted(GPU_OF_MACHINE))}")
-        return load_tables(gpu, self.engine, self.dtype)
+        return load_tables(gpu, self.engine, self.dtype, self.kv_dtype)
 
     def tensor_parallel(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> int:
         tp = self.tp or tp or machine.gpus
@@ -564,8 +660,7 @@ class KernelPerformanceModel:
 
     def is_calibrated(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
         """Measured kernels exist for the machine's GPU (and the model has its shapes)."""
-        gpu = GPU_OF_MACHINE.get(machine.gpu)
-        if gpu is None or (gpu, self.engine, self.dtype) not in available_tables():
+        if not covers(machine, self.engine, self.dtype, self.kv_dtype):
             return False
         return model.intermediate_size is not None and model.vocab_size is not None
 
@@ -579,6 +674,29 @@ class KernelPerformanceModel:
         return self._cache[key]
 
 
+def machine_latency_source(machine: MachineSku) -> dict:
+    """Where a machine's latencies come from (`provision catalog --json`): the kernel tables
+    of its GPU (database and version, per engine its version and the weight and KV data types)
+    and the splitwise-2023 model's view of it (its own 2023 profiles, or scaled from another
+    SKU's by datasheet ratios); `default` is what `--engine vllm --dtype bf16` uses."""
+    gpu = GPU_OF_MACHINE.get(machine.gpu)
+    engines = coverage().get(gpu, {}) if gpu is not None else {}
+    legacy = ({"calibrated": True, "from": f"the 2023 Splitwise profiles of {machine.perf_profile}"}
+              if machine.calibrated else
+              {"calibrated": False, "from": f"{machine.perf_profile}'s 2023 profiles scaled by "
+                                            "datasheet ratios (expect 15-30% error)"})
+    tables = None
+    if engines:
+        tables = {"database": kernel_data_version(), "gpu": gpu,
+                  "engines": {engine: {"versions": entry["engine_version"],
+                                       "dtypes": sorted(entry["dtypes"]),
+                                       "kv_dtypes": entry["kv_dtypes"]}
+                              for engine, entry in sorted(engines.items())}}
+    default = ("kernel_tables:vllm:bf16" if "bf16" in engines.get("vllm", {}).get("dtypes", ())
+               else "splitwise-2023")
+    return {"default": default, "kernel_tables": tables, "splitwise-2023": legacy}
+
+
 @lru_cache(maxsize=1)
 def kernel_data_version() -> str:
     """Where the shipped kernel tables come from, e.g. 'aiconfigurator-core 0.12.0'."""
@@ -587,12 +705,14 @@ def kernel_data_version() -> str:
     return f"{document['source']} {document['version']}"
 
 
-def tables_sha256(engine: str, dtype: str) -> str:
-    """A hash of every shipped table of (engine, dtype) (part of a search's cache identity)."""
+def tables_sha256(engine: str, dtype: str, kv_dtype: str = "bf16") -> str:
+    """A hash of every shipped table of (engine, dtype) (part of a search's cache identity),
+    with the fp8 files that hold the fp8-KV attention when `kv_dtype` is fp8."""
     import hashlib
     digest = hashlib.sha256()
+    wanted = {dtype} | ({"fp8"} if kv_dtype == "fp8" else set())
     for gpu, e, d in available_tables():
-        if (e, d) == (engine, dtype):
+        if e == engine and d in wanted:
             digest.update(f"{gpu}-{e}-{d}\0".encode())
             digest.update((KERNEL_DIR / f"{gpu}-{e}-{d}.json").read_bytes())
     return digest.hexdigest()
@@ -608,7 +728,7 @@ class EnginePerformanceModel:
 
     def __init__(self, kernels: KernelPerformanceModel, fallback):
         self.kernels, self.fallback = kernels, fallback
-        self.engine, self.dtype = kernels.engine, kernels.dtype
+        self.engine, self.dtype, self.kv_dtype = kernels.engine, kernels.dtype, kernels.kv_dtype
         self.source = kernels.source
         self._covers: dict = {}
 

@@ -62,9 +62,10 @@ def test_vllm_is_the_default_and_moves_the_answer():
 
 
 def test_the_engine_and_dtype_are_in_the_cache_identity_and_the_echo():
-    keys = {(engine, dtype): identity(study_of(engine=engine, dtype=dtype))
+    keys = {(engine, dtype): identity(study_of(engine=engine, dtype=dtype, designs=HOPPER))
             for engine, dtype in (("vllm", "bf16"), ("vllm", "fp8"), ("sglang", "bf16"),
-                                  ("trtllm", "bf16"), ("splitwise-2023", "bf16"))}
+                                  ("trtllm", "bf16"), ("trtllm", "fp8"),
+                                  ("splitwise-2023", "bf16"))}
     assert len({repr(sorted(k["perf"].items())) for k in keys.values()}) == len(keys)
     echo = to_echo(study_of(engine="sglang"))
     assert echo["options"]["engine"] == "sglang" and echo["options"]["dtype"] == "bf16"
@@ -75,13 +76,20 @@ def test_the_engine_and_dtype_are_in_the_cache_identity_and_the_echo():
     assert legacy["engine"] == "splitwise-2023" and "kernel_data" not in legacy
 
 
+HOPPER = ("splitwise-hh", "sarathi-h100")   # fp8 needs fp8 tables: none on A100
+
+
 def test_fp8_halves_the_weight_and_kv_bytes():
-    bf16, fp8 = study_of(), study_of(dtype="fp8")
-    assert fp8.model.bytes_per_value == 1
+    """--dtype fp8 halves the weights; the KV cache is --kv-dtype's (auto under vLLM: bf16,
+    its --kv-cache-dtype auto), halved with --kv-dtype fp8 (issue 34)."""
+    bf16, fp8 = study_of(designs=HOPPER), study_of(dtype="fp8", designs=HOPPER)
+    both = study_of(dtype="fp8", kv_dtype="fp8", designs=HOPPER)
+    assert fp8.model.bytes_per_value == 1 == both.model.bytes_per_value
     assert fp8.model.weight_bytes == bf16.model.weight_bytes / 2
-    assert fp8.model.kv_bytes_per_token == bf16.model.kv_bytes_per_token / 2
+    assert fp8.model.kv_bytes_per_token == bf16.model.kv_bytes_per_token
+    assert both.model.kv_bytes_per_token == bf16.model.kv_bytes_per_token / 2
     assert to_echo(fp8)["model"]["bytes_per_value"] == 1
-    assert to_echo(fp8)["kv_capacity_tokens"]["dgx-h100"] > \
+    assert to_echo(both)["kv_capacity_tokens"]["dgx-h100"] > \
         2 * to_echo(bf16)["kv_capacity_tokens"]["dgx-h100"]
     run = provisioner.simulate(design="splitwise-hh", prompt=20, token=4, duration=10,
                                dtype="fp8")

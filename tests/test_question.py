@@ -72,9 +72,13 @@ def questions(draw) -> dict:
         search_limit=draw(st.sampled_from([16_384, 64])),
     )
     engine = draw(st.sampled_from(["vllm", "sglang", "splitwise-2023"]))
-    values.update(engine=engine, dtype=draw(st.sampled_from(
-        ["bf16", "fp8"] if engine == "vllm" and values["assumptions"] == "provision"
-        else ["bf16"])))
+    # fp8 (weights or KV) needs the engine's fp8 tables on every machine: none on A100
+    fp8 = (engine == "vllm" and values["assumptions"] == "provision"
+           and not any("a100" in d for d in values["designs"]))
+    values.update(engine=engine,
+                  dtype=draw(st.sampled_from(["bf16", "fp8"] if fp8 else ["bf16"])),
+                  kv_dtype=draw(st.sampled_from(["auto", "bf16", "fp8"] if fp8
+                                                else ["auto", "bf16"])))
     if draw(st.booleans()):
         values.update(survive_failures=draw(st.integers(1, 3)),
                       recovery=draw(st.sampled_from(["restart", "replicate"])),
@@ -132,7 +136,8 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "slo": ({}, "relaxed-batch"),
     "perf_model": ({}, str(PERF_TABLE)),
     "engine": ({}, "splitwise-2023"),
-    "dtype": ({}, "fp8"),
+    "dtype": ({"designs": ("splitwise-hh",)}, "fp8"),   # no fp8 tables on A100
+    "kv_dtype": ({"designs": ("splitwise-hh",)}, "fp8"),
     "memory_reserve": ({}, 0.25),
     "assumptions": ({}, "splitwise-sim"),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
