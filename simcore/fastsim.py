@@ -19,7 +19,8 @@ route reads the routing keys they change.
 
 Which build runs (`CORE`): "aot", the entry points compiled at install by `simcore.aot` into
 `simcore/_core*.so`, used only if built from these very sources (no numba import, no compiling
-in a fresh process); otherwise "jit", numba compiling on first call and caching on disk; with
+in a fresh process); otherwise "jit", numba compiling on first call and caching on disk (keyed
+by the digest of every source it compiles, so an edit to cluster.py is seen too); with
 PROVISION_NO_JIT=1, or without numba, "python": the same code as plain Python (slow, but
 identical). PROVISION_NO_AOT=1 skips the install-time build.
 
@@ -118,11 +119,67 @@ def _installed_build():
     return None
 
 
+def _key_the_cache_by_every_source() -> None:
+    """numba's on-disk cache (cache=True) checks only the file a function is written in: a
+    compiled caller keeps the machine code of what it compiled in from another file (`itl_bin`
+    and the constants of cluster.py), so after an edit there it would load stale code. The
+    core's functions are cached instead in a folder named after the digest of all its sources
+    (`core-` + 15 hex digits, inside the folder numba would have used: NUMBA_CACHE_DIR, else
+    __pycache__ next to the source, else the user-wide cache), with that digest in their
+    source stamp too: an edit to any of them starts an empty cache. Other code is cached by
+    numba as usual. (A folder per digest also keeps two versions of the sources, switched
+    between, from overwriting each other's cache.)"""
+    from numba.core import caching
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+    folder = f"core-{source_digest():015x}"
+    files = {os.path.normcase(str(Path(__file__).parent.resolve() / name))
+             for name in CORE_SOURCES}
+
+    class CoreSourcesLocator(caching._CacheLocator):
+        provision_core = True
+
+        def __init__(self, inner):
+            self._inner = inner
+            self._path = os.path.join(inner.get_cache_path(), folder)
+
+        def get_cache_path(self):
+            return self._path
+
+        def get_source_stamp(self):
+            return folder, self._inner.get_source_stamp()
+
+        def get_disambiguator(self):
+            return self._inner.get_disambiguator()
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.normcase(os.path.realpath(py_file)) not in files:
+                return None
+            for other in impl._locator_classes:
+                if getattr(other, "provision_core", False):
+                    continue
+                inner = other.from_function(py_func, py_file)
+                if inner is None:
+                    continue
+                locator = cls(inner)
+                try:
+                    locator.ensure_cache_path()
+                except OSError:  # not writable: numba's next choice
+                    continue
+                return locator
+            return None
+
+    # one locator of ours, first (the module is reloaded by simcore.aot)
+    impl._locator_classes[:] = [CoreSourcesLocator] + [
+        c for c in impl._locator_classes if not getattr(c, "provision_core", False)]
+
+
 _AOT = _ahead_of_time_build()
 try:
     if _AOT is not None or os.environ.get("PROVISION_NO_JIT"):
         raise ImportError
     from numba import njit
+    _key_the_cache_by_every_source()
     CORE = "jit"
 except ImportError:  # the install-time build, or plain Python (PROVISION_NO_JIT=1)
     CORE = "aot" if _AOT is not None else "python"
