@@ -326,8 +326,9 @@ CHECK_OPTIONS = ("catalog", "jobs", "backend", "address", "cache_dir", "no_cache
 @generated_command("check", SearchOptions, [REPORT, JSON],
                    exclude=tuple(n for n in option_fields(SearchOptions) if n not in CHECK_OPTIONS))
 def check(report: Path, as_json: bool = False, **values):
-    """Re-derive the optimum from the inputs echoed in REPORT on the current catalog and code;
-    exit 1 with a diff (design, field, old -> new) if it moved or the best design changed."""
+    """Re-derive every section of REPORT from the inputs it echoes, on the current catalog and
+    code; exit 1 with a diff (design, field, old -> new) if anything moved, 2 if REPORT lacks a
+    section its own inputs imply."""
     from provisioner.check import check_report
 
     from provisioner.runner import check_execution

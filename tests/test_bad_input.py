@@ -476,7 +476,7 @@ OPTIMUM_KEYS = ("prompt_machines", "token_machines", "rate_rps", "cost_per_hour"
                 "gpus", "worst_margin", "slo", "headroom_rps", "binding_slo", "binding_margin",
                 "verification")
 COMPARED_KEYS = OPTIMUM_KEYS[:6]  # the answers `check` compares (provisioner.check.COMPARED)
-NOT_COMPARED = OPTIMUM_KEYS[6:]   # the evidence behind an answer, which `check` re-derives
+NOT_COMPARED = OPTIMUM_KEYS[6:]   # the evidence behind an answer: re-derived and diffed too
 RESOLVED_KEYS = ("model", "workload", "slo_profile", "perf_model", "goal", "designs", "catalog",
                  "sim_options", "kv_capacity_tokens")
 
@@ -509,6 +509,7 @@ VALUES = {"del": _DELETE, "x": "x", "[1]": [1], "-1e+300": -1e300}
 CHANGED = (1, "optimum moved")      # an answer differs: the diff shows it, exit 1
 UNCHANGED = (0, "optimum unchanged for 1 design")
 NOTED = (0, "input changed:")       # what a name resolved to differs from now: a note
+DIFFERS = (1, "report differs from its re-derivation")   # a value behind the answer differs
 TOLERATED = {
     # answers: check compares them with the re-run and reports the difference
     ("summary.best_design", "del"): (1, "best design changed"),
@@ -517,15 +518,16 @@ TOLERATED = {
     ("designs[0].design", "x"): CHANGED,       # an answer for a design 'x' the re-run has not
     **{(f"designs[0].optimum.{key}", label): CHANGED
        for key in COMPARED_KEYS for label in ("del", "-1e+300")},  # a finite number, or none
-    # evidence `check` does not compare: it re-derives the optimum, not the margins behind it
-    **{(f"designs[0].optimum.{key}", label): UNCHANGED
+    # the evidence behind an optimum: `check` re-derives every section and diffs it too
+    **{(f"designs[0].optimum.{key}", label): DIFFERS
        for key in NOT_COMPARED for label in VALUES},
     # what the names resolved to: never read back, only compared with what they resolve to now
     **{(f"inputs.{key}", "del"): UNCHANGED for key in RESOLVED_KEYS},
     **{(f"inputs.{key}", label): NOTED for key in RESOLVED_KEYS
        for label in ("x", "[1]", "-1e+300")},
-    # a valid load sweep (one extra rate, at the optimum's): the figure's points, not the answer
-    ("inputs.options.load_sweep", "[1]"): UNCHANGED,
+    # a valid load sweep (one extra rate, at the optimum's): the answer holds, but the report's
+    # evaluated points are not the ones this sweep simulates
+    ("inputs.options.load_sweep", "[1]"): DIFFERS,
 }
 # Refusals that name the option the echoed value is checked as, or the value, not the key.
 NAMED = {
