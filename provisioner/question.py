@@ -667,7 +667,11 @@ def engine_fingerprint() -> str:
     import simcore
     digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
     package = Path(simcore.__file__).parent
-    files = sorted([*package.glob("*.py"), *package.glob("data/*.json")])
-    for path in [*files, Path(provisioner.evaluate.__file__), Path(provisioner.presets.__file__)]:
+    # every source of the package, its subpackages' too (a module turned into a package
+    # stays in the fingerprint), each named by its path inside the package
+    files = sorted([*package.rglob("*.py"), *package.glob("data/*.json")])
+    for path in files:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in (Path(provisioner.evaluate.__file__), Path(provisioner.presets.__file__)):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]

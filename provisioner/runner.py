@@ -6,6 +6,7 @@ local processes, a dask cluster or a ray cluster) or the number of jobs.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from provisioner.files import write_atomically
 from provisioner.options import BACKENDS, LOCAL_BACKENDS
 from provisioner.study import Outcome, Point
 
-CACHE_FORMAT = "3"  # bump when the cached record layout or the key's contents change
+CACHE_FORMAT = "4"  # bump when the cached record layout or the key's contents change
 
 
 def default_cache_dir() -> Path:
@@ -63,7 +64,14 @@ def canonical_json(value: Any) -> str:
 
 @dataclass
 class DiskCache:
-    """One small JSON file per outcome under <dir>/<key[:2]>/<key>.json, written atomically."""
+    """One small JSON file per outcome under <dir>/<key[:2]>/<key>.json, written atomically.
+
+    An entry names what it answers: the key it was written under (the hash of the whole
+    question: study, design records, point and seed), the code that computed it
+    (`engine_fingerprint`) and, readably, the design, point and seed. One read under another
+    key (two entries swapped, copied or linked) is ignored, re-simulated and overwritten, like
+    a damaged one. Only regular files inside the folder are read: a symbolic link (file or
+    subfolder), a FIFO or a device is never opened as an entry."""
     directory: Path
 
     def _path(self, key: str) -> Path:
@@ -73,43 +81,93 @@ class DiskCache:
     read: bool = True         # False: entries are written, never read (a run that distrusts them)
     writable: bool = True     # False after a write failed: the run goes on uncached
     _made: set = field(default_factory=set, repr=False)   # subdirectories known to exist
+    _warned: set = field(default_factory=set, repr=False)  # the kinds of entry warned about
 
     def get(self, key: str) -> Outcome | None:
-        """The cached outcome, or None when absent or damaged (then it is re-simulated and
-        overwritten; the first damaged entry of a run is named in one warning)."""
+        """The cached outcome, or None when absent, damaged, not a regular file inside the
+        folder, or recorded for another key (then it is re-simulated and overwritten; the first
+        entry of each kind ignored in a run is named in one warning)."""
         if not self.read:
             return None
         path = self._path(key)
+        inside = self._subfolder(key[:2])
+        if inside is None:
+            return None
+        if not inside:
+            return self._damaged(path, "its folder is a symbolic link or not a folder; the "
+                                 "cache reads only regular files inside its folder", "outside")
         try:
             text = _read_regular_file(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except (OSError, ValueError):   # unreadable, not UTF-8, or far too large
+        except OSError as err:
+            if err.errno == errno.ELOOP:   # O_NOFOLLOW: the entry is a symbolic link
+                return self._damaged(path, "a symbolic link; the cache reads only regular "
+                                     "files inside its folder", "outside")
+            return self._damaged(path, "unreadable")
+        except ValueError:   # not UTF-8, or far too large
             return self._damaged(path, "unreadable")
         if text is None:
             return self._damaged(path, "not a regular file")
         try:
-            return outcome_from_json(json.loads(text, parse_constant=_reject_constant))
+            data = json.loads(text, parse_constant=_reject_constant)
+            recorded = entry_key(data)
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
+            return self._damaged(path, str(err) or type(err).__name__)
+        if recorded != key or data["code"] != code_version():
+            return self._damaged(path, f"it answers another question (key {recorded[:12]}..., "
+                                 f"code {str(data['code'])[:12]})", "another question")
+        try:
+            return outcome_from_json(data["outcome"])
         except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
             return self._damaged(path, str(err) or type(err).__name__)
 
-    def _damaged(self, path: Path, why: str) -> None:
+    def _subfolder(self, name: str) -> bool | None:
+        """Is <dir>/<name> a real folder of this cache (True), absent (None), or a symbolic
+        link or something else (False)? Checked once per run when present."""
+        if name in self._made:
+            return True
+        try:
+            mode = os.lstat(self.directory / name).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            return False
+        if stat.S_ISDIR(mode):
+            self._made.add(name)
+            return True
+        return False
+
+    def _damaged(self, path: Path, why: str, kind: str = "damaged") -> None:
         self.damaged += 1
-        if self.damaged == 1:
-            warn(f"ignoring a damaged evaluation cache entry ({' '.join(why.split())[:80]}): "
-                 f"{path}; it is re-simulated and overwritten")
+        if kind not in self._warned:
+            self._warned.add(kind)
+            what = {"another question": "an evaluation cache entry recorded for another "
+                                        "question",
+                    "outside": "an evaluation cache entry that is not a regular file inside "
+                               "the cache folder"}.get(kind, "a damaged evaluation cache entry")
+            warn(f"ignoring {what} ({' '.join(why.split())[:120]}): {path}; it is "
+                 "re-simulated and overwritten")
         return None
 
-    def put(self, key: str, outcome: Outcome) -> None:
+    def put(self, key: str, outcome: Outcome, question: dict | None = None) -> None:
+        """Write the outcome under `key`, recording the key, the code version and `question`
+        (what the key hashes, readably: design, point and seed)."""
         if not self.writable:
             return
         path = self._path(key)
         try:
-            if path.parent.name not in self._made:   # one mkdir per directory and run
+            inside = self._subfolder(key[:2])
+            if inside is None:   # one mkdir per directory and run
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._made.add(path.parent.name)
-            write_atomically(path, json.dumps(
-                {name: getattr(outcome, name) for name in Outcome.__dataclass_fields__}))
+            elif not inside:     # never written through a link into another folder
+                return
+            record = {"format": CACHE_FORMAT, "key": key, "code": code_version(),
+                      "question": question,
+                      "outcome": {name: getattr(outcome, name)
+                                  for name in Outcome.__dataclass_fields__}}
+            write_atomically(path, json.dumps(record))
         except (OSError, ValueError) as err:
             self.writable = False
             why = getattr(err, "strerror", None) or str(err)
@@ -117,14 +175,35 @@ class DiskCache:
                  "uncached (choose another with --cache-dir, or --no-cache)")
 
 
+def code_version() -> str:
+    """The version of the code that turns a point into an outcome (package versions and a hash
+    of the simulator's sources and data): recorded in every cache entry."""
+    from provisioner.question import engine_fingerprint
+    return engine_fingerprint()
+
+
+def entry_key(data: Any) -> str:
+    """The key a cache entry records, its layout checked (ValueError/TypeError if not one)."""
+    if not isinstance(data, dict) or set(data) != {"format", "key", "code", "question",
+                                                   "outcome"}:
+        raise ValueError("not a cache entry of this version")
+    if data["format"] != CACHE_FORMAT:
+        raise ValueError(f"cache format {data['format']!r}, not {CACHE_FORMAT}")
+    if not isinstance(data["key"], str) or not isinstance(data["code"], str):
+        raise TypeError("key or code is not a string")
+    return data["key"]
+
+
 MAX_ENTRY_BYTES = 1 << 20   # an outcome record is ~1 kB; anything far larger is not one
 
 
 def _read_regular_file(path: Path) -> str | None:
     """The text of `path`, or None when it is not a regular file (a FIFO would block open() and
-    read() forever, a device never ends): opened without blocking, checked with fstat before any
-    read, and read up to MAX_ENTRY_BYTES."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    read() forever, a device never ends): opened without blocking and without following a
+    symbolic link (OSError ELOOP), checked with fstat before any read, and read up to
+    MAX_ENTRY_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) |
+                 getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
@@ -178,6 +257,13 @@ def warn(message: str) -> None:
     """One line on stderr; a warning never changes the result or the exit code."""
     sys.stderr.write(f"provision: warning: {' '.join(message.split())}\n")
     sys.stderr.flush()
+
+
+def _question(sample: Sample) -> dict:
+    """What a cache entry answers, readably (its key hashes this with the study's identity)."""
+    point, seed = sample
+    return {"design": point.design.name, "prompt_machines": point.prompt_machines,
+            "token_machines": point.token_machines, "rate_rps": point.rate_rps, "seed": seed}
 
 
 def _outcome_of(evaluator: Evaluator, sample: Sample) -> Outcome:
@@ -402,7 +488,7 @@ class Runner:
                 self.stats.simulated += 1
                 found[sample] = outcome
                 if self.cache is not None:
-                    self.cache.put(keys[sample], outcome)
+                    self.cache.put(keys[sample], outcome, _question(sample))
             self._memo.update(found)
         return [found[s] for s in samples]
 
@@ -434,7 +520,7 @@ class Runner:
                 self._memo[sample] = outcome
                 self._cached.discard(sample)
                 if self.cache is not None:
-                    self.cache.put(self._cache_key(sample), outcome)
+                    self.cache.put(self._cache_key(sample), outcome, _question(sample))
         return fresh
 
     def _cache_key(self, sample: Sample) -> str:
