@@ -127,8 +127,106 @@ def comparison(results: Sequence[DesignResult], goal_name: str,
         return None
     a, b = best_of(split, goal_name), best_of(chunked, goal_name)
     view = {"goal": goal_name, "disaggregated": _side(a), "chunked": _side(b)}
-    winner, sentence = _verdict(a, b, goal_name, rate_rps)
+    # --hardware prunes designs that cannot beat the answer: the sides are the best of the
+    # designs searched, and the pruned ones are named with what bounds them
+    pruned = {kind: sorted((r for r in group if r.pruned and r.pruned_by),
+                           key=lambda r: (_signed(r.pruned_by["cannot_beat"], goal_name),
+                                          r.design.name))
+              for kind, group in (("disaggregated", split), ("chunked", chunked))}
+    winner, sentence = _verdict(a, b, goal_name, rate_rps,
+                                {kind for kind, group in pruned.items() if group})
+    if any(pruned.values()):
+        sentence += _pruned_note(pruned, a, b, winner, goal_name)
+        view["pruned"] = {kind: [{"design": r.design.name, "by": r.pruned_by["by"],
+                                  "cannot_beat": r.pruned_by["cannot_beat"]} for r in group]
+                          for kind, group in pruned.items()}
     return {**view, "winner": winner, "sentence": sentence}
+
+
+KINDS = {"disaggregated": "disaggregated", "chunked": "chunked colocated"}
+PRUNED_SHOWN = 3   # pruned designs named in the comparison sentence, best bound first
+
+
+def _signed(value: float, goal_name: str) -> float:
+    """An objective as a sort key, the best first."""
+    return -value if goal_name == "max-rate" else value
+
+
+def _pruned_note(pruned: dict, a, b, winner: str | None, goal_name: str) -> str:
+    """The sentence on the pruned designs of the side that did not win (of both on a tie or
+    when neither side has a design that meets the SLOs): what bounds them, and the margin
+    over every design of that kind that the bounds guarantee."""
+    kinds = ([k for k in KINDS if k != winner and pruned[k]] if winner in KINDS
+             else [k for k in KINDS if pruned[k]])
+    notes = []
+    for kind in kinds:
+        group = pruned[kind]
+        answer = group[0].pruned_by["answer"]
+        named = ", ".join(f"{r.design.name} ({_pruned_limit(r.pruned_by, goal_name)})"
+                          for r in group[:PRUNED_SHOWN])
+        more = f" and {len(group) - PRUNED_SHOWN} more" if len(group) > PRUNED_SHOWN else ""
+        what = "design" if len(group) == 1 else "designs"
+        note = (f" Not searched to the end: {len(group)} {KINDS[kind]} {what}, pruned as "
+                f"unable to beat the answer ({answer['design']} at "
+                f"{goal_amount(answer['value'], goal_name)}): {named}{more}")
+        if winner in KINDS:
+            won = (a if winner == "disaggregated" else b).optimum
+            lost = b if winner == "disaggregated" else a
+            limits = [r.pruned_by["cannot_beat"] for r in group]
+            if lost is not None:
+                limits.append(_objective(lost.optimum, goal_name))
+            note += "; " + _guaranteed(_objective(won, goal_name), limits, KINDS[kind],
+                                       goal_name)
+        notes.append(note + ".")
+    return "".join(notes)
+
+
+def _pruned_limit(pruned_by: dict, goal_name: str) -> str:
+    if pruned_by["by"] == "capacity_bound":
+        return f"bound {goal_amount(pruned_by['cannot_beat'], goal_name)}"
+    under = {"min-cost": "cheaper than", "min-power": "drawing less than"}.get(goal_name, "")
+    return f"no pool sizes {under} {goal_amount(pruned_by['cannot_beat'], goal_name)} met the SLOs"
+
+
+def _guaranteed(value: float, limits: list[float], kind: str, goal_name: str) -> str:
+    """What the bounds settle: the winner's least margin over every design of `kind`."""
+    higher_wins = goal_name == "max-rate"
+    limit = max(limits) if higher_wins else min(limits)
+    if (value < limit) if higher_wins else (value > limit):
+        return (f"a bound of {goal_amount(limit, goal_name)} leaves open whether a {kind} "
+                "design searched in full would win")
+    if higher_wins:
+        margin = value / limit - 1 if limit > 0 else None
+    else:
+        margin = 1 - value / limit if limit > 0 else None
+    better = {"max-rate": "more req/s", "min-power": "less power"}.get(goal_name, "cheaper")
+    if margin is None or same_value(value, limit):
+        beats = {"max-rate": "sustains more", "min-power": "draws less power"}.get(
+            goal_name, "costs less")
+        return f"so no {kind} design {beats}"
+    return f"so it is at least {_percent(margin)} {better} than every {kind} design"
+
+
+def _objective(o, goal_name: str) -> float:
+    return {"min-cost": o.cost_per_hour, "min-power": o.power_kw,
+            "max-rate": o.rate_rps}[goal_name]
+
+
+def goal_amount(value: float, goal_name: str) -> str:
+    """A value of the goal's objective with its unit: $472.40/h, 58.4 kW, 70 req/s."""
+    return _value(value, {"min-cost": "$/h", "min-power": "kW", "max-rate": "req/s"}[goal_name])
+
+
+def pruned_phrase(limit: float, answer: float, goal_name: str) -> str:
+    """A design pruned by its capacity bound, said against the answer: "pruned: bound
+    $480.00/h above the answer" (min-power: kW; max-rate: req/s below it)."""
+    if same_value(limit, answer):
+        where = "equal to"
+    elif goal_name == "max-rate":
+        where = "below"
+    else:
+        where = "above"
+    return f"pruned: bound {goal_amount(limit, goal_name)} {where} the answer"
 
 
 def _side(r: DesignResult | None) -> dict | None:
@@ -159,14 +257,20 @@ def _label(r: DesignResult) -> str:
 
 
 def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
-             rate_rps: float | None) -> tuple[str | None, str]:
+             rate_rps: float | None, pruned: set[str] = frozenset()) -> tuple[str | None, str]:
+    """The verdict sentence; `pruned`: the kinds some of whose designs were pruned (their
+    side is then the best design searched, said so)."""
+    searched = " searched" if pruned else ""
     if a is None and b is None:
-        return None, "Neither a disaggregated nor a chunked colocated design meets the SLOs."
+        return None, (f"Neither a disaggregated nor a chunked colocated design{searched} meets "
+                      "the SLOs.")
     if a is None or b is None:
-        only, kind = (b, "chunked colocated") if a is None else (a, "disaggregated")
-        other = "disaggregated" if a is None else "chunked colocated"
+        only = b if a is None else a
+        other = "disaggregated" if a is None else "chunked"
+        searched = " searched" if other in pruned else ""
         return ("chunked" if a is None else "disaggregated",
-                f"Only {_label(only)} meets the SLOs; no {other} design does within the limits.")
+                f"Only {_label(only)} meets the SLOs; no {KINDS[other]} design{searched} "
+                "does within the limits.")
     oa, ob = a.optimum, b.optimum
     if goal_name == "max-rate":
         va, vb, unit, better = oa.rate_rps, ob.rate_rps, "req/s", "more"
@@ -195,15 +299,19 @@ def _verdict(a: DesignResult | None, b: DesignResult | None, goal_name: str,
         others.append(f"headroom {ha:.4g} vs {hb:.4g} req/s")
     extras = f" ({', '.join(others)}, disaggregated vs chunked)."
     if winner == "tie":
-        return winner, (f"Tie: {_label(a)} and {_label(b)} both {what} {_value(va, unit)}"
+        both = {"sustains": "sustain", "draws": "draw", "costs": "cost"}[what]
+        return winner, (f"Tie: {_label(a)} and {_label(b)} both {both} {_value(va, unit)}"
                         f"{rate}{extras}")
     if higher_wins:
         margin = f"{_percent(wv / lv - 1)} {better}" if lv > 0 else better
     else:
         margin = f"{_percent(1 - wv / lv)} {better}"
     side = "Disaggregated" if winner == "disaggregated" else "Chunked colocated"
+    loser = "chunked" if winner == "disaggregated" else "disaggregated"
+    best = f", the best {KINDS[loser]} design searched," if loser in pruned else ""
     return winner, (f"{side} wins: {_label(w)} {what} {_value(wv, unit)}, {margin} than "
-                    f"{_label(lo)} at {_value(lv, unit)}{rate} under the same SLOs{extras}")
+                    f"{_label(lo)}{best} at {_value(lv, unit)}{rate} under the same SLOs"
+                    f"{extras}")
 
 
 def same_value(a: float, b: float) -> bool:

@@ -253,8 +253,8 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     from provisioner.evaluate import warm_up
     from provisioner.hardware import HARDWARE_PROGRESS
     from provisioner.terminal import (SearchProgress, compile_notice, hardware_lines,
-                                      hardware_view, load_curve_lines, markdown_table,
-                                      optimum_table,
+                                      hardware_view, headline_lines, load_curve_lines,
+                                      markdown_table, optimum_table,
                                       search_notes, sensitivity_table)
 
     from provisioner.runner import check_execution
@@ -290,6 +290,8 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     else:
         console = _console()
         shown = hardware_view(document)
+        for line in headline_lines(document):   # a load curve's plan comes first
+            console.print(line, highlight=False, soft_wrap=True)
         console.print(optimum_table(shown, console.width))
         for line in hardware_lines(document) + search_notes(shown) + load_curve_lines(document):
             console.print(line, highlight=False, soft_wrap=True)

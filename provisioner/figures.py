@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
-from provisioner.tables import answer_sentence, layout_label
+from provisioner.tables import answer_sentence, layout_label, no_optimum_text
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics
@@ -107,7 +107,9 @@ def _comparison_html(document: dict) -> str:
                  f"{side['power_kw']:,.1f}", str(side["gpus"]),
                  "-" if headroom is None else f"{headroom:.4g}")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    return (f"<h2>Disaggregated vs chunked colocated ({html.escape(view['goal'])})</h2>"
+    searched = ", best of each searched" if view.get("pruned") else ""   # --hardware prunes
+    return (f"<h2>Disaggregated vs chunked colocated ({html.escape(view['goal'])}{searched})"
+            "</h2>"
             f"<p>{html.escape(view['sentence'])}</p>"
             f"<table><tr>{head}</tr>{''.join(rows)}</table>")
 
@@ -125,8 +127,8 @@ def optimum_html(document: dict) -> str:
         if entry.get("uncalibrated_skus"):
             name += ' <span class="warn">(uncalibrated)</span>'
         if o is None:
-            rows.append(f"<tr><td>{name}</td><td colspan=\"9\">infeasible: "
-                        f"{html.escape(entry['reason'])}</td></tr>")
+            rows.append(f"<tr><td>{name}</td><td colspan=\"9\">"
+                        f"{html.escape(no_optimum_text(entry))}</td></tr>")
             continue
         p = o.get("machines", o.get("prompt_machines"))
         t = "-" if "machines" in o else o["token_machines"]

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from hardware_catalog import DEFAULT_CHUNK_TOKENS, Catalog, Design, InputError, option_ref
-from provisioner.chunked import best_of, goal_key
+from provisioner.chunked import best_of, goal_amount, goal_key, pruned_phrase
 from provisioner.frontier import CANNOT_BEAT, layout_search, objective
 from provisioner.study import DesignResult, Goal
 
@@ -75,24 +75,41 @@ def hardware_search(designs: Sequence[Design], variants: dict[str, Sequence[Any]
                                           beat)
         if beat is not None and not result.feasible and result.reason == CANNOT_BEAT:
             result.pruned = True
-            result.reason = (f"cannot beat {best.design.name}'s verified {beat:,.4g} "
-                             f"{UNITS[goal.name]}: no pool sizes that cost less meet the SLOs")
+            result.pruned_by = {"by": "search", "cannot_beat": float(beat)}
         results[design.name] = result
         if result.feasible and (best is None or better(result) < better(best)):
             best = result
+    for result in results.values():   # said against the answer, known only now
+        if result.pruned:
+            result.pruned_by["answer"] = {"design": best.design.name,
+                                          "value": float(objective(best.optimum, goal))}
+            result.reason = pruned_reason(result.pruned_by, goal.name)
     return results
 
 
 def pruned_result(design: Design, goal: Goal, variant, best: DesignResult) -> DesignResult:
     """A design whose best capacity bound cannot beat `best`'s verified optimum."""
-    unit = UNITS[goal.name]
     value = objective(best.optimum, goal)
     result = DesignResult(design, goal, None,
-                          f"pruned by its capacity bound: {variant.bound:,.4g} {unit} cannot "
-                          f"beat {best.design.name}'s verified {value:,.4g} {unit}", [])
+                          f"pruned: bound {goal_amount(variant.bound, goal.name)} cannot beat "
+                          f"{best.design.name}'s verified {goal_amount(value, goal.name)}", [])
     result.pruned = True
+    result.pruned_by = {"by": "capacity_bound", "cannot_beat": float(variant.bound)}
     result.capacity_bound = {"value": float(variant.bound), "pool_floors": list(variant.floors)}
     return result
+
+
+def pruned_reason(pruned_by: dict, goal_name: str) -> str:
+    """Why a design was pruned, against the answer: "pruned: bound $X/h above the answer
+    (DESIGN at $Y/h); not simulated" (min-power: kW; max-rate: req/s below), or for one
+    searched only where it could win, the pools tried and the answer."""
+    floor, answer = pruned_by["cannot_beat"], pruned_by["answer"]
+    said = f"({answer['design']} at {goal_amount(answer['value'], goal_name)})"
+    if pruned_by["by"] == "capacity_bound":
+        return f"{pruned_phrase(floor, answer['value'], goal_name)} {said}; not simulated"
+    under = {"min-cost": "cheaper than", "min-power": "drawing less than"}[goal_name]
+    return (f"pruned: no pool sizes {under} {goal_amount(floor, goal_name)} meet the SLOs "
+            f"(searched only there), so it cannot beat the answer {said}")
 
 
 def hardware_summary(results: Sequence[DesignResult], goal: Goal,

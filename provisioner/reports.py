@@ -73,6 +73,7 @@ def design_dict(result: DesignResult) -> dict:
                    "chunk_search": [_rounded(line) for line in result.chunk_search]}
     return {"design": d.name, "prompt_sku": d.prompt_sku, "token_sku": d.token_sku, **chunked,
             "feasible": result.feasible, "status": result.status, "reason": result.reason,
+            **({"pruned": _rounded_tree(result.pruned_by)} if result.pruned_by else {}),
             "uncalibrated_skus": list(result.uncalibrated), "optimum": optimum,
             "search_box": list(result.box) if result.box else None,
             "capacity_bound": (None if result.capacity_bound is None else
@@ -153,7 +154,10 @@ def with_comparison(summary: dict, results: Sequence[DesignResult], goal: dict) 
     if view is None:
         return summary
     rounded = {key: (_rounded(value) if isinstance(value, dict) else value)
-               for key, value in view.items()}
+               for key, value in view.items() if key != "pruned"}
+    if "pruned" in view:   # (--hardware: the designs of each kind pruned, with their bounds)
+        rounded = {**rounded, "pruned": {kind: [_rounded(r) for r in group]
+                                         for kind, group in view["pruned"].items()}}
     return {**summary, "disaggregated_vs_chunked": rounded}
 
 

@@ -423,6 +423,10 @@ class DesignResult:
     layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate
     layouts_skipped: list[dict] = field(default_factory=list)   # pool layouts that cannot run
     pruned: bool = False   # --hardware: not searched (or not to the end): it cannot win
+    # and why: {"by": "capacity_bound" | "search", "cannot_beat": the objective it cannot
+    # do better than (its bound; or the best found when it was searched only where it could
+    # win), "answer": {"design", "value"}: the search's answer}
+    pruned_by: dict | None = None
 
     @property
     def status(self) -> str:
@@ -431,7 +435,7 @@ class DesignResult:
 
     def __repr__(self) -> str:   # one line, not every evaluated point (notebooks)
         if self.optimum is None:
-            return f"DesignResult({self.design.name}: infeasible, {len(self.points)} points)"
+            return f"DesignResult({self.design.name}: {self.status}, {len(self.points)} points)"
         return (f"DesignResult({self.design.name}: {self.optimum!r}, "
                 f"{len(self.points)} points)")
 

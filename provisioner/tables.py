@@ -90,7 +90,71 @@ def layout_label(record: dict | None) -> str | None:
 
 def answer_sentence(document: dict) -> str:
     """The answer in one sentence: the best design, its machines per pool with their SKUs and
-    layouts, cost, power, and the SLO that binds it (report.html's first line, the reprs)."""
+    layouts, cost, power, and the SLO that binds it (report.html's first line, the reprs). A
+    load curve's answer is its plan: that first (`plan_sentence`), then the static cluster."""
+    plan = plan_sentence(document)
+    static = _static_sentence(document)
+    if plan is None:
+        return static
+    if document["summary"]["best_design"] is None:
+        return f"{plan} {static}"
+    return f"{plan} Static cluster, sized for the busiest window: {static[len('Best: '):]}"
+
+
+def plan_sentence(document: dict) -> str | None:
+    """--load-curve: the plan (the cheapest of the designs' plans; min-power: the least
+    energy), what it saves against its static cluster, and whether it held over the whole
+    curve in its one-run check. None for a search without a load curve."""
+    curve = document.get("load_curve")
+    if curve is None:
+        return None
+    key = "energy_kwh" if document["inputs"]["goal"]["name"] == "min-power" else "cost_usd"
+    best = document["summary"]["best_design"]
+    plans = [(entry[key]["plan"], name != best, name) for name, entry in curve["designs"].items()
+             if entry["feasible"]]
+    if not plans:
+        reasons = "; ".join(f"{name}: {entry['reason']}" for name, entry
+                            in curve["designs"].items())
+        return f"No plan: {reasons}."
+    name = min(plans)[2]
+    entry = curve["designs"][name]
+    spans = curve["windows"]
+    hours = (spans[-1]["end_s"] - spans[0]["start_s"]) / 3600.0
+    cost, energy = entry["cost_usd"], entry["energy_kwh"]
+    changes = sum(1 for a, b in zip(entry["plan"], entry["plan"][1:]) if a != b)
+    sentence = (f"Plan: {name} resized over the curve's {len(spans)} windows ({changes} "
+                f"change{'' if changes == 1 else 's'}, plan.csv), ${cost['plan']:,.0f} over "
+                f"{hours:,.4g} h against ${cost['static']:,.0f} for its static "
+                f"{pools_text(*entry['static'])}: {entry['saves']:.0%} less"
+                + (f" ({energy['plan']:,.0f} vs {energy['static']:,.0f} kWh)"
+                   if key == "energy_kwh" else "")
+                + "; " + _held(entry.get("whole_curve"), len(spans)) + ".")
+    return sentence
+
+
+def _held(checked: dict | None, windows: int) -> str:
+    """Whether the plan held in its whole-curve run."""
+    run = (checked or {}).get("plan")
+    if run is None:
+        return "not run over the whole curve"
+    if not run["feasible"]:
+        return f"it did not hold over the whole curve: {run['reason']}"
+    whole = run["whole_curve"]
+    held = run["windows_met"] == windows and whole["passed"]
+    stepped = checked.get("stepped_up_windows") or []
+    after = (f" after stepping up window{'' if len(stepped) == 1 else 's'} "
+             + ", ".join(map(str, stepped)) if stepped else "")
+    if held:
+        return (f"it held over the whole curve{after} (every window met every SLO in one run "
+                f"of {run['requests']:,} requests)")
+    miss = run["first_miss"]
+    return (f"it did not hold over the whole curve{after}: {run['windows_met']} of {windows} "
+            "windows met every SLO"
+            + (f", first miss window {miss['window']}: {miss['reason']}" if miss else "")
+            + ("" if whole["passed"] else f"; over the whole curve: {whole['reason']}"))
+
+
+def _static_sentence(document: dict) -> str:
     best = document["summary"]["best_design"]
     if best is None:
         return "No design meets every SLO within the constraints (see each design's reason)."
@@ -119,3 +183,13 @@ def answer_sentence(document: dict) -> str:
         margin = f" {hardware['comparison'][0].upper()}{hardware['comparison'][1:]}."
     return (f"Best: {best}, {pools}{rate}: ${o['cost_per_hour']:,.2f}/h, "
             f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.{margin}")
+
+
+def no_optimum_text(entry: dict) -> str:
+    """A report.json design without an optimum, as a table cell: "infeasible: why", or for a
+    design a --hardware search pruned (it cannot beat the answer; whether it is feasible was
+    never settled) its reason, "pruned: bound $X/h above the answer ..."."""
+    reason = entry["reason"]
+    if entry.get("status") != "pruned":
+        return f"infeasible: {reason}"
+    return reason if reason.startswith("pruned") else f"pruned: {reason}"

@@ -9,9 +9,10 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from provisioner.tables import layout_label
+from provisioner.tables import answer_sentence, layout_label, no_optimum_text
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 pools_text, sensitivity_cells, spares_k)
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
@@ -206,8 +207,7 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
             name += f"\n[dim]{layout_label(o['layout'])}[/]"
         price = [_price(entry)] if k else []
         if o is None:
-            table.add_row(name, "-", "-", "-", "-", "-", "-", "-",
-                          f"[red]infeasible[/]: {entry['reason']}", *price)
+            table.add_row(name, "-", "-", "-", "-", "-", "-", "-", _no_optimum(entry), *price)
             continue
         table.add_row(name, *_figures(o).values(), _binding(o), _headroom(o), *price)
     return table
@@ -225,7 +225,7 @@ def _narrow_table(document: dict) -> Table:
         name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
         o = entry["optimum"]
         if o is None:
-            table.add_row(name, f"[red]infeasible[/]: {entry['reason']}")
+            table.add_row(name, _no_optimum(entry))
             continue
         pools = (f"{o['machines']} machines" if "machines" in o
                  else f"{o['prompt_machines']} P + {o['token_machines']} T")
@@ -236,6 +236,13 @@ def _narrow_table(document: dict) -> Table:
             figures.insert(1, f"layout {layout_label(o['layout'])}")
         table.add_row(name, "\n".join(figures))
     return table
+
+
+def _no_optimum(entry: dict) -> str:
+    """A design without an optimum: infeasible (red) or, --hardware, pruned (dim)."""
+    text = escape(no_optimum_text(entry))
+    kind, _, why = text.partition(":")
+    return f"[dim]{kind}[/]:{why}" if entry.get("status") == "pruned" else f"[red]{kind}[/]:{why}"
 
 
 def _figures(o: dict) -> dict[str, str]:
@@ -273,7 +280,8 @@ def comparison_lines(document: dict) -> list[str]:
     view = document["summary"].get("disaggregated_vs_chunked")
     if view is None:
         return []
-    lines = ["[bold]Disaggregated vs chunked colocated[/] (best of each for "
+    searched = " searched" if view.get("pruned") else ""   # --hardware prunes designs
+    lines = [f"[bold]Disaggregated vs chunked colocated[/] (best of each{searched} for "
              f"{view['goal']}; same workload and SLOs):"]
     for kind in ("disaggregated", "chunked"):
         side = view[kind]
@@ -326,6 +334,14 @@ def hardware_lines(document: dict) -> list[str]:
             f"shown), {hardware['pruned']} pruned{how}, {hardware['infeasible']} "
             "infeasible; every one with its status and reason in "
             "report.json (designs[].status) and its points in evaluations.csv"]
+
+
+def headline_lines(document: dict) -> list[str]:
+    """The line above the table: a load curve's answer (the plan, what it saves and whether
+    it held over the whole curve, then the static cluster the table shows per design)."""
+    if document.get("load_curve") is None:
+        return []
+    return [f"[bold]{escape(answer_sentence(document))}[/]"]
 
 
 def load_curve_lines(document: dict) -> list[str]:
@@ -672,13 +688,21 @@ def _cluster_fields(run, workload: str, requests: int) -> dict:
 
 def curve_summary(run) -> dict:
     """The JSON document of `provision simulate --load-curve`: the whole curve's SLOs, each
-    window's, the plan it was resized by (pools: the largest, their utilization over the run)."""
+    window's, the plan it was resized by. With a plan no one cluster serves the curve: the
+    cluster's fields are null, and each step of the plan gives its pools, their cost, power
+    and GPUs (the totals over the curve beside them); the pools' utilization is over the whole
+    run, as many machines as the plan ever asks for."""
     curve = run.run
+    fields = _cluster_fields(run, run.workload_name, curve.requests)
+    steps = plan_steps(run)
+    if steps:
+        fields.update(prompt_machines=None, token_machines=None, cost_per_hour=None,
+                      power_kw=None, gpus=None)
     return {
-        **_cluster_fields(run, run.workload_name, curve.requests),
+        **fields,
         "makespan_s": round(curve.makespan_s, 6), "layout": run.layout,
-        "plan": [{"start_s": t, "prompt_machines": p, "token_machines": k}
-                 for t, p, k in run.plan] or None,
+        "plan": steps or None,
+        **({"plan_totals": _plan_totals(steps)} if steps else {}),
         "latency_ms": _simulated_ms(curve.latencies) if curve.feasible else None,
         "pools": _pools(curve, run.cluster) if curve.feasible else {},
         **({"failures": {"failures": 0 if curve.schedule is None else len(curve.schedule),
@@ -687,6 +711,40 @@ def curve_summary(run) -> dict:
            if curve.failure_stats is not None else {}),
         "latency_source": run.latency_source, "uncalibrated_skus": run.uncalibrated,
         **run.report.as_dict(), "windows": curve_windows(run)}
+
+
+def plan_steps(run) -> list[dict]:
+    """simulate --plan: each step of the plan over the curve, with the pools serving from its
+    start to the next step's (or the curve's end), their cost, power and GPUs (before a plan's
+    first step, the whole cluster serves: a step of its own)."""
+    if not run.plan:
+        return []
+    design = run.cluster.design
+    end = run.windows[-1][0].end_s
+    rows = list(run.plan)
+    if rows[0][0] > 0:
+        rows.insert(0, (0.0, run.cluster.prompt_machines, run.cluster.token_machines))
+    steps = []
+    for k, (start, prompt, token) in enumerate(rows):
+        until = max(start, min(end, rows[k + 1][0] if k + 1 < len(rows) else end))
+        steps.append({"start_s": start, "end_s": until, "prompt_machines": prompt,
+                      "token_machines": token,
+                      "cost_per_hour": round(design.cost_per_hour(prompt, token), 4),
+                      "power_kw": round(design.power_kw(prompt, token), 4),
+                      "gpus": design.gpus(prompt, token)})
+    return steps
+
+
+def _plan_totals(steps: list[dict]) -> dict:
+    """A plan's cost, energy and machine-hours over the curve, and its dearest step's cost."""
+    hours = [(s["end_s"] - s["start_s"]) / 3600.0 for s in steps]
+    return {"cost_usd": round(sum(h * s["cost_per_hour"] for h, s in zip(hours, steps)), 6),
+            "energy_kwh": round(sum(h * s["power_kw"] for h, s in zip(hours, steps)), 6),
+            "machine_hours": round(sum(h * (s["prompt_machines"] + s["token_machines"])
+                                       for h, s in zip(hours, steps)), 6),
+            "hours": round(sum(hours), 6),
+            "cost_per_hour_min": min(s["cost_per_hour"] for s in steps),
+            "cost_per_hour_max": max(s["cost_per_hour"] for s in steps)}
 
 
 def _simulated_ms(result) -> dict | None:
@@ -702,10 +760,19 @@ def _simulated_ms(result) -> dict | None:
 
 def curve_windows(run) -> list[dict]:
     """simulate --load-curve: each window's load, requests and SLO verdict (a window no request
-    arrived in is met)."""
+    arrived in is met); with a plan, the pools serving in it (each step's that overlaps it)."""
     counts = run.run.window_requests or (0,) * len(run.windows)
+    steps = plan_steps(run)
+
+    def serving(w) -> dict:
+        if not steps:
+            return {}
+        pools = [[s["prompt_machines"], s["token_machines"]] for s in steps
+                 if s["start_s"] < w.end_s and s["end_s"] > w.start_s]
+        return {"pools": [p for k, p in enumerate(pools) if k == 0 or p != pools[k - 1]]}
+
     return [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": w.peak_rps,
-             "mean_rps": round(w.mean_rps, 6), "requests": int(n),
+             "mean_rps": round(w.mean_rps, 6), **serving(w), "requests": int(n),
              "passed": report is None or report.passed,
              "reason": "" if report is None else report.reason,
              "worst_margin": (round(report.worst_margin, 6)
@@ -774,16 +841,15 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         from provisioner.api import calibration_hint
         err_console.print(f"[yellow]warning:[/] {', '.join(run.uncalibrated)}: "
                           f"{calibration_hint(run.model)}", highlight=False, soft_wrap=True)
-    counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
-              else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
-    console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
-                  f"{summary['workload']}: {summary['requests']:,} requests, "
-                  f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
-                  f"{summary['gpus']} GPUs", highlight=False)
     if summary.get("plan"):
-        console.print("resized by the plan: " + ", ".join(
-            f"from {_clock(step['start_s'])} {pools_text(step['prompt_machines'], step['token_machines'])}"
-            for step in summary["plan"]), highlight=False, soft_wrap=True)
+        _print_plan(console, summary)
+    else:
+        counts = (f"{summary['prompt_machines']} machines" if summary["token_machines"] == 0
+                  else f"{summary['prompt_machines']} prompt + {summary['token_machines']} token")
+        console.print(f"[bold]{summary['design']}[/] ({counts}), {summary['model']}, "
+                      f"{summary['workload']}: {summary['requests']:,} requests, "
+                      f"${summary['cost_per_hour']:.2f}/h, {summary['power_kw']:.2f} kW, "
+                      f"{summary['gpus']} GPUs", highlight=False)
     if summary.get("latency_source"):
         console.print(f"Latencies: {summary['latency_source']}", highlight=False,
                       soft_wrap=True)
@@ -796,9 +862,13 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         f"{metric.upper()} " + " / ".join("-" if v is None else _ms(v) for v in values.values())
         for metric, values in ms.items()) + " (TPOT: a request's mean gap; ITL: every gap)",
         highlight=False, soft_wrap=True)
+    planned = bool(summary.get("plan"))   # pools resized: as many as the plan ever asks for
     for label, pool in summary["pools"].items():
-        console.print(f"{label} pool: {pool['count']}x {pool['sku']}, utilization "
-                      f"{pool['utilization']:.0%}, mean batch {pool['mean_batch']:.1f}, KV "
+        count = f"up to {pool['count']}" if planned else str(pool["count"])
+        console.print(f"{label} pool: {count}x {pool['sku']}"
+                      f"{' (resized by the plan)' if planned else ''}, utilization "
+                      f"{pool['utilization']:.0%}{' over the whole run' if planned else ''}, "
+                      f"mean batch {pool['mean_batch']:.1f}, KV "
                       f"capacity {pool['kv_capacity_tokens']:,} tokens/instance (peak "
                       f"{pool['peak_kv_fraction']:.0%}), mixed pool {pool['mixed_pool_s']:.1f} s",
                       highlight=False)
@@ -815,7 +885,9 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         for entry in summary["windows"]:
             verdict = ("[green]met[/]" if entry["passed"] else
                        f"[bold red]missed[/]: {entry['reason']}")
-            console.print(f"  window {_clock(entry['start_s'])}-{_clock(entry['end_s'])}: "
+            pools = (" " + " then ".join(pools_text(*p) for p in entry["pools"])
+                     if entry.get("pools") else "")
+            console.print(f"  window {_clock(entry['start_s'])}-{_clock(entry['end_s'])}{pools}: "
                           f"{entry['requests']:,} requests, peak {entry['peak_rps']:.4g} "
                           f"req/s, SLOs {verdict}", highlight=False)
         met = sum(entry["passed"] for entry in summary["windows"])
@@ -823,6 +895,32 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       "whole curve:", highlight=False)
     console.print("[green]all SLOs met[/]" if report.passed else
                   f"[bold red]{len(report.failing)} SLO(s) missed[/]")
+
+
+def _print_plan(console: Console, summary: dict) -> None:
+    """simulate --plan: the design and the run, what the plan costs over the curve, then its
+    pools per change (no one cluster serves the whole curve)."""
+    totals, steps = summary["plan_totals"], summary["plan"]
+    changes = []   # equal consecutive steps (a search's plan.csv has a row per window) merged
+    for step in steps:
+        pools = (step["prompt_machines"], step["token_machines"])
+        if changes and changes[-1][2] == pools:
+            changes[-1][1] = step["end_s"]
+        else:
+            changes.append([step["start_s"], step["end_s"], pools, step])
+    low, high = totals["cost_per_hour_min"], totals["cost_per_hour_max"]
+    rates = f"${low:,.2f}/h" + ("" if low == high else f" to ${high:,.2f}/h")
+    console.print(f"[bold]{summary['design']}[/] resized by the plan ({len(changes)} "
+                  f"step{'' if len(changes) == 1 else 's'} over the curve), "
+                  f"{summary['model']}, {summary['workload']}: {summary['requests']:,} "
+                  f"requests; the plan: ${totals['cost_usd']:,.2f} for its machines' "
+                  f"serving time over {totals['hours']:,.4g} h ({rates}), "
+                  f"{totals['energy_kwh']:,.1f} kWh, {totals['machine_hours']:,.1f} "
+                  "machine-hours", highlight=False)
+    console.print("plan: " + ", ".join(
+        f"{_clock(a)}-{_clock(b)} {pools_text(*pools)} ${step['cost_per_hour']:,.2f}/h "
+        f"{step['power_kw']:,.1f} kW {step['gpus']} GPUs" for a, b, pools, step in changes),
+        highlight=False, soft_wrap=True)
 
 
 def _print_failures(console: Console, summary: dict) -> None:
