@@ -36,11 +36,12 @@ from provisioner.layouts import layout_record, no_layout_result, pinned_design, 
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, Execution,
                                  FailureOptions,
                                  SearchOptions,
-                                 SimulateOptions, from_keywords)
+                                 SimulateOptions, StudyOptions, from_keywords)
 from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
                                   check_resilience, merge_options, python_style,
                                   resolve_design, resolve_model, resolve_perf,
-                                  read_asked_curve, refuse_curve_options, resolve_study,
+                                  read_asked_curve, refuse_beside, refuse_curve_options,
+                                  refuse_unused_pins, resolve_study,
                                   study_catalog,
                                   sim_options, to_echo)
 from provisioner.figures import optimum_html
@@ -566,7 +567,10 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
+    refuse_unused_pins(options.layout, [cluster.design], "design")
     if c.load_curve is not None:
+        refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
+                      ("duration",))
         return _simulate_curve(options, cluster, model, perf, profile, source, workload, plan,
                                catalog.machine(SLO_REFERENCE_SKU))
     refuse_curve_options(c, ClusterOptions(), ("curve_window", "curve_shape"))

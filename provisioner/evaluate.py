@@ -182,8 +182,16 @@ class SimulationEvaluator:
 
 def warm_up(study: Study) -> None:
     """Load (or, on a fresh install, compile) the simulator core on one tiny request, so that a
-    search's first batch does not look hung while numba compiles."""
-    design = study.designs[0]
+    search's first batch does not look hung while numba compiles. The run has the first
+    design's shape on the SLO reference machine, which every run prices its requests against
+    (so it has performance data whenever a search can run): the design's own machine at its
+    whole-machine layout may have none (a 1,024-GPU machine at TP 1024), and the search only
+    runs the layouts that have."""
+    first = study.designs[0]
+    reference = study.reference
+    design = replace(first, name="warm-up", prompt=reference,
+                     token=None if first.is_baseline else reference,
+                     prompt_layout=None, token_layout=None)
     cluster = Cluster(design, 1, 0 if design.is_baseline else 1)
     tiny = Workload("warm-up", np.zeros(1), np.array([16]), np.array([2]))
     simulate(cluster, tiny, study.model, study.perf.load(study.catalog), study.reference,

@@ -332,7 +332,10 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
         problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
         if problem:
             field_name = name if tp is not None else ("pp" if pp else "model")
-            raise InputError(f"{layout.label} on {machine.name}: {problem}", field=field_name)
+            hint = (f"; pin a smaller layout with {option_ref(name)}"
+                    if tp is None and model.heads % layout.tp else "")
+            raise InputError(f"{layout.label} on {machine.name}: {problem}{hint}",
+                             field=field_name)
         if layout.pp > size:
             count = "machines" if design.is_baseline else pool
             where = "the pool" if design.is_baseline else f"the {pool} pool"

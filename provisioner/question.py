@@ -215,6 +215,36 @@ def refuse_curve_options(given, defaults, names: tuple[str, ...]) -> None:
                              f"{option_ref('load_curve')} FILE, or drop it", field=name)
 
 
+def refuse_beside(option: str, why: str, given, defaults, names: tuple[str, ...]) -> None:
+    """Options that cannot apply beside `option` (given away from their declared defaults):
+    one line naming both, instead of a value silently ignored."""
+    for name in names:
+        if getattr(given, name) != getattr(defaults, name):
+            raise InputError(f"{option_ref(name)} cannot be used with {option_ref(option)}: "
+                             f"{why}", field=name)
+
+
+SEPARATE_POOL_PINS = {"tp_prompt": "prompt", "tp_token": "token"}
+
+
+def refuse_unused_pins(layout, designs: Sequence[Design], designs_option: str) -> None:
+    """--tp-prompt / --tp-token pin a Splitwise design's own pool: refused when no design of
+    the question has one (colocated and chunked designs have one pool, which --tp pins). With
+    several designs, a pin that applies to some of them is kept (the others ignore it, as its
+    help says)."""
+    if layout is None or not designs or any(not d.is_baseline for d in designs):
+        return
+    for name, pool in SEPARATE_POOL_PINS.items():
+        if getattr(layout, name) is not None:
+            which = ", ".join(d.name for d in designs)
+            raise InputError(f"{option_ref(name)} cannot be used with "
+                             f"{option_ref(designs_option)} {which}: "
+                             f"{'a colocated design has' if len(designs) == 1 else 'each has'} "
+                             f"one pool, no separate {pool} pool; pin "
+                             f"{'it' if len(designs) == 1 else 'them'} with "
+                             f"{option_ref('tp')}", field=name)
+
+
 def read_asked_curve(path: str, rate: float | None):
     """The `--load-curve` file (search or simulate), refused beside a `--rate`."""
     from provisioner.loadcurve import read_load_curve
@@ -289,6 +319,8 @@ def resolve_study(options: SearchOptions) -> Study:
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
+    refuse_unused_pins(options.layout, designs, "hardware" if options.question.hardware
+                       is not None else "designs")
     check_pins(options.layout, catalog, designs)
     settings = options.settings
     if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run

@@ -1,0 +1,109 @@
+"""Smaller cases of issue 34: an input is refused where it is wrong, naming what is wrong.
+
+- a catalog machine of 1,024 GPUs (the documented limit) is searched at the layouts that have
+  performance data (the warm-up no longer runs its whole-machine layout, which has none);
+- an option that cannot apply to the question is refused naming both options, as the caller
+  spelled them: `--duration` beside `simulate --load-curve`, `--tp-prompt` / `--tp-token` when
+  no design of the question has a separate prompt or token pool.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import provisioner
+from hardware_catalog import DATA_DIR, InputError
+from provisioner.options import SearchOptions, from_keywords
+from provisioner.question import merge_options, resolve_study
+
+
+
+# ------------------------------------------------------------ a 1,024-GPU machine
+@pytest.fixture
+def big_machine(tmp_path) -> Path:
+    """A catalog overlay with a DGX-H100 of 1,024 GPUs (the catalog's limit, MAX_GPUS)."""
+    machines = yaml.safe_load((DATA_DIR / "machines.yaml").read_text())
+    entry = {k: v for k, v in machines["dgx-h100"].items() if k != "sources"}
+    entry["gpus"] = 1024
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / "machines.yaml").write_text(yaml.safe_dump({"big-h100": entry}))
+    return catalog
+
+
+def test_a_1024_gpu_machine_is_searched(cli, big_machine, tmp_path):
+    out = tmp_path / "out"
+    run = cli(["search", "--catalog", big_machine, "--designs", "big-h100/big-h100",
+               "--model", "llama2-70b", "--duration", "5", "--verify-seeds", "2",
+               "--no-cache", "--quiet", "--out", out])
+    assert run.returncode == 0, run.stderr
+    assert "no performance data" not in run.stderr
+    (design,) = json.loads((out / "report.json").read_text())["designs"]
+    assert design["feasible"]
+    assert all(pool["tp"] < 1024 for pool in design["optimum"]["layout"].values())
+
+
+def test_simulating_it_unpinned_says_to_pin_a_layout(cli, bad_input, big_machine):
+    bad_input(cli(["simulate", "--catalog", big_machine, "--design", "big-h100/big-h100",
+                   "--prompt", "1", "--token", "1", "--model", "llama2-70b",
+                   "--engine", "splitwise-2023", "--duration", "1"]), "TP1024", "--tp")
+    run = cli(["simulate", "--catalog", big_machine, "--design", "big-h100/big-h100",
+               "--prompt", "1", "--token", "1", "--model", "llama2-70b", "--duration", "1",
+               "--rate", "5", "--tp", "8"])
+    assert run.returncode == 0, run.stderr
+
+
+# ------------------------------------------------------------ options that cannot apply
+@pytest.fixture
+def curve(tmp_path) -> Path:
+    path = tmp_path / "curve.csv"
+    path.write_text("time_s,rate_rps\n0,5\n60,10\n120,5\n")
+    return path
+
+
+CURVE_RUN = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "1",
+             "--model", "llama2-70b", "--curve-window", "60"]
+
+
+def test_duration_beside_a_load_curve(cli, bad_input, curve, tmp_path):
+    bad_input(cli([*CURVE_RUN, "--load-curve", curve, "--duration", "30"]),
+              "--duration cannot be used with --load-curve", "the curve sets the run's length")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"load_curve: {curve}\nduration: 30\n")
+    bad_input(cli([*CURVE_RUN, "--spec", spec]),
+              "duration cannot be used with load_curve")
+    with pytest.raises(InputError, match="duration= cannot be used with load_curve="):
+        provisioner.simulate(design="splitwise-hh", prompt=2, token=1, model="llama2-70b",
+                             load_curve=str(curve), curve_window=60, duration=30)
+
+
+@pytest.mark.parametrize("pin", ["--tp-prompt", "--tp-token"])
+def test_a_split_pool_pin_on_a_baseline(cli, bad_input, pin, tmp_path):
+    bad_input(cli(["simulate", "--design", "baseline-h100", "--machines", "2",
+                   "--model", "llama2-70b", "--duration", "1", pin, "4"]),
+              f"{pin} cannot be used with --design baseline-h100", "--tp")
+    bad_input(cli(["search", "--designs", "baseline-h100,sarathi-h100", "--model",
+                   "llama2-70b", "--duration", "1", pin, "4", "--no-cache",
+                   "--out", tmp_path / "out"]),
+              f"{pin} cannot be used with --designs baseline-h100, sarathi-h100")
+    key = pin.removeprefix("--").replace("-", "_")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"{key}: 4\n")
+    bad_input(cli(["simulate", "--spec", spec, "--design", "baseline-h100", "--machines", "2",
+                   "--model", "llama2-70b", "--duration", "1"]),
+              f"{key} cannot be used with --design baseline-h100")
+    with pytest.raises(InputError, match=f"{key}= cannot be used with design= baseline-h100"):
+        provisioner.simulate(design="baseline-h100", machines=2, model="llama2-70b",
+                             duration=1, **{key: 4})
+
+
+def test_a_split_pool_pin_applies_when_some_design_has_the_pool():
+    """--designs all (or any list with a Splitwise design): the pin is for those designs, the
+    colocated ones search their own layouts."""
+    for designs in ("all", "baseline-h100,splitwise-hh"):
+        study = resolve_study(merge_options(SearchOptions, from_keywords(SearchOptions, {
+            "designs": designs, "model": "llama2-70b", "tp_prompt": 4, "duration": 1.0})))
+        assert study.layout.tp_prompt == 4
