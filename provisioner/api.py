@@ -48,7 +48,8 @@ from provisioner.figures import optimum_html
 from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_reports,
                                  report_document,
                                  sensitivity_dict, summary_dict, write_reports)
-from provisioner.runner import DiskCache, Runner, RunStats, default_cache_dir, default_jobs, warn
+from provisioner.runner import (DiskCache, Runner, RunStats, cache_run, default_cache_dir,
+                                default_jobs, warn)
 from provisioner.sensitivity import sensitivity
 from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
@@ -307,6 +308,12 @@ def _seeds(study: Study) -> tuple[int, ...]:
 
 def run_study(study: Study, execution: Execution, on_batch: OnBatch | None = None,
               resilience: bool = True) -> SearchResult:
+    with cache_run():   # an ignored cache entry: one warning in this and its nested searches
+        return _run_study(study, execution, on_batch, resilience)
+
+
+def _run_study(study: Study, execution: Execution, on_batch: OnBatch | None,
+               resilience: bool) -> SearchResult:
     if study.survive_auto:
         study, choice, runs = choose_spares(study, execution, on_batch)
         found = run_study(study, execution, on_batch, resilience)

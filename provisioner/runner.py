@@ -16,6 +16,8 @@ import socket
 import stat
 import sys
 import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -82,6 +84,11 @@ class DiskCache:
     writable: bool = True     # False after a write failed: the run goes on uncached
     _made: set = field(default_factory=set, repr=False)   # subdirectories known to exist
     _warned: set = field(default_factory=set, repr=False)  # the kinds of entry warned about
+
+    def __post_init__(self):
+        run = _CACHE_RUN.get()   # inside a search: its nested searches share the warnings
+        if run is not None:
+            self._warned = run.setdefault(str(self.directory), self._warned)
 
     def get(self, key: str) -> Outcome | None:
         """The cached outcome, or None when absent, damaged, not a regular file inside the
@@ -173,6 +180,24 @@ class DiskCache:
             why = getattr(err, "strerror", None) or str(err)
             warn(f"cannot write the evaluation cache {self.directory} ({why}); running "
                  "uncached (choose another with --cache-dir, or --no-cache)")
+
+
+_CACHE_RUN: ContextVar[dict | None] = ContextVar("provision_cache_run", default=None)
+
+
+@contextmanager
+def cache_run():
+    """One search with the searches it runs inside it (a load curve's windows, a sensitivity's
+    variants, the trials of --survive-failures auto): each kind of ignored cache entry is
+    warned about once in all of them, not once per nested search."""
+    if _CACHE_RUN.get() is not None:
+        yield
+        return
+    token = _CACHE_RUN.set({})
+    try:
+        yield
+    finally:
+        _CACHE_RUN.reset(token)
 
 
 def code_version() -> str:

@@ -15,8 +15,8 @@ from provisioner.study import Outcome
 GOOD = Outcome(True, True, "", (("ttft_p50", 0.5, 2.0),), 0.3, 12)
 BAD = Outcome(False, True, "TTFT P50 2.5 > 2", (("ttft_p50", 2.5, 2.0),), -0.25, 12)
 KEY, OTHER = "ab" + "1" * 62, "ab" + "2" * 62
-TINY = ["search", "--designs", "splitwise-hh", "--model", "llama2-70b", "--rate", "4",
-        "--duration", "10", "--verify-seeds", "2", "--jobs", "1"]
+CURVE = "time_s,rate_rps\n0,5\n600,10\n1200,20\n1800,8\n"
+CURVE_SEARCH = ["--window", "600", "--designs", "splitwise-hh", "--jobs", "1"]
 
 
 def _entry(cache: DiskCache, key: str) -> Path:
@@ -102,10 +102,15 @@ def _met(record: dict) -> bool:
 
 
 def test_a_search_on_swapped_entries_warns_and_keeps_its_answer(tmp_path, cli):
-    """Every feasible entry swapped with an infeasible one: the search reads none of them (one
-    warning), simulates them again and finds the answer it found on an empty cache."""
+    """Every feasible entry of a load-curve search swapped with an infeasible one: it used to
+    read them as they were and size the static cluster at 6P+3T ($342/h) instead of 6P+1T
+    ($266/h), with no warning. Now it reads none of them (one warning), simulates them again
+    and finds the answer it found on an empty cache."""
+    (tmp_path / "curve.csv").write_text(CURVE)
     cache = tmp_path / "cache"
-    first = cli([*TINY, "--cache-dir", cache, "--out", tmp_path / "first"])
+    search = ["search", "--load-curve", tmp_path / "curve.csv", *CURVE_SEARCH,
+              "--cache-dir", cache]
+    first = cli([*search, "--out", tmp_path / "first"])
     assert first.code == 0 and not _warnings(first.stderr), first.stderr
     records = _records(cache)
     met = [path for path, record in records.items() if _met(record)]
@@ -115,12 +120,13 @@ def test_a_search_on_swapped_entries_warns_and_keeps_its_answer(tmp_path, cli):
         text = a.read_text()
         a.write_text(b.read_text())
         b.write_text(text)
-    again = cli([*TINY, "--cache-dir", cache, "--out", tmp_path / "again"])
+    again = cli([*search, "--out", tmp_path / "again"])
     assert again.code == 0, again.stderr
     warnings = _warnings(again.stderr)
     assert len(warnings) == 1 and "another question" in warnings[0], again.stderr
     reports = [json.loads((tmp_path / name / "report.json").read_text())
                for name in ("first", "again")]
-    assert reports[0]["designs"] == reports[1]["designs"]
+    for section in ("designs", "load_curve"):
+        assert reports[0][section] == reports[1][section], section
     for path, record in _records(cache).items():   # every entry read was overwritten
         assert record["key"] == path.stem
