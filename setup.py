@@ -1,6 +1,7 @@
 """Everything is declared in pyproject.toml; this file only adds the install-time build of the
 simulator core (simcore/aot.py). If that build fails (no C compiler, say), the install goes on
 and numba compiles the core on first use instead."""
+import glob
 import os
 import subprocess
 import sys
@@ -28,5 +29,9 @@ class BuildCompiledCore(build_ext):
                   f"will compile it on first use instead.\n{tail}", file=sys.stderr)
 
 
-setup(ext_modules=[Extension("simcore._core", sources=["simcore/fastsim.py"], optional=True)],
+# the sources the build is compiled from (simcore.fast.CORE_SOURCES): build_ext rebuilds when
+# any of them is newer than the build
+CORE_SOURCES = sorted(glob.glob("simcore/fast/*.py", root_dir=HERE)) + ["simcore/cluster.py"]
+
+setup(ext_modules=[Extension("simcore._core", sources=CORE_SOURCES, optional=True)],
       cmdclass={"build_ext": BuildCompiledCore})

@@ -1,11 +1,13 @@
 """A/B of two versions of the fast core on the sim_bench cluster, without the load-order bias.
 
+A version's core is its simcore/fast/ package or, before that package, simcore/fastsim.py.
+
 Two copies of the core in one process do not time alike: the copy that ran the set-up
 simulation is 15-20% faster even when both are the same file. So each comparison runs in a
 fresh process (and an empty numba cache) once with each version in that role, and prints the
 geometric mean of the new / old ratios: BLOOM-176B, Splitwise-HH 27P + 3T, 70 req/s, 2 minutes.
 
-    python bench/ab_core.py 6353f55            # that commit's simcore/fastsim.py against HEAD's
+    python bench/ab_core.py 6353f55            # that commit's core against HEAD's
     python bench/ab_core.py 6353f55 --pairs 3  # more alternations (default 2)
     python bench/ab_core.py HEAD WORKTREE      # the uncommitted core against HEAD's
 """
@@ -24,9 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TIME_BOTH = r"""
 import importlib.util, json, statistics, sys, time
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
+def load(name, path):  # a package (simcore/fast/ copied) or one file (simcore/fastsim.py)
+    package = not path.endswith(".py")
+    spec = importlib.util.spec_from_file_location(
+        name, path + "/__init__.py" if package else path,
+        submodule_search_locations=[path] if package else None)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (its relative imports find it)
     spec.loader.exec_module(module)
     return module
 first, second = load("core_first", sys.argv[1]), load("core_second", sys.argv[2])
@@ -57,15 +63,39 @@ print(json.dumps(medians))
 """
 
 
-def core_file(revision: str, work: Path) -> Path:
+def _show(revision: str, path: str) -> str | None:
     if revision == "WORKTREE":
-        source = (ROOT / "simcore" / "fastsim.py").read_text()
-    else:
-        source = subprocess.run(["git", "show", f"{revision}:simcore/fastsim.py"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout
-    path = work / f"core_{revision.replace('/', '_')}.py"
-    path.write_text(source)
-    return path
+        file = ROOT / path
+        return file.read_text() if file.is_file() else None
+    run = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True,
+                         text=True)
+    return run.stdout if run.returncode == 0 else None
+
+
+def core_file(revision: str, work: Path) -> Path:
+    """The revision's core: the package simcore/fast/ copied into a folder (loaded under
+    another name: its imports are relative), or before it, simcore/fastsim.py."""
+    name = f"core_{revision.replace('/', '_')}"
+    if _show(revision, "simcore/fast/__init__.py") is not None:
+        if revision == "WORKTREE":
+            names = [p.name for p in (ROOT / "simcore" / "fast").glob("*.py")]
+        else:
+            names = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:simcore/fast"],
+                                   cwd=ROOT, capture_output=True, text=True,
+                                   check=True).stdout.split()
+        folder = work / name
+        folder.mkdir()
+        for file in names:
+            if file.endswith(".py"):
+                (folder / file).write_text(_show(revision, f"simcore/fast/{file}"))
+        return folder
+    folder = work / name  # beside it the files its source digest reads
+    folder.mkdir()
+    for file in ("fastsim.py", "cluster.py"):
+        source = _show(revision, f"simcore/{file}")
+        if source is not None:
+            (folder / file).write_text(source)
+    return folder / "fastsim.py"
 
 
 def timed(first: Path, second: Path, work: Path, run: int) -> dict:

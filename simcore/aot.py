@@ -1,13 +1,14 @@
 """Compile the fast core ahead of time: `python -m simcore.aot [--output FILE]`.
 
-`pip install` runs this (setup.py) to build `simcore/_core*.so` from `simcore.fastsim` with
+`pip install` runs this (setup.py) to build `simcore/_core*.so` from `simcore.fast` with
 numba's AOT compiler, so a fresh install starts simulating at once: no numba import and no
 25 s of compiling on the first run. The build holds the digest of the sources it came from;
-`simcore.fastsim` uses it only while they match, and otherwise compiles with numba as before.
+`simcore.fast` uses it only while they match, and otherwise compiles with numba as before.
 Each entry point is compiled for the one signature simulate_fast gives it, read from a tiny
-simulation run through numba first. Without a C compiler the build fails and the package
-works as before (numba compiles on first use). Developers editing the core rebuild in place
-with `python -m simcore.aot`.
+simulation run through numba first (`_run(state, until)`: the State named tuple, with its
+nested named tuples and record arrays, is exported as it is). Without a C compiler the build
+fails and the package works as before (numba compiles on first use). Developers editing the
+core rebuild in place with `python -m simcore.aot`.
 """
 from __future__ import annotations
 
@@ -55,18 +56,21 @@ def build(output: Path) -> None:
     os.environ["PROVISION_NO_AOT"] = "1"  # type the entry points with numba, not an old build
     from numba.pycc import CC
 
-    from simcore import fastsim
-    if fastsim.CORE != "jit":  # imported (by simcore's __init__) with a previous build in use
-        fastsim = importlib.reload(fastsim)
-    fastsim.simulate_fast(*_tiny_run())
+    fast = importlib.import_module("simcore.fast")
+    if fast.CORE != "jit":  # imported (by simcore's __init__) with a previous build in use
+        for name in [n for n in sys.modules if n == "simcore.fast" or n.startswith("simcore.fast.")]:
+            del sys.modules[name]
+        fast = importlib.import_module("simcore.fast")
+    fast.simulate_fast(*_tiny_run())
     compiler = CC(CORE_MODULE)
     compiler.output_dir, compiler.output_file = str(output.parent), output.name
     compiler.use_nrt = False  # as the JIT core: no reference counting on every call
-    for name in fastsim.ENTRY_POINTS:
-        dispatcher = getattr(fastsim, name)
+    entries = importlib.import_module("simcore.fast.setup")  # the module Python calls them from
+    for name in fast.ENTRY_POINTS:
+        dispatcher = getattr(entries, name)
         (signature,) = dispatcher.nopython_signatures
         compiler.export(name, signature)(dispatcher.py_func)
-    digest = fastsim.source_digest()
+    digest = fast.source_digest()
 
     def source_digest():
         return digest
@@ -98,7 +102,7 @@ def _wrappers_releasing_the_gil():
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m simcore.aot", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=default_output(),
-                        help="extension module to write (default: next to simcore/fastsim.py)")
+                        help="extension module to write (default: in simcore/, beside fast/)")
     args = parser.parse_args(argv)
     if not args.output.name.startswith(CORE_MODULE + "."):
         parser.error(f"--output must be named {CORE_MODULE}<extension suffix>, "

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import simcore
-from simcore import aot, fastsim
+from simcore import aot, fast
+from simcore.fast import compiler
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,28 +25,29 @@ COMPARE = r"""
 import importlib.util, json, sys
 import numpy as np
 from hardware_catalog import load_catalog
-from simcore import Cluster, fastsim, simulate
+from simcore import Cluster, fast, simulate
 from simcore.cluster import SimOptions
 from simcore.perfmodel import default_performance_model
 from simcore.workload import synthesize
 binding = sys.modules["simcore.simulate"]  # the package's `simulate` is the function
+entries = sys.modules["simcore.fast.setup"]  # where simulate_fast finds the entry points
 
-assert fastsim.CORE == "jit", fastsim.CORE
+assert fast.CORE == "jit", fast.CORE
 built = None
 if len(sys.argv) > 1:
     spec = importlib.util.spec_from_file_location("simcore._core", sys.argv[1])
     built = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(built)
-jit_entries = [getattr(fastsim, name) for name in fastsim.ENTRY_POINTS]
+jit_entries = [getattr(entries, name) for name in fast.ENTRY_POINTS]
 
-def run_with(entries, workload, machines):
-    for name, entry in zip(fastsim.ENTRY_POINTS, entries):
-        setattr(fastsim, name, entry)
+def run_with(chosen, workload, machines):
+    for name, entry in zip(fast.ENTRY_POINTS, chosen):
+        setattr(entries, name, entry)
     try:
-        return fastsim.simulate_fast(workload, machines)
+        return fast.simulate_fast(workload, machines)
     finally:
-        for name, entry in zip(fastsim.ENTRY_POINTS, jit_entries):
-            setattr(fastsim, name, entry)
+        for name, entry in zip(fast.ENTRY_POINTS, jit_entries):
+            setattr(entries, name, entry)
 
 catalog, perf = load_catalog(), default_performance_model()
 runs = [("splitwise-hh", 6, 2, SimOptions()), ("splitwise-ha", 5, 3, SimOptions()),
@@ -66,13 +68,13 @@ for design, p, t, options in runs:
     for workload, machines in calls:
         if built is not None:
             a = run_with(jit_entries, workload, machines)
-            b = run_with([getattr(built, name) for name in fastsim.ENTRY_POINTS], workload, machines)
+            b = run_with([getattr(built, name) for name in fast.ENTRY_POINTS], workload, machines)
             compared += 1
             same &= a.keys() == b.keys() and all(
                 a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k], equal_nan=True) for k in a)
 print(json.dumps({"same": same, "compared": compared, "signatures": {
     name: [str(s) for s in entry.nopython_signatures]
-    for name, entry in zip(fastsim.ENTRY_POINTS, jit_entries)}}))
+    for name, entry in zip(fast.ENTRY_POINTS, jit_entries)}}))
 """
 
 
@@ -89,7 +91,7 @@ def test_every_kind_of_run_calls_each_entry_point_with_one_signature():
     """The build is compiled for one signature per entry point: a run that typed differently
     (an int where a float was, a read-only array) would make numba compile a second one."""
     signatures = compare()["signatures"]
-    assert set(signatures) == set(fastsim.ENTRY_POINTS)
+    assert set(signatures) == set(fast.ENTRY_POINTS)
     assert all(len(found) == 1 for found in signatures.values()), signatures
 
 
@@ -112,21 +114,28 @@ def install(monkeypatch, build):
 
 
 def test_a_build_of_other_sources_is_ignored(monkeypatch):
-    stale = types.SimpleNamespace(source_digest=lambda: fastsim.source_digest() ^ 1)
+    stale = types.SimpleNamespace(source_digest=lambda: fast.source_digest() ^ 1)
     install(monkeypatch, stale)
     monkeypatch.delenv("PROVISION_NO_AOT", raising=False)
     monkeypatch.delenv("PROVISION_NO_JIT", raising=False)
-    assert fastsim._ahead_of_time_build() is None
-    current = types.SimpleNamespace(source_digest=fastsim.source_digest)
+    assert compiler._ahead_of_time_build() is None
+    current = types.SimpleNamespace(source_digest=fast.source_digest)
     install(monkeypatch, current)
-    assert fastsim._ahead_of_time_build() is current
+    assert compiler._ahead_of_time_build() is current
     monkeypatch.setenv("PROVISION_NO_AOT", "1")
-    assert fastsim._ahead_of_time_build() is None
+    assert compiler._ahead_of_time_build() is None
 
 
 def test_the_digest_covers_every_source_the_core_is_compiled_from():
-    assert fastsim.CORE_SOURCES == ("fastsim.py", "cluster.py")
-    assert 0 < fastsim.source_digest() < 2 ** 60
+    """Every module of simcore.fast, and cluster.py (itl_bin and constants compiled in): a new
+    module must be added to compiler.PACKAGE_SOURCES, or edits to it would not be seen."""
+    package = sorted(p.name for p in (ROOT / "simcore" / "fast").glob("*.py"))
+    assert sorted(compiler.PACKAGE_SOURCES) == package
+    assert fast.CORE_SOURCES == tuple(f"fast/{name}" for name in compiler.PACKAGE_SOURCES) + (
+        "cluster.py",)
+    assert [p.resolve() for p in compiler.source_paths()] == [
+        (ROOT / "simcore" / source).resolve() for source in fast.CORE_SOURCES]
+    assert 0 < fast.source_digest() < 2 ** 60
 
 
 def test_output_must_be_named_as_python_imports_it(tmp_path, capsys):
@@ -164,7 +173,7 @@ def test_python_in_the_checkout_uses_the_installed_build():
     their own after `pip install .`: the installed build serves them (same sources, same
     digest), so nothing compiles. Skips unless provision is installed with a build outside this
     checkout (an editable install builds in place, where it is found anyway)."""
-    if not fastsim.installed_builds():
+    if not fast.installed_builds():
         # CI installs with `pip install ".[test]"` and runs here: there, this must not skip
         assert not os.environ.get("CI"), "no install-time build found outside the checkout"
         pytest.skip("no install-time build outside this checkout")

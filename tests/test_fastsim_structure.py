@@ -1,4 +1,5 @@
-"""The fast core's building blocks, and its results against the reference on hand-made clusters."""
+"""The fast core's building blocks (simcore.fast), and its results against the reference on
+hand-made clusters."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcore import LatencyCurves, Workload
-from simcore import fastsim
+from simcore.fast import latency, records, routing, setup, simulate_fast, structures
+from simcore.fast import pools as trees
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays
 from simcore.latency import piecewise_linear
 from simcore.refsim import simulate_reference
@@ -51,7 +53,7 @@ CLUSTERS = {
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fast_core_equals_reference_exactly(name, seed):
     m, w = CLUSTERS[name], workload(300, seed)
-    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    fast, ref = simulate_fast(w, m), simulate_reference(w, m)
     assert fast.keys() == ref.keys()
     for key in ref:
         assert fast[key].dtype == ref[key].dtype, key
@@ -64,56 +66,56 @@ def test_stall_is_reported():
     m = machines([ROLE_PROMPT, ROLE_TOKEN], [100, 100], mixed_pool=False)
     w = Workload("t", np.array([0.0]), np.array([500], np.int64), np.array([10], np.int64))
     with pytest.raises(RuntimeError, match="stalled"):
-        fastsim.simulate_fast(w, m)
+        simulate_fast(w, m)
 
 
 def test_piecewise_linear_matches_the_numpy_rule():
     xs, ys = CURVES.prompt_tokens, CURVES.prompt_seconds
-    index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
-    scale = fastsim._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
+    index = setup._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
+    scale = setup._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
     for x in [0.0, 1.0, 3.0, 512.0, 700.5, 8192.0, 9000.0]:
-        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
+        assert latency._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
             float(piecewise_linear(np.array([x]), xs, ys)[0]), rel=1e-15)
 
 
 def test_heap_pops_by_key_then_item():
-    heap = fastsim.Heap(np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.int64))
+    heap = records.Heap(np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.int64))
     for key, item in [(2.0, 5), (1.0, 7), (2.0, 1), (1.0, 3), (0.5, 9)]:
-        fastsim._heap_push(heap, key, item)
-    assert [fastsim._heap_pop(heap) for _ in range(5)] == [9, 3, 7, 1, 5]
+        structures._heap_push(heap, key, item)
+    assert [structures._heap_pop(heap) for _ in range(5)] == [9, 3, 7, 1, 5]
     assert heap.size[0] == 0
 
 
 def pools_for(name, pending, committed, in_mixed=()):
-    ms = fastsim._new_machines(CLUSTERS[name])
+    ms = setup._new_machines(CLUSTERS[name])
     ms.pending[:], ms.committed[:] = pending, committed
     ms.in_mixed[list(in_mixed)] = True
-    return ms, fastsim._new_pools(ms)
+    return ms, setup._new_pools(ms)
 
 
 def test_routing_ties_go_to_the_lowest_index():
     ms, pools = pools_for("splitwise", [5, 3, 3, 0, 0], [0, 0, 0, 4, 4])
-    assert fastsim._winner(pools, fastsim.TREE_PROMPT_PENDING) == 1
-    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 3
-    assert fastsim._winner(pools, fastsim.TREE_MIXED_COMMITTED) == fastsim.NONE
+    assert trees._winner(pools, records.TREE_PROMPT_PENDING) == 1
+    assert trees._winner(pools, records.TREE_TOKEN_COMMITTED) == 3
+    assert trees._winner(pools, records.TREE_MIXED_COMMITTED) == records.NONE
     ms.in_mixed[3] = True
-    fastsim._refresh(pools, ms, 3, fastsim.CHANGED_POOL)
-    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 4
-    assert fastsim._winner(pools, fastsim.TREE_MIXED_COMMITTED) == 3
+    trees._refresh(pools, ms, 3, records.CHANGED_POOL)
+    assert trees._winner(pools, records.TREE_TOKEN_COMMITTED) == 4
+    assert trees._winner(pools, records.TREE_MIXED_COMMITTED) == 3
     ms.committed[4] = 3
-    fastsim._refresh(pools, ms, 4, fastsim.CHANGED_COMMITTED)
-    assert fastsim._winner(pools, fastsim.TREE_TOKEN_COMMITTED) == 4
+    trees._refresh(pools, ms, 4, records.CHANGED_COMMITTED)
+    assert trees._winner(pools, records.TREE_TOKEN_COMMITTED) == 4
     ms.committed[3] = 1  # loads 5, 3, 3, 1, 3; the token machines hold 6000
-    fastsim._refresh(pools, ms, 3, fastsim.CHANGED_COMMITTED)
-    assert fastsim._least_loaded(ms, pools, 100) == 3
-    assert fastsim._least_loaded(ms, pools, 7000) == 1
+    trees._refresh(pools, ms, 3, records.CHANGED_COMMITTED)
+    assert routing._least_loaded(ms, pools, 100) == 3
+    assert routing._least_loaded(ms, pools, 7000) == 1
 
 
 def test_trees_agree_with_a_scan_after_random_updates():
     rng = np.random.default_rng(0)
     roles = [ROLE_PROMPT] * 9 + [ROLE_TOKEN] * 8
-    ms = fastsim._new_machines(machines(roles, rng.choice([3000, 6000, 9000], 17)))
-    pools = fastsim._new_pools(ms)
+    ms = setup._new_machines(machines(roles, rng.choice([3000, 6000, 9000], 17)))
+    pools = setup._new_pools(ms)
     for _ in range(2000):
         m = int(rng.integers(17))
         before = (ms.pending[m], ms.committed[m], ms.in_mixed[m])
@@ -121,24 +123,24 @@ def test_trees_agree_with_a_scan_after_random_updates():
         ms.committed[m] = rng.integers(0, 4)
         if rng.random() < 0.2:
             ms.in_mixed[m] = not ms.in_mixed[m]
-        fastsim._refresh(pools, ms, m, fastsim._changes(ms[m], *before))
+        trees._refresh(pools, ms, m, trees._changes(ms[m], *before))
         idx = np.arange(17)
         own = ~ms.in_mixed
         for tree, pool, key in [
-                (fastsim.TREE_PROMPT_PENDING, (ms.role == ROLE_PROMPT) & own, ms.pending),
-                (fastsim.TREE_TOKEN_COMMITTED, (ms.role == ROLE_TOKEN) & own, ms.committed),
-                (fastsim.TREE_MIXED_PENDING, ms.in_mixed, ms.pending),
-                (fastsim.TREE_MIXED_COMMITTED, ms.in_mixed, ms.committed)]:
-            expect = min(zip(key[pool], idx[pool]), default=(0, fastsim.NONE))[1]
-            assert fastsim._winner(pools, tree) == expect
+                (records.TREE_PROMPT_PENDING, (ms.role == ROLE_PROMPT) & own, ms.pending),
+                (records.TREE_TOKEN_COMMITTED, (ms.role == ROLE_TOKEN) & own, ms.committed),
+                (records.TREE_MIXED_PENDING, ms.in_mixed, ms.pending),
+                (records.TREE_MIXED_COMMITTED, ms.in_mixed, ms.committed)]:
+            expect = min(zip(key[pool], idx[pool]), default=(0, records.NONE))[1]
+            assert trees._winner(pools, tree) == expect
         reservation = int(rng.integers(2990, 9010))
         fits = (ms.role == ROLE_PROMPT) & own & (ms.committed + reservation <= ms.capacity)
-        expect = min(zip(ms.committed[fits], idx[fits]), default=(0, fastsim.NONE))[1]
-        assert fastsim._best_prompt_machine_that_holds(ms, pools, reservation) == expect
+        expect = min(zip(ms.committed[fits], idx[fits]), default=(0, records.NONE))[1]
+        assert routing._best_prompt_machine_that_holds(ms, pools, reservation) == expect
         fits = ms.capacity >= reservation
         load = ms.pending + ms.committed
-        expect = min(zip(load[fits], idx[fits]), default=(0, fastsim.NONE))[1]
-        assert fastsim._least_loaded(ms, pools, reservation) == expect
+        expect = min(zip(load[fits], idx[fits]), default=(0, records.NONE))[1]
+        assert routing._least_loaded(ms, pools, reservation) == expect
 
 
 @settings(max_examples=60, deadline=None)
@@ -151,17 +153,17 @@ def test_bucketed_knot_search_is_searchsorted(steps, queries):
     even when rounding puts a query in the bucket beside its own (the scale a hair off)."""
     xs = np.concatenate([[1.0], 1.0 + np.cumsum(steps)])
     ys = np.sqrt(xs) * 3.0
-    index = fastsim._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
-    scale = fastsim._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
-    edges = list(np.linspace(xs[0], xs[-1], fastsim.KNOT_BUCKETS + 1)[1:-1:7])
+    index = setup._bucket_starts(xs[None, :], np.array([len(xs)]))[0]
+    scale = setup._bucket_scales(xs[None, :], np.array([len(xs)]))[0]
+    edges = list(np.linspace(xs[0], xs[-1], records.KNOT_BUCKETS + 1)[1:-1:7])
     inside = [x for x in queries + list(xs) + list(xs + 0.25) + edges if xs[0] < x <= xs[-1]]
     for off in (scale, scale * (1 + 1e-9), scale * (1 - 1e-9)):
         for x in inside:
-            assert fastsim._first_knot_at_or_above(x, xs, len(xs), index, off) == \
+            assert latency._first_knot_at_or_above(x, xs, len(xs), index, off) == \
                 np.searchsorted(xs, x)
     curve = LatencyCurves(xs, ys, np.array([1.0, 2.0]), np.array([1.0, 2.0]), 0.0)
     for x in queries:
-        assert fastsim._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
+        assert latency._piecewise_linear(x, xs, ys, len(xs), index, scale) == pytest.approx(
             curve.prompt_time(np.array([x]))[0], rel=1e-12, abs=1e-12)
 
 
@@ -172,23 +174,23 @@ def test_running_decodes_leave_by_last_token_then_index():
     n = 300
     w = Workload("t", np.zeros(n), rng.integers(1, 50, n).astype(np.int64),
                  rng.integers(2, 40, n).astype(np.int64))
-    requests = fastsim._new_requests(w)
+    requests = setup._new_requests(w)
     requests.generated[:] = rng.integers(0, 2, n)
-    ms = fastsim._new_machines(machines([ROLE_TOKEN], [10**9]))
+    ms = setup._new_machines(machines([ROLE_TOKEN], [10**9]))
     machine = ms[0]
     expected = []
     for r in range(n):
-        fastsim._append_running(requests, machine, r)
+        structures._append_running(requests, machine, r)
         expected.append((int(requests.output[r] - requests.generated[r]), r))
         if r % 3 == 2:  # pop one between admissions
-            assert fastsim._pop_running(requests, machine) == min(expected)[1]
+            assert structures._pop_running(requests, machine) == min(expected)[1]
             expected.remove(min(expected))
     assert machine.running_count == len(expected)
     context = sum(int(requests.prompt[r] + requests.generated[r]) for _, r in expected)
     assert machine.running_context == context
     got, order = [], sorted(expected)
-    while machine.running_root != fastsim.NONE:
-        got.append(fastsim._pop_running(requests, machine))
+    while machine.running_root != records.NONE:
+        got.append(structures._pop_running(requests, machine))
     assert got == [r for _, r in order]
     assert machine.running_count == 0 and machine.running_context == 0
 
@@ -209,7 +211,7 @@ def test_a_decode_run_cut_by_a_prompt_ends_where_iterations_would(offset):
     arrivals = np.array([0.0, 0.0, boundary + offset, boundary + offset, boundary + 2.5 * offset])
     w = Workload("t", np.sort(arrivals), np.array([300, 280, 200, 260, 100], np.int64),
                  np.array([40, 25, 30, 12, 8], np.int64))
-    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    fast, ref = simulate_fast(w, m), simulate_reference(w, m)
     for key in ref:
         np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
 
@@ -220,7 +222,7 @@ def test_decode_runs_on_lent_machines_match_the_reference(seed):
     in runs cut by prompts and KV caches arriving for them; per request as the reference."""
     m = machines([ROLE_PROMPT] * 3 + [ROLE_TOKEN], [9000] * 3 + [3000], kinds=[0, 0, 1, 1])
     w = workload(400, seed, rate=80.0)
-    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    fast, ref = simulate_fast(w, m), simulate_reference(w, m)
     assert ref["mixed_pool_s"][:3].sum() > 0  # the prompt machines did decode in the mixed pool
     for key in ref:
         np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
@@ -234,6 +236,6 @@ def test_chunk_runs_match_the_reference(seed):
     m = dataclasses.replace(machines([ROLE_BOTH] * 4, [9000] * 4, kinds=[0, 0, 1, 1]),
                             chunk_tokens=64)
     w = workload(300, seed, rate=30.0)
-    fast, ref = fastsim.simulate_fast(w, m), simulate_reference(w, m)
+    fast, ref = simulate_fast(w, m), simulate_reference(w, m)
     for key in ref:
         np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)

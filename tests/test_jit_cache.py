@@ -1,5 +1,5 @@
 """numba's on-disk cache of the fast core cannot go stale: it is keyed by the digest of every
-source the core compiles (simcore.fastsim.CORE_SOURCES), not only by the file a function is
+source the core compiles (simcore.fast.CORE_SOURCES), not only by the file a function is
 written in."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simcore import fastsim
+from simcore import fast
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PROBE = r"""
 import json
 import numpy as np
-from simcore import fastsim
+from simcore import fast as core
 from simcore.aot import _tiny_run
 from simcore.refsim import simulate_reference
 workload, machines = _tiny_run()
-fast, ref = fastsim.simulate_fast(workload, machines), simulate_reference(workload, machines)
-print(json.dumps({"core": fastsim.CORE, "digest": f"{fastsim.source_digest():015x}",
+fast, ref = core.simulate_fast(workload, machines), simulate_reference(workload, machines)
+print(json.dumps({"core": core.CORE, "digest": f"{core.source_digest():015x}",
                   "fast": np.flatnonzero(fast["itl_histogram"]).tolist(),
                   "ref": np.flatnonzero(ref["itl_histogram"]).tolist()}))
 """
@@ -59,14 +59,14 @@ def test_an_edit_to_a_file_the_core_compiles_in_is_seen(tmp_path):
     assert second["ref"] != first["ref"]           # the edit moves every gap's bin ...
     assert second["fast"] == second["ref"]         # ... in the compiled core too
     assert second["digest"] != first["digest"]
-    cache = tmp_path / "simcore" / "__pycache__"
+    cache = tmp_path / "simcore" / "fast" / "__pycache__"
     for run in (first, second):                    # each in a folder named after its digest
-        assert list((cache / f"core-{run['digest']}").glob("fastsim._run-*.nbi"))
+        assert list((cache / f"core-{run['digest']}").glob("loop._run-*.nbi"))
 
 
 def test_the_cache_key_covers_every_source_the_core_is_compiled_from():
-    assert set(fastsim.CORE_SOURCES) >= {"fastsim.py", "cluster.py"}
-    if fastsim.CORE == "jit":
+    assert set(fast.CORE_SOURCES) >= {"fast/loop.py", "cluster.py"}
+    if fast.CORE == "jit":
         from numba.core import caching
         impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
         assert getattr(impl._locator_classes[0], "provision_core", False)

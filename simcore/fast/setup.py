@@ -1,0 +1,300 @@
+"""A run's State built from a cluster's arrays (`simcore.cluster.MachineArrays`): the
+request and machine records, the curves padded into 2-D arrays, the heaps, the routing pools,
+the failure schedule, the resizes; and the two compiled set-up entry points (`_fill_requests`,
+`_fill_pools`). `new_state` gives a State ready for `_run(state, until)`.
+
+Compiles the reference's `__init__` (its requests and machines).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simcore.cluster import ITL_BINS, MachineArrays, Stalled
+from simcore.workload import Workload
+from .compiler import AOT, ENTRY_POINTS, _compiled
+from .records import (
+    CHANGED_ALL, Curves, EMPTY, Failures, Heap, INF, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
+    MACHINE_MASK, NONE, Pools, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
+    TREE_PROMPT_COMMITTED, Touched)
+from .pools import _refresh
+from .loop import _run
+
+
+def _stack_curves(curves) -> Curves:
+    """Pad every SKU's knots into 2-D arrays (numba wants uniform arrays), with lengths."""
+    k = len(curves)
+    pmax = max(len(c.prompt_tokens) for c in curves)
+    dmax = max(len(c.decode_batch) for c in curves)
+    px, py = np.zeros((k, pmax)), np.zeros((k, pmax))
+    dx, dy = np.zeros((k, dmax)), np.zeros((k, dmax))
+    pn, dn = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    ctx, attention, kv_read, mixed = np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k)
+    for i, c in enumerate(curves):
+        pn[i], dn[i] = len(c.prompt_tokens), len(c.decode_batch)
+        px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
+        dx[i, :dn[i]], dy[i, :dn[i]] = c.decode_batch, c.decode_seconds
+        ctx[i] = c.context_seconds_per_token
+        attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
+        mixed[i] = c.mixed_prompt_factor
+    return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, mixed, _bucket_starts(px, pn),
+                  _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn))
+
+
+_STACKED: dict = {}   # ids of a tuple of curves -> (those curves, kept alive; their stack)
+
+
+def _stacked_curves(curves) -> Curves:
+    """`_stack_curves`, once per tuple of curve objects: a search runs a design's few SKUs,
+    whose curves the performance model caches, hundreds of times."""
+    key = tuple(map(id, curves))
+    known = _STACKED.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], curves)):
+        if len(_STACKED) >= 64:
+            _STACKED.clear()
+        known = _STACKED[key] = (curves, _stack_curves(curves))
+    return known[1]
+
+
+def _bucket_starts(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per row, the first knot at or above each bucket's lower edge (KNOT_BUCKETS + 1 edges over
+    the row's range; the last is its final knot)."""
+    starts = np.zeros((len(xs), KNOT_BUCKETS + 1), np.int64)
+    for i, (row, count) in enumerate(zip(xs, n)):
+        knots = row[:count]
+        edges = np.linspace(knots[0], knots[-1], KNOT_BUCKETS + 1)
+        starts[i] = np.minimum(np.searchsorted(knots, edges), count - 1)
+    return starts
+
+
+def _bucket_scales(xs: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per row, buckets per unit of x (KNOT_BUCKETS over the row's range)."""
+    return np.array([KNOT_BUCKETS / (row[count - 1] - row[0]) for row, count in zip(xs, n)])
+
+
+def _check_sizes(count: int, prompt: np.ndarray, output: np.ndarray) -> None:
+    if count > INT32_LIMIT or (len(prompt) and 2 * int(np.max(prompt + output)) > INT32_LIMIT):
+        # 2x: recomputed tokens too
+        raise ValueError("the compiled core holds request indices and token counts in 32 bits")
+
+
+def _new_requests(workload: Workload) -> np.recarray:
+    """Every request of the workload in its own slot."""
+    _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
+    requests = np.empty(len(workload), REQUEST).view(np.recarray)
+    _fill(requests, 0, workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
+    return requests
+
+
+def _fill(requests: np.recarray, first: int, arrival, prompt, output) -> None:
+    """Requests `first`, `first` + 1, ... (in arrival order) into their slots."""
+    _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
+                   np.ascontiguousarray(prompt, dtype=np.int64),
+                   np.ascontiguousarray(output, dtype=np.int64))
+
+
+@_compiled
+def _fill_requests(requests, first, arrival, prompt, output):
+    """Every field of requests first, first + 1, ... in their slots, in one pass (numpy's
+    field-by-field assignment of a large record array costs more than a tenth of a run)."""
+    for i in range(len(arrival)):
+        r = (first + i) % len(requests)
+        request = requests[r]
+        request.number = first + i
+        request.arrival, request.prompt, request.output = arrival[i], prompt[i], output[i]
+        request.reservation = prompt[i] + output[i]
+        request.generated = 0
+        request.prompt_machine = request.token_machine = NONE
+        request.queue_next = request.batch_next = NONE
+        request.finish_tick = 0
+        request.heap_child = request.heap_sibling = NONE
+        request.first_token = request.finish = request.last_token = np.nan
+        request.kv_transfer = 0.0
+        request.prefill = prompt[i]
+        request.kv_from = NONE
+        request.from_epoch = request.token_epoch = request.recover_kind = 0
+        request.lost_at = -1.0
+        request.ready_at = 0.0
+        request.recoveries = request.recomputed = request.emitted = 0
+        request.recovery_s = 0.0
+        request.prefilled = request.piece = 0
+
+
+def _new_pools(machines: np.recarray) -> np.ndarray:
+    # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
+    capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
+    machines.capacity_class = np.searchsorted(capacities, machines.capacity)
+    trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
+    leaves = 1 << max(0, int(len(machines) - 1).bit_length())
+    if len(machines) > MACHINE_MASK:
+        raise ValueError(f"the compiled core ranks at most {MACHINE_MASK} machines")
+    pools = Pools(np.full((trees, 2 * leaves), EMPTY, np.int64),
+                  np.zeros(len(machines), np.int64), np.zeros(1, np.int64))
+    _fill_pools(pools, machines)
+    return pools
+
+
+@_compiled
+def _fill_pools(pools, machines):
+    for m in range(len(machines)):
+        _refresh(pools, machines, m, CHANGED_ALL)
+
+
+def _new_machines(m: MachineArrays) -> np.recarray:
+    machines = np.zeros(m.count, MACHINE).view(np.recarray)
+    machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
+    machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
+    for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
+                 "batch_head", "fresh_head", "silent_head"):
+        machines[link] = NONE
+    return machines
+
+
+def _new_heap(capacity: int) -> Heap:
+    return Heap(np.zeros(capacity), np.zeros(capacity, np.int64), np.zeros(1, np.int64))
+
+
+def _new_failures(m: MachineArrays, n: int) -> Failures:
+    schedule = np.ascontiguousarray(m.failures, dtype=np.float64).reshape(-1, 3)
+    ends = schedule[:, 0] + schedule[:, 2]
+    finite = np.isfinite(ends)
+    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
+    repairs = np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
+    peer = (np.full(m.count, NONE, np.int64) if m.replica_peer is None
+            else np.ascontiguousarray(m.replica_peer, dtype=np.int64))
+    size = n if len(schedule) else 0
+    return Failures(schedule, repairs, peer,
+                    _new_heap(size),
+                    np.zeros(2, np.int64))
+
+
+def _new_settings(m: MachineArrays) -> Settings:
+    # Each field cast to one type: the install-time build is compiled for exactly these.
+    return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
+                    int(m.prompt_token_limit), int(m.queue_threshold),
+                    int(m.layerwise_min_prompt_tokens), float(m.detection_s),
+                    bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate))
+
+
+def new_state(m: MachineArrays, requests: np.recarray) -> State:
+    """The request records given and fresh structures: a State for `_run(state, until)`."""
+    slots, machines = len(requests), _new_machines(m)
+    return State(requests, machines, _stacked_curves(m.curves), _new_settings(m),
+                 _new_heap(slots),
+                 _new_heap(m.count + 2 * slots),  # + cut runs' ends (decode_runs._cut_run)
+                 _new_pools(machines),
+                 Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)),
+                 _new_failures(m, slots),
+                 Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
+                         np.zeros(1, np.int64)),
+                 np.zeros(ITL_BINS, np.int64),
+                 Progress(np.zeros(3, np.int64), np.zeros(1)))
+
+
+def _column(records, name):  # counts and indices as int64, whatever the record holds
+    values = records[name]
+    return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
+
+
+def _machine_results(state: State) -> dict:
+    machines = state.machines
+    return {"busy_s": _column(machines, "busy_s"), "iterations": _column(machines, "iterations"),
+            "batch_size_sum": _column(machines, "batch_size_sum"),
+            "max_memory_tokens": _column(machines, "max_memory"),
+            "mixed_pool_s": _column(machines, "mixed_s"),
+            "prompt_chunks": _column(machines, "prompt_chunks"),
+            "chunked_prefill_s": _column(machines, "chunked_prefill_s"),
+            "itl_histogram": state.gaps,
+            "end_s": np.float64(state.progress.clock[0])}  # the last instant
+
+
+def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
+    """Run the compiled core; returns the same dictionary as the reference simulator."""
+    state = new_state(m, _new_requests(workload))
+    state.progress.counts[1] = len(workload)
+    if _run(state, INF) != RUN_DONE:
+        raise Stalled("simulation stalled with unfinished requests")
+    return results(state, failures=len(m.failures) > 0)
+
+
+def results(state: State, failures: bool) -> dict:
+    """A finished run's results, as the reference simulator gives them (its failure keys only
+    when the cluster had a failure schedule)."""
+    requests = state.requests
+    return {"first_token_s": _column(requests, "first_token"),
+            "finish_s": _column(requests, "finish"),
+            "prompt_machine": _column(requests, "prompt_machine"),
+            "token_machine": _column(requests, "token_machine"),
+            "kv_transfer_s": _column(requests, "kv_transfer"),
+            **_machine_results(state),
+            **({} if not failures else {
+                "recoveries": _column(requests, "recoveries"),
+                "recomputed_tokens": _column(requests, "recomputed"),
+                "recovery_s": _column(requests, "recovery_s")})}
+
+
+class TooManyInFlight(RuntimeError):
+    """A streamed run needed a slot whose request had not finished."""
+
+
+def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
+    """Run the compiled core over arrivals given chunk by chunk, keeping `slots` request records
+    instead of one per request: the same run as `simulate_fast` on all the chunks' requests
+    at once (the same instants, in the same order: requests are ordered by their number, not
+    their slot), in memory that does not grow with the run.
+
+    `chunks` yields (arrival_s, prompt_tokens, output_tokens) arrays, arrivals in order across
+    chunks, each chunk at most slots // 2 requests. Request g (numbered in arrival order) lives
+    in slot g % slots; before a slot is filled again, its finished request is handed over:
+    `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
+    it before returning) in order, every request exactly once. Raises TooManyInFlight when a
+    request still holds its slot when it is needed (slots arrivals after it), Stalled when the
+    run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
+    but the per-request ones)."""
+    state = new_state(m, np.empty(slots, REQUEST).view(np.recarray))
+    requests, progress = state.requests, state.progress
+    handed = 0
+
+    def hand_over(upto: int) -> None:
+        nonlocal handed
+        while handed < upto:
+            start = handed % slots
+            stop = min(slots, start + upto - handed)
+            records = requests[start:stop]
+            if np.isnan(records.finish).any():
+                raise TooManyInFlight(
+                    f"a request was still in flight {slots:,} arrivals after it arrived")
+            harvest(handed, records)
+            handed += stop - start
+
+    pending = None
+    for chunk in chunks:
+        if pending is not None:
+            _advance(state, pending, float(chunk[0][0]) if len(chunk[0]) else INF, hand_over)
+        pending = chunk
+    if pending is not None:
+        _advance(state, pending, INF, hand_over)
+    hand_over(int(progress.counts[1]))
+    return _machine_results(state)
+
+
+def _advance(state: State, chunk, until: float, hand_over) -> None:
+    """Fill a chunk's requests into their slots (handing over the finished ones they replace),
+    then run up to `until`."""
+    arrival, prompt, output = chunk
+    slots = len(state.requests)
+    if len(arrival) > slots // 2:
+        raise ValueError(f"a chunk of {len(arrival):,} requests is more than half the "
+                         f"{slots:,} slots")
+    progress = state.progress
+    filled = int(progress.counts[1])
+    _check_sizes(filled + len(arrival), prompt, output)
+    hand_over(filled + len(arrival) - slots)
+    _fill(state.requests, filled, arrival, prompt, output)
+    progress.counts[1] = filled + len(arrival)
+    if _run(state, until) == RUN_STALLED:
+        raise Stalled("simulation stalled with unfinished requests")
+
+
+if AOT is not None:  # the same entry points, compiled at install (see simcore.aot)
+    _fill_requests, _fill_pools, _run = (getattr(AOT, name) for name in ENTRY_POINTS)
+
