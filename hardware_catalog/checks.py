@@ -147,10 +147,14 @@ class Names:
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)) or not value:
             raise Invalid(f"must be {self.describe()}, got {_short(value)}")
+        seen = set()
         for item in value:
             if not isinstance(item, str):
                 raise Invalid(f"must be {self.describe()}; item {_short(item)} is not a name")
             Text()(item)
+            if item in seen:   # a list is a set of choices: a repeat is a typo, not a weight
+                raise Invalid(f"names {item!r} twice; give each name once")
+            seen.add(item)
         return tuple(value)
 
     def describe(self) -> str:

@@ -62,4 +62,5 @@ def _malformed(err: Exception, source: str, width: int) -> InputError:
         return InputError(f"malformed CSV: {_one_line(err)}", source=source)
     _, row, seen = map(int, ragged.groups())
     return InputError(f"malformed CSV: expected {width} fields, found {seen} (the header names "
-                      f"{width} columns)", source=source, row=row)
+                      f"{width} columns); name the columns in the header or remove the values",
+                      source=source, row=row, field=f"column {width + 1}")

@@ -418,9 +418,98 @@ def _stdout_failed(err: StdoutFailed) -> None:
     _fail(f"cannot write to standard output: {err}")
 
 
+# Options whose repeats have one obvious meaning: their values are joined into one
+# comma-separated value (`--price a=1 --price b=2` is `--price a=1,b=2`). typer keeps only the
+# last occurrence of an option, so every other repeat is refused rather than dropped.
+MERGED_OPTIONS = ("price",)
+
+
+def repeats_resolved(root, args: list[str]) -> list[str]:
+    """`args` with the repeats of a MERGED_OPTIONS option joined; InputError for any other
+    option given more than once (the earlier value would be silently dropped)."""
+    start = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
+    commands = getattr(root, "commands", {})
+    if start is None or args[start] not in commands:
+        return args
+    by_flag = {flag: param for param in commands[args[start]].params
+               if param.param_type_name == "option"
+               for flag in (*param.opts, *param.secondary_opts)}
+    given: dict[str, list[tuple[int, int, str, str | None]]] = {}
+    index = start + 1
+    while index < len(args) and args[index] != "--":
+        flag, value, width = _occurrence(args, index, by_flag)
+        if flag is not None:
+            given.setdefault(by_flag[flag].name, []).append((index, width, flag, value))
+        index += width
+    for name, occurrences in given.items():
+        if len(occurrences) > 1 and name not in MERGED_OPTIONS:
+            raise InputError(_repeat_message(occurrences, by_flag))
+    return _merged(args, {n: o for n, o in given.items() if len(o) > 1})
+
+
+def _occurrence(args: list[str], index: int, by_flag: dict) -> tuple[str | None, str | None, int]:
+    """(the option's flag, its value, how many arguments it takes) at `index`; (None, None,
+    1) for an argument that is no known option (click judges it)."""
+    arg = args[index]
+    if arg.startswith("--") and "=" in arg:
+        flag, value = arg.split("=", 1)
+        return (flag, value, 1) if flag in by_flag else (None, None, 1)
+    if arg in by_flag:
+        param = by_flag[arg]
+        if param.is_flag or param.count:
+            return arg, None, 1
+        return arg, (args[index + 1] if index + 1 < len(args) else None), 2
+    if not arg.startswith("--") and len(arg) > 2 and arg[:2] in by_flag             and not by_flag[arg[:2]].is_flag:   # -r5: a short option and its value
+        return arg[:2], arg[2:], 1
+    return None, None, 1
+
+
+def _repeat_message(occurrences: list, by_flag: dict) -> str:
+    flags = sorted({flag for _, _, flag, _ in occurrences})
+    shown = " and ".join(flags)
+    values = [value for *_, value in occurrences if value is not None]
+    if len(flags) > 1 and not values:
+        return f"{shown} are both given; give one of them"
+    listed = f" ({', '.join(values)})" if values else ""
+    hint = ""
+    if values and by_flag[flags[0]].name in _list_options():
+        hint = f", one comma-separated list ({flags[0]} {','.join(values)})"
+    times = "twice" if len(occurrences) == 2 else f"{len(occurrences)} times"
+    return (f"{flags[0]} is given {times}{listed}: only one would count; "
+            f"give it once{hint}")
+
+
+def _list_options() -> set[str]:
+    """Options that take a comma-separated list of names (their check is `Names`)."""
+    from hardware_catalog.checks import Names
+    return {name for tree in (SearchOptions, SimulateOptions)
+            for name, f in option_fields(tree).items() if isinstance(f.metadata["check"], Names)}
+
+
+def _merged(args: list[str], repeated: dict[str, list]) -> list[str]:
+    """Each repeated MERGED_OPTIONS option as one occurrence, where the first one stood."""
+    if not repeated:
+        return args
+    drop, put = set(), {}
+    for occurrences in repeated.values():
+        first, _, flag, _ = occurrences[0]
+        put[first] = [flag, ",".join(value or "" for *_, value in occurrences)]
+        for index, width, *_ in occurrences:
+            drop.update(range(index, index + width))
+    merged = []
+    for index, arg in enumerate(args):
+        if index in put:
+            merged.extend(put[index])
+        if index not in drop:
+            merged.append(arg)
+    return merged
+
+
 def _main() -> None:
     try:
-        code = app(standalone_mode=False)
+        import typer.main
+        root = typer.main.get_command(app)
+        code = root(args=repeats_resolved(root, sys.argv[1:]), standalone_mode=False)
         sys.stdout.flush()   # what is still buffered fails here, not at the interpreter's exit
     except StdoutFailed as err:
         _stdout_failed(err)

@@ -1,7 +1,8 @@
 """Sizing for a load curve (issue 29, first part): the static cluster for the busiest
 planning window and a per-window autoscaling plan, with what the plan saves.
 
-A curve is `time_s,rate_rps` rows (or ISO timestamps in the first column), piecewise constant:
+A curve is a CSV with columns time_s and rate_rps, read by name (`csvschema.LOAD_CURVE`;
+time_s in seconds or ISO timestamps), piecewise constant:
 each rate holds until the next row's time, the last one for the median step. It is cut into
 planning windows (`--window`, default 1 h); a window is sized for the highest rate it holds
 (a piecewise-constant curve reaches that rate inside the window). Rates are rounded up to a
@@ -28,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from hardware_catalog import InputError, option_ref
+from hardware_catalog.csvschema import LOAD_CURVE, PLAN, read_table
 from simcore.workload import MAX_TRACE_SECONDS
 
 RATE_STEP = 0.02   # window rates are rounded up to powers of (1 + RATE_STEP): the rate tolerance
@@ -76,115 +78,73 @@ class Window:
 
 
 def read_load_curve(path: str) -> LoadCurve:
-    """The curve in `path`, checked: one line naming the file, row and field when not."""
-    import pandas as pd
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        raise InputError(f"cannot be read as a CSV load curve ({type(err).__name__}); "
-                         "expected columns time_s,rate_rps", source=path) from None
-    if list(frame.columns[:2]) != ["time_s", "rate_rps"] and len(frame.columns) >= 2:
-        frame = frame.rename(columns={frame.columns[0]: "time_s", frame.columns[1]: "rate_rps"})
-    if len(frame.columns) < 2 or frame.empty:
-        raise InputError("holds no rows; expected columns time_s,rate_rps (seconds or ISO "
-                         "timestamps, requests per second)", source=path)
-    times = _times(frame["time_s"].tolist(), path)
-    rates = []
-    for row, text in enumerate(frame["rate_rps"].tolist(), start=2):
-        try:
-            rate = float(text)
-        except ValueError:
-            rate = math.nan
-        if not math.isfinite(rate) or rate < 0:
-            raise InputError(f"row {row}, field rate_rps: {text!r} is not a rate >= 0 "
-                             "(requests per second)", source=path)
-        rates.append(rate)
+    """The curve in `path` (columns time_s and rate_rps, by name; `LOAD_CURVE`), checked: one
+    line naming the file, row and field when not."""
+    table = read_table(LOAD_CURVE, path)
+    times, rates = table["time_s"].tolist(), table["rate_rps"].tolist()
     for row in range(1, len(times)):
         if times[row] <= times[row - 1]:
-            raise InputError(f"row {row + 2}, field time_s: {times[row]:g} s is not after the "
-                             f"row before ({times[row - 1]:g} s); sort the curve by time, one "
-                             "row per time", source=path)
+            raise table.error(row, "time_s", f"{times[row]:g} s is not after the row before "
+                              f"({times[row - 1]:g} s); sort the curve by time, one row per "
+                              "time")
     if max(rates) <= 0:
         raise InputError("every rate is 0: the curve asks for no requests", source=path)
     steps = np.diff(times)
     tail = float(np.median(steps)) if len(steps) else 3600.0
     start = times[0]
     if times[-1] - start + tail > MAX_TRACE_SECONDS:
-        raise InputError(f"row {len(times) + 1}, field time_s: the curve spans "
-                         f"{(times[-1] - start + tail) / 86400:,.0f} days, past the "
-                         f"{MAX_TRACE_SECONDS / 86400:.0f}-day limit of arrival times; cut it "
-                         "into parts", source=path)
+        raise table.error(len(times) - 1, "time_s",
+                          f"the curve spans {(times[-1] - start + tail) / 86400:,.0f} days, past "
+                          f"the {MAX_TRACE_SECONDS / 86400:.0f}-day limit of arrival times; cut "
+                          "it into parts")
     return LoadCurve(path, tuple(t - start for t in times), tuple(rates), tail)
+
+
+def expected_requests(curve: LoadCurve) -> float:
+    """How many requests the curve asks for in all (its rate's integral over its length)."""
+    times, rates = curve.knots()
+    if curve.linear:
+        return float(np.sum((rates[1:] + rates[:-1]) / 2 * np.diff(times)))
+    return float(np.sum(rates[:-1] * np.diff(times)))
 
 
 PLAN_COLUMNS = ("start_s", "prompt_machines", "token_machines")
 
 
 def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int, int], ...]:
-    """A pool plan: rows start_s, prompt_machines, token_machines (a search's plan.csv, whose
-    rows of other designs are skipped by its `design` column, or a planner's own), each the
-    pools serving from that time on, by start time. One line naming the file, row and field
-    when it is not one."""
-    import pandas as pd
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        raise InputError(f"cannot be read as a CSV plan ({type(err).__name__}); expected "
-                         f"columns {', '.join(PLAN_COLUMNS)}", source=path) from None
-    missing = [c for c in PLAN_COLUMNS if c not in frame.columns]
-    if missing:
-        raise InputError(f"missing column(s) {', '.join(missing)}; a plan has columns "
-                         f"{', '.join(PLAN_COLUMNS)} (and may have design)", source=path)
-    rows = []
-    for row, record in enumerate(frame.to_dict("records"), start=2):
-        if "design" in record and record["design"] and record["design"] != design:
+    """A pool plan: rows start_s, prompt_machines, token_machines by name (`PLAN`: a search's
+    plan.csv, whose rows of other designs are skipped by its `design` column, or a planner's
+    own), each the pools serving from that time on, by start time. One line naming the file,
+    row and field when it is not one."""
+    table = read_table(PLAN, path)
+    designs = table.values.get("design")
+    rows: list[tuple[float, int, int]] = []
+    for index in range(len(table)):
+        if designs is not None and designs[index] and designs[index] != design:
             continue
-        values = []
-        for name in PLAN_COLUMNS:
-            text = record[name]
-            try:
-                value = float(text)
-            except ValueError:
-                value = math.nan
-            whole = name != "start_s"
-            least = 0 if name == "start_s" or (baseline and name == "token_machines") else 1
-            if (not math.isfinite(value) or value < least
-                    or (whole and value != int(value))):
-                raise InputError(f"row {row}, field {name}: {text!r} is not "
-                                 + ("a time >= 0 s" if not whole else
-                                    f"a whole number of machines >= {least}"), source=path)
-            values.append(int(value) if whole else value)
-        if rows and values[0] <= rows[-1][0]:
-            raise InputError(f"row {row}, field start_s: {values[0]:g} s is not after the row "
-                             "before; sort the plan by time, one row per start", source=path)
-        rows.append(tuple(values))
+        start = float(table["start_s"][index])
+        pools = [int(table[name][index]) for name in PLAN_COLUMNS[1:]]
+        for name, machines in zip(PLAN_COLUMNS[1:], pools):
+            least = 0 if baseline and name == "token_machines" else 1
+            if machines < least:
+                raise table.error(index, name, f"{machines} is not a whole number of machines "
+                                  f">= {least}")
+        if rows and start <= rows[-1][0]:
+            raise table.error(index, "start_s", f"{start:g} s is not after the row before; "
+                              "sort the plan by time, one row per start")
+        rows.append((start, pools[0], pools[1]))
     if not rows:
         raise InputError(f"has no rows for design '{design}'", source=path)
     return tuple(rows)
 
 
-def _times(cells: list[str], path: str) -> list[float]:
-    """Seconds, or ISO timestamps as seconds since the first."""
-    try:
-        return [float(c) for c in cells]
-    except ValueError:
-        pass
-    import pandas as pd
-    stamps = []
-    for row, text in enumerate(cells, start=2):
-        try:
-            stamps.append(pd.Timestamp(text).timestamp())
-        except (ValueError, TypeError):
-            raise InputError(f"row {row}, field time_s: {text!r} is neither seconds nor an ISO "
-                             "timestamp", source=path) from None
-    if any(not math.isfinite(s) for s in stamps):
-        raise InputError("field time_s: a time is not finite", source=path)
-    return stamps
-
-
 def windows(curve: LoadCurve, window_s: float, option: str = "window") -> list[Window]:
     """The planning windows over the curve, each with its peak and mean rate (`option`: the
     option that gave `window_s`, named when it does not fit)."""
+    if expected_requests(curve) < 1:
+        raise InputError(f"asks for {expected_requests(curve):.3g} requests over its "
+                         f"{curve.end_s:g} s (peak {max(curve.rates):.3g} req/s): fewer than one; "
+                         "give rates in requests per second", source=curve.source)
     if window_s > curve.end_s + 1e-9:
         raise InputError(f"{option_ref(option)} {window_s:g} s is longer than the load curve "
                          f"({curve.end_s:g} s); give a shorter window", field=option)

@@ -12,70 +12,18 @@ down dropped (a down machine cannot fail again). `down_s` may be infinite (never
 """
 from __future__ import annotations
 
-import csv
-import io
-
 import numpy as np
 
-from hardware_catalog import InputError, read_text
-from hardware_catalog.checks import Invalid, Number
-
-POOLS = ("prompt", "token", "any")
-COLUMNS = ("time_s", "pool", "machine", "down_s")
-_TIME = Number(low=0.0)
-_DOWN = Number(low=0.0, low_open=True)
-_INDEX = Number(low=0, integer=True)
+from hardware_catalog import InputError
+from hardware_catalog.csvschema import FAILURE_SCHEDULE, read_table
 
 
 def read_failure_csv(path) -> tuple:
-    """Rows (time_s, pool, machine, down_s) of a failure schedule CSV; `down_s` may be `inf`
-    (down for the whole run)."""
-    text = read_text(path)
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise InputError(f"missing column(s) {', '.join(missing)}; a failure schedule has "
-                         f"columns {', '.join(COLUMNS)}", source=str(path))
-    rows = []
-    for raw in reader:
-        number = reader.line_num
-        extra = [v for v in raw.pop(None, None) or [] if v.strip()]
-        if extra:   # beyond the header's last column; a trailing comma alone is accepted
-            raise InputError(f"a value {extra[0][:40]!r} beyond the header's last column; "
-                             "name the column in the header or remove the value",
-                             source=str(path), row=number, field=f"column {len(header) + 1}")
-        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
-        rows.append(_row(row, str(path), number))
-    if not rows:
-        raise InputError("has no failure rows", source=str(path))
-    return tuple(rows)
-
-
-def _row(row: dict, source: str, number: int) -> tuple:
-    values = []
-    for name, check in (("time_s", _TIME), ("pool", None), ("machine", _INDEX),
-                        ("down_s", _DOWN)):
-        text = row[name]
-        try:
-            if name == "pool":
-                if text.lower() not in POOLS:
-                    raise Invalid(f"must be one of {', '.join(POOLS)}, got {text!r}")
-                values.append(text.lower())
-            elif name == "down_s" and text.lower() in ("inf", "infinity"):
-                values.append(float("inf"))
-            else:
-                number_value = float(text) if name != "machine" else _whole(text)
-                values.append(check(number_value))
-        except (Invalid, ValueError) as err:
-            message = str(err) if isinstance(err, Invalid) else f"not a number: {text!r}"
-            raise InputError(message, source=source, row=number, field=name) from None
-    return tuple(values)
-
-
-def _whole(text: str):
-    value = float(text)
-    return int(value) if value.is_integer() else value
+    """Rows (time_s, pool, machine, down_s) of a failure schedule CSV (`FAILURE_SCHEDULE`:
+    columns by name); `down_s` may be `inf` (down for the whole run)."""
+    table = read_table(FAILURE_SCHEDULE, path)
+    return tuple((float(table["time_s"][i]), str(table["pool"][i]), int(table["machine"][i]),
+                  float(table["down_s"][i])) for i in range(len(table)))
 
 
 def check_schedule(rows, prompt_machines: int, token_machines: int, baseline: bool,

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares  # robust bounded nonlinear least squares for the fit
 
-from hardware_catalog import Catalog, InputError, load_catalog, read_text
-from hardware_catalog.csvcells import read_csv_cells
+from hardware_catalog import Catalog, InputError, load_catalog
+from hardware_catalog.csvschema import CALIBRATION_PROFILE, read_table
 from simcore.perfmodel import (DecodeCoefficients, PairCoefficients, PromptCoefficients,
                                Reference)
 
@@ -37,15 +37,11 @@ __all__ = ["PROFILE_COLUMNS", "read_profile_csv", "select_rows", "clean_profile"
            "HeldOutError", "Calibration", "calibrate", "held_out_random", "grid_point_folds",
            "fold_errors", "value_folds", "prompt_features", "decode_features"]
 
-PROFILE_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size",
-                   "token_size", "prompt_time", "token_time")
+PROFILE_COLUMNS = CALIBRATION_PROFILE.required
 _WHOLE = ("tensor_parallel", "prompt_size", "batch_size", "token_size")
 _TIMES = ("prompt_time", "token_time", "e2e_time")
 GROUP = ["model", "hardware", "tensor_parallel"]
-# Sane ranges (issue: bad input): beyond them a row is a typo.
-MAX_PROFILE_ROWS = 1_000_000
-MAX_PROFILE_MS = 1e7                       # any measured time
-_HIGH = {"tensor_parallel": 1024, "prompt_size": 1e7, "batch_size": 1e5, "token_size": 1e7}
+# Sane ranges (beyond them a row is a typo) are declared with the file kind's schema.
 # A group's fit needs this many distinct measurements, over >= 2 prompt sizes and >= 2 batch
 # sizes: the closed forms have 8 (prompt) and 5 (decode) parameters; fewer rows fit the priors.
 MIN_GROUP_ROWS = 5
@@ -53,54 +49,15 @@ MIN_GROUP_ROWS = 5
 
 # ------------------------------------------------------------------------------ reading
 def read_profile_csv(path: str | Path) -> pd.DataFrame:
-    """Read and validate a profile CSV; every problem is a one-line InputError (file, row, field)."""
-    source = str(path)
-    # cells where they stood: a trailing comma on every row is accepted, a value under no
-    # column name refused (it used to shift every column onto pandas' index)
-    header, cells = read_csv_cells(read_text(path), source)
-    cells = cells[~(cells == "").all(axis=1)]   # blank lines
-    first: dict[str, int] = {}
-    for position, name in enumerate(header):
-        first.setdefault(name.strip(), position)   # a name given twice: its first column
-    raw = pd.DataFrame({name: cells[position].to_numpy() for name, position in first.items()
-                        if name}, index=range(len(cells)))
-    raw.attrs["rows"] = cells.index.to_numpy()     # the file's line numbers, for errors
-    for column in PROFILE_COLUMNS:
-        if column not in raw.columns:
-            raise InputError(f"missing column '{column}' (need {', '.join(PROFILE_COLUMNS)})",
-                             source=source, row=1, field=column)
-    if raw.empty:
-        raise InputError("no data rows after the header", source=source)
-    if len(raw) > MAX_PROFILE_ROWS:
-        raise InputError(f"{len(raw)} rows; at most {MAX_PROFILE_ROWS}", source=source)
-    profile = pd.DataFrame({c: raw[c].str.strip() for c in ("model", "hardware")})
-    for column in ("model", "hardware"):
-        _reject(profile[column] == "", raw, source, column, "must not be empty")
+    """Read and validate a profile CSV (`csvschema.CALIBRATION_PROFILE`: columns by name, each
+    typed and bounded); every problem is a one-line InputError (file, row, field)."""
+    table = read_table(CALIBRATION_PROFILE, path)
+    profile = pd.DataFrame({c: table[c] for c in ("model", "hardware")})
     for column in _WHOLE + _TIMES:
-        if column in raw.columns:
-            profile[column] = _positive_numbers(raw, column, source, whole=column in _WHOLE)
-    profile["row"] = raw.attrs["rows"]
+        if column in table.values:
+            profile[column] = table[column].astype(np.int64 if column in _WHOLE else np.float64)
+    profile["row"] = table.rows
     return profile
-
-
-def _positive_numbers(raw: pd.DataFrame, column: str, source: str, whole: bool) -> pd.Series:
-    values = pd.to_numeric(raw[column].str.strip(), errors="coerce").astype(np.float64)
-    _reject(~np.isfinite(values), raw, source, column, "must be a number")
-    _reject(values <= 0, raw, source, column, "must be > 0")
-    high = _HIGH.get(column, MAX_PROFILE_MS)
-    _reject(values > high, raw, source, column, f"must be <= {high:g}")
-    if whole:
-        _reject(values != np.round(values), raw, source, column, "must be a whole number")
-        return values.astype(np.int64)
-    return values.astype(np.float64)
-
-
-def _reject(bad: pd.Series, raw: pd.DataFrame, source: str, column: str, rule: str) -> None:
-    if bad.any():
-        i = int(np.argmax(bad.to_numpy()))
-        raise InputError(f"{rule}, got {raw[column].iloc[i]!r}", source=source,
-                         row=int(raw.attrs["rows"][i]),
-                         field=column)
 
 
 def select_rows(profile: pd.DataFrame, tensor_parallel: int | None = None,

@@ -32,8 +32,6 @@ curve, positive and strictly increasing knots, latencies > 0 that never decrease
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -41,8 +39,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hardware_catalog import Catalog, InputError, read_text
+from hardware_catalog import Catalog, InputError
 from hardware_catalog.checks import Invalid, Number
+from hardware_catalog.csvschema import PERF_TABLE, read_table
 from simcore.latency import LatencyCurves
 
 __all__ = ["parse_table_document", "read_table_csv"]
@@ -93,16 +92,19 @@ def read_table_csv(path: str | Path, catalog: Catalog) -> dict[Key, LatencyCurve
     source = str(path)
     points: dict[Key, dict[str, list]] = defaultdict(lambda: {"prefill": [], "decode": [],
                                                              "context": []})
-    for row, record in _csv_records(path):
+    table = read_table(PERF_TABLE, path)   # columns by name, each cell typed and bounded
+    models = table.values.get("model")
+    for index, row in enumerate(table.rows.tolist()):
         def fail(field: str, message: str, row: int = row) -> None:
             raise InputError(message, source=source, row=row, field=field)
 
-        key = _names(record["machine"], record.get("model") or None, catalog, fail)
-        phase = record["phase"].lower()
-        if phase not in ("prefill", "decode", "context"):
-            fail("phase", f"must be prefill, decode or context, got {record['phase']!r}")
-        x = None if phase == "context" else _csv_number(record["x"], "x", fail)
-        points[key][phase].append((x, _csv_number(record["ms"], "ms", fail), row))
+        key = _names(table["machine"][index], (models[index] or None) if models is not None
+                     else None, catalog, fail)
+        phase, x = table["phase"][index], float(table["x"][index])
+        if phase != "context" and math.isnan(x):
+            fail("x", "must be a number (only a context row leaves x empty)")
+        points[key][phase].append((None if phase == "context" else x,
+                                   float(table["ms"][index]), row))
     if not points:
         raise InputError("no table rows after the header", source=source)
     curves: dict[Key, LatencyCurves] = {}
@@ -201,39 +203,6 @@ def _context(value: Any, fail: Callable[[str], None]) -> float:
 
 
 # ------------------------------------------------------------------------------ CSV helpers
-def _csv_records(path: str | Path):
-    """(file row number, record) for each non-blank data row; the header is row 1."""
-    source = str(path)
-    handle = io.StringIO(read_text(path), newline="")
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise InputError("file is empty", source=source)
-        columns = [c.strip().lower() for c in header]
-        missing = [c for c in ("machine", "phase", "x", "ms") if c not in columns]
-        if missing:
-            raise InputError(f"missing column '{missing[0]}' (need machine, model, phase, x, ms)",
-                             source=source, row=1)
-        for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            if len(cells) != len(columns):
-                raise InputError(f"expected {len(columns)} fields, got {len(cells)}",
-                                 source=source, row=reader.line_num)
-            yield reader.line_num, {c: v.strip() for c, v in zip(columns, cells)}
-
-
-def _csv_number(text: str, field: str, fail: Callable[[str, str], None]) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        fail(field, f"must be a number, got {text!r}")
-    return value
-
-
 def _csv_curve(points: list, phase: str, label: str, source: str):
     rows = [p[2] for p in points]
 

@@ -16,32 +16,28 @@ import stat
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 from hardware_catalog import read_text
-from hardware_catalog.csvcells import read_csv_cells
+from hardware_catalog.csvschema import (MAX_REQUEST_TOKENS,  # noqa: F401 (the token bound)
+                                        MAX_TRACE_REQUESTS as MAX_REQUESTS, TRACE,
+                                        TRACE_BYTES_PER_ROW, YEAR_S, read_table)
 from simcore.interp import KnotIndex, PiecewiseLinear
-
-if TYPE_CHECKING:  # annotations only: pandas is imported where a trace is read
-    import pandas as pd
 
 BUILTIN_TABLES_PATH = Path(__file__).resolve().parent / "data" / "builtin_workloads.json"
 ARRIVAL_KINDS = ("poisson", "gamma")
 # Sane ranges (issue: bad input), checked where a workload enters: beyond them a run is a typo,
-# or out of reach of one machine's memory and time.
-MAX_REQUESTS = 5_000_000           # requests in a trace, or synthesized (rate x duration)
-MAX_SYNTHESIZED_REQUESTS = MAX_REQUESTS
-MAX_REQUEST_TOKENS = 10_000_000    # prompt or output tokens of one request
-MAX_TRACE_SECONDS = 366 * 86400.0  # arrival times (and a timestamped trace's span): one year
-# A trace file's size bound: MAX_REQUESTS rows of at most this many bytes. The formats' rows are
-# 20-40 bytes (an Azure row with its timestamp ~35, a SplitwiseSim row with its ids ~25), so 100
-# is generous; a larger file cannot be a trace we could simulate, and is refused before it is
-# read (or hashed), instead of being parsed until memory runs out.
-TRACE_BYTES_PER_ROW = 100
+# or out of reach of one machine's memory and time. The trace file's own bounds (requests,
+# tokens, arrival times, bytes per row) are declared with its schema (`csvschema.TRACE`).
+MAX_SYNTHESIZED_REQUESTS = MAX_REQUESTS   # requests in a trace, or synthesized (rate x duration)
+MAX_TRACE_SECONDS = YEAR_S  # arrival times (and a timestamped trace's span): one year
+# A trace file's size bound: MAX_REQUESTS rows of at most TRACE_BYTES_PER_ROW bytes; a larger
+# file cannot be a trace we could simulate, and is refused before it is read (or hashed),
+# instead of being parsed until memory runs out.
 MAX_TRACE_BYTES = MAX_REQUESTS * TRACE_BYTES_PER_ROW
 
 
@@ -59,55 +55,24 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------ trace loading
-@dataclass(frozen=True)
-class TraceFormat:
-    """A CSV layout: which columns hold arrival time, prompt tokens and output tokens."""
-    name: str
-    arrival: str
-    prompt: str
-    output: str
-    timestamps: bool  # arrival column holds wall-clock timestamps rather than seconds
-
-    @property
-    def columns(self) -> tuple[str, str, str]:
-        return self.arrival, self.prompt, self.output
-
-    def describe(self) -> str:
-        return f"{self.name} ({', '.join(self.columns)})"
-
-
-TRACE_FORMATS = (
-    TraceFormat("Azure 2023", "TIMESTAMP", "ContextTokens", "GeneratedTokens", timestamps=True),
-    # SplitwiseSim's request_id, request_type, application_id and batch_size are not needed.
-    TraceFormat("SplitwiseSim", "arrival_timestamp", "prompt_size", "token_size", timestamps=False),
-    TraceFormat("plain", "arrival_s", "prompt_tokens", "output_tokens", timestamps=False),
-)
-
-
 def load_trace(path: str | Path) -> Workload:
-    """Read a CSV trace; the header decides the format. Extra columns and blank lines are ignored.
+    """Read a CSV trace (`csvschema.TRACE`): the header decides the layout (Azure 2023,
+    SplitwiseSim or plain columns, by name); other columns are not read (the notes name them),
+    blank lines are skipped.
 
     Azure timestamps become seconds after the earliest request; the other formats' seconds are
     kept as they are. Unsorted arrivals are sorted (stably) and say so in `notes`.
     """
-    source = str(path)
-    header, table = _read_csv_as_text(path)
-    trace_format, columns = _detect_format(header, source)
-    table = table[~(table == "").all(axis=1)]  # blank lines; the index keeps the file's rows
-    if table.empty:
-        raise InputError("file has a header but no requests", source=source)
-    if len(table) > MAX_REQUESTS:
-        raise InputError(f"{len(table)} requests; at most {MAX_REQUESTS} can be simulated: "
-                         "replay a shorter window of the trace", source=source)
-    rows = table.index.to_numpy()  # the file's line numbers: the header is row 1
-    arrival_column, prompt_column, output_column = (table[columns[c]] for c in trace_format.columns)
-    if trace_format.timestamps:
-        arrival_s, notes = _timestamps_to_seconds(arrival_column, rows, source, trace_format.arrival)
-    else:
-        arrival_s, notes = _parse_seconds(arrival_column, rows, source, trace_format.arrival), []
-    prompt = _parse_tokens(prompt_column, rows, source, trace_format.prompt)
-    output = _parse_tokens(output_column, rows, source, trace_format.output)
-    return _sorted_workload(Path(path).name, arrival_s, prompt, output, notes)
+    table = read_table(TRACE, path, text=_trace_text(path))
+    arrival, prompt, output = table.schema.names
+    notes = []
+    if arrival in table.origins:
+        notes.append(f"arrival times are seconds after the first request at "
+                     f"{table.origins[arrival]}")
+    if table.unread:
+        notes.append(f"columns not read: {', '.join(table.unread)}")
+    return _sorted_workload(Path(path).name, table[arrival], table[prompt].astype(np.int64),
+                            table[output].astype(np.int64), notes)
 
 
 def check_trace_size(path: str | Path) -> None:
@@ -123,111 +88,17 @@ def check_trace_size(path: str | Path) -> None:
                          "per row); replay a shorter window of the trace", source=str(path))
 
 
-def _read_csv_as_text(path: str | Path) -> tuple[list[str], pd.DataFrame]:
-    """The header's names and every cell as a string (columns by position, the index the
-    file's line numbers), so each bad value can be reported with its row and field; a trailing
-    comma on every row is accepted, a value under no name refused (`read_csv_cells`)."""
+def _trace_text(path: str | Path) -> str:
+    """The trace's text, refused by its size, or by its count of rows before pandas builds
+    millions of strings."""
     check_trace_size(path)
     text = read_text(path, max_bytes=MAX_TRACE_BYTES)
-    if text.count("\n") > MAX_REQUESTS + 1:   # counted before pandas builds millions of strings
+    if text.count("\n") > MAX_REQUESTS + 1:
         rows = sum(1 for line in text.splitlines()[1:] if line.strip())
         if rows > MAX_REQUESTS:
             raise InputError(f"{rows} requests; at most {MAX_REQUESTS} can be simulated: "
                              "replay a shorter window of the trace", source=str(path))
-    return read_csv_cells(text, str(path))
-
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
-
-
-def _detect_format(header: list[str], source: str) -> tuple[TraceFormat, dict[str, int]]:
-    """Pick the format whose columns the header holds (names matched ignoring case and spaces;
-    a name given twice: its first column); its columns by position."""
-    present: dict[str, int] = {}
-    for position, name in enumerate(header):
-        present.setdefault(name.strip().lower(), position)
-    accepted = "; ".join(f.describe() for f in TRACE_FORMATS)
-
-    def found(fmt: TraceFormat) -> list[str]:
-        return [c for c in fmt.columns if c.lower() in present]
-
-    best = max(TRACE_FORMATS, key=lambda fmt: len(found(fmt)))  # first format wins a tie
-    matched = found(best)
-    if not matched:
-        shown = ", ".join(header)[:120]
-        raise InputError(f"unrecognised header '{shown}'; accepted formats: {accepted}",
-                         source=source, row=1)
-    missing = [c for c in best.columns if c not in matched]
-    if missing:
-        raise InputError(f"missing column for the {best.name} format; accepted formats: {accepted}",
-                         source=source, row=1, field=missing[0])
-    return best, {c: present[c.lower()] for c in best.columns}
-
-
-def _reject(bad: np.ndarray, values: pd.Series, rows: np.ndarray, source: str, column: str,
-            problem: str) -> None:
-    """Raise for the first row flagged in `bad`, quoting its value and counting the others."""
-    if not bad.any():
-        return
-    where = np.flatnonzero(bad)
-    first = where[0]
-    value = values.iloc[first]
-    others = len(where) - 1
-    more = f" ({others} more bad row{'s' if others > 1 else ''} in this column)" if others else ""
-    shown = repr(value[:40]) if value else "an empty value"
-    raise InputError(f"{problem}, got {shown}{more}", source=source, row=int(rows[first]),
-                     field=column)
-
-
-def _parse_numbers(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
-    import pandas as pd  # ~0.5 s to import, and only traces need it (see _read_csv_as_text)
-    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    _reject(~np.isfinite(numbers), values, rows, source, column, "expected a finite number")
-    return numbers
-
-
-def _parse_tokens(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
-    """Whole numbers in [1, MAX_REQUEST_TOKENS] ('20' or '20.0'; never wrapped past int64)."""
-    numbers = _parse_numbers(values, rows, source, column)
-    _reject(numbers != np.floor(numbers), values, rows, source, column,
-            "expected a whole number of tokens")
-    _reject(numbers < 1, values, rows, source, column, "expected at least 1 token")
-    _reject(numbers > MAX_REQUEST_TOKENS, values, rows, source, column,
-            f"expected at most {MAX_REQUEST_TOKENS} tokens")
-    return numbers.astype(np.int64)
-
-
-def _parse_seconds(values: pd.Series, rows: np.ndarray, source: str, column: str) -> np.ndarray:
-    seconds = _parse_numbers(values, rows, source, column)
-    _reject(seconds < 0, values, rows, source, column, "expected an arrival time >= 0 seconds")
-    _reject(seconds > MAX_TRACE_SECONDS, values, rows, source, column,
-            f"expected an arrival time <= {MAX_TRACE_SECONDS:g} seconds (one year)")
-    return seconds
-
-
-def _timestamps_to_seconds(values: pd.Series, rows: np.ndarray, source: str,
-                           column: str) -> tuple[np.ndarray, list[str]]:
-    """Wall-clock timestamps -> seconds after the earliest one (which is named in a note)."""
-    import pandas as pd  # ~0.5 s to import, and only traces need it
-    try:
-        stamps = pd.to_datetime(values.str.strip(), format="ISO8601", errors="coerce")
-    except (ValueError, TypeError) as err:  # e.g. a mix of time zones
-        raise InputError(f"unparseable timestamps: {_one_line(err)}", source=source,
-                         field=column) from None
-    _reject(stamps.isna().to_numpy(), values, rows, source, column, "expected a timestamp")
-    if stamps.dt.tz is not None:  # zone-aware stamps compare in UTC
-        stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
-    # microseconds since 1970 fit int64 for every year 1-9999 (nanoseconds wrap after 2262)
-    micros = stamps.to_numpy().astype("datetime64[us]").astype(np.int64)
-    first = micros.min()
-    seconds = (micros - first) / 1e6
-    _reject(seconds > MAX_TRACE_SECONDS, values, rows, source, column,
-            f"expected timestamps within one year of the first request "
-            f"({np.datetime64(int(first), 'us')})")
-    note = f"arrival times are seconds after the first request at " \
-           f"{pd.Timestamp(np.datetime64(int(first), 'us'))}"
-    return seconds, [note]
+    return text
 
 
 def _sorted_workload(name: str, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -163,17 +164,20 @@ def _bad_files(tmp_path: Path, suffix: str) -> dict[str, Path]:
     directory = tmp_path / f"folder{suffix}"
     directory.mkdir()
     files["directory"] = directory
+    fifo = tmp_path / f"fifo{suffix}"   # opening it would wait for a writer: refused by its kind
+    os.mkfifo(fifo)
+    files["fifo"] = fifo
     files["missing"] = tmp_path / f"missing{suffix}"
     files["proc"] = Path("/proc/self/status")
     return files
 
 
 FILE_KINDS_YAML = ["empty", "blank", "binary", "utf16", "latin1", "nul", "deep", "broken",
-                   "duplicate", "bomb", "directory", "missing", "proc"]
+                   "duplicate", "bomb", "directory", "fifo", "missing", "proc"]
 FILE_KINDS_JSON = ["empty", "blank", "binary", "utf16", "latin1", "nul", "deep", "broken", "nan",
-                   "directory", "missing", "proc"]
-FILE_KINDS_CSV = ["empty", "blank", "binary", "utf16", "latin1", "nul", "directory", "missing",
-                  "proc"]
+                   "directory", "fifo", "missing", "proc"]
+FILE_KINDS_CSV = ["empty", "blank", "binary", "utf16", "latin1", "nul", "directory", "fifo",
+                  "missing", "proc"]
 
 
 def _run_file_case(bad, tmp_path, kind, suffix, build):
@@ -233,6 +237,162 @@ def test_calibrate_profile_kinds(bad, tmp_path, kind):
 @pytest.mark.parametrize("kind", FILE_KINDS_JSON)
 def test_check_report_kinds(bad, tmp_path, kind):
     _run_file_case(bad, tmp_path, kind, ".json", lambda p, t: ["check", p, "--no-cache"])
+
+
+CURVE_SIM = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+             "--curve-window", "600"]
+
+
+def _good_curve(tmp_path: Path) -> Path:
+    path = tmp_path / "good-curve.csv"
+    path.write_text("time_s,rate_rps\n0,2\n600,3\n")
+    return path
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_load_curve_kinds(bad, tmp_path, kind):
+    _run_file_case(bad, tmp_path, kind, ".csv", lambda p, t: [*CURVE_SIM, "--load-curve", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_search_load_curve_kinds(bad, tmp_path, kind):
+    _run_file_case(bad, tmp_path, kind, ".csv",
+                   lambda p, t: ["search", "--designs", "splitwise-hh", "--no-cache",
+                                 "--load-curve", p, "--out", t / "out"])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_plan_kinds(bad, tmp_path, kind):
+    _run_file_case(bad, tmp_path, kind, ".csv",
+                   lambda p, t: [*CURVE_SIM, "--load-curve", _good_curve(t), "--plan", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_CSV)
+def test_failure_schedule_kinds(bad, tmp_path, kind):
+    _run_file_case(bad, tmp_path, kind, ".csv", lambda p, t: [*SIM, "--failures", p])
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS_JSON)
+def test_model_config_kinds(bad, tmp_path, kind):
+    _run_file_case(bad, tmp_path, kind, ".json", lambda p, t: [*SIM, "--model-config", p])
+
+
+# --------------------------------------------------------- CSV kinds, from their schemas
+# Every CSV file kind is declared once (hardware_catalog.csvschema.SCHEMAS); its bad inputs are
+# generated from that declaration: a missing, doubled or unknown column, no header, and each
+# column's cells out of type or bounds. A kind added to SCHEMAS without a way in here fails
+# test_every_csv_kind_has_a_way_in.
+def _csv_route(kind: str, path: Path, tmp_path: Path) -> list:
+    routes = {
+        "trace": lambda: [*SIM, "--workload", path],
+        "load_curve": lambda: [*CURVE_SIM, "--load-curve", path],
+        "plan": lambda: [*CURVE_SIM, "--load-curve", _good_curve(tmp_path), "--plan", path],
+        "failure_schedule": lambda: [*SIM, "--failures", path],
+        "calibration_profile": lambda: ["calibrate", path, "--out", tmp_path / "c.json"],
+        "perf_table": lambda: [*SIM, "--perf-model", path],
+    }
+    return routes[kind]()
+
+
+def _layouts():
+    from hardware_catalog.csvschema import SCHEMAS, CsvSchema
+    for kind, layouts in SCHEMAS.items():
+        for schema in ((layouts,) if isinstance(layouts, CsvSchema) else layouts):
+            yield kind, schema
+
+
+def _split(example: str) -> tuple[list[str], list[list[str]]]:
+    header, *rows = example.strip().splitlines()
+    return header.split(","), [row.split(",") for row in rows]
+
+
+def _text(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(",".join(cells) for cells in [header, *rows]) + "\n"
+
+
+def _bad_cells(cell) -> list[str]:
+    from hardware_catalog.csvschema import Label, Num, Stamp, Word
+    if isinstance(cell, Stamp):
+        return ["yesterday", "x"] + (_bad_cells(cell.seconds) if cell.seconds else [])
+    if isinstance(cell, Word):
+        return ["bogus", ""]
+    if isinstance(cell, Label):
+        return [] if cell.blank else [""]
+    assert isinstance(cell, Num), cell
+    values = ["x", "nan", "-inf", "1e400", "2**70"]
+    if not any(word == "" for word, _ in cell.words):
+        values.append("")
+    if not any(word == "inf" for word, _ in cell.words):
+        values.append("inf")
+    if cell.low is not None:
+        values.append(f"{cell.low - 1:g}" if not cell.low_open else f"{cell.low:g}")
+    if cell.high is not None:
+        values.append(f"{cell.high * 10 + 10:.0f}")
+    if cell.integer:
+        values.append("2.5")
+    return values
+
+
+def _schema_cases():
+    cases = []
+    for kind, schema in _layouts():
+        header, rows = _split(schema.example)
+        label = f"{kind}:{schema.layout or kind}"
+        for i, name in enumerate(header):
+            if name not in schema.required:
+                continue
+            cases.append((kind, f"{label}:missing-{name}",
+                          _text(header[:i] + header[i + 1:], [r[:i] + r[i + 1:] for r in rows]),
+                          [name]))
+        cases.append((kind, f"{label}:doubled", _text(header + [header[0]],
+                                                      [r + [r[0]] for r in rows]),
+                      [header[0], "twice"]))
+        if not schema.extra:
+            cases.append((kind, f"{label}:unknown", _text(header + ["bogus"],
+                                                          [r + ["1"] for r in rows]),
+                          ["bogus"]))
+        cases.append((kind, f"{label}:no-header", _text(rows[0], rows[1:] or [rows[0]]), []))
+        cases.append((kind, f"{label}:no-rows", _text(header, []), ["no"]))
+        for column in schema.columns:
+            if column.name not in header:
+                continue
+            index = header.index(column.name)
+            for value in _bad_cells(column.cell):
+                bad_rows = [r[:index] + [value] + r[index + 1:] if k == 0 else r
+                            for k, r in enumerate(rows)]
+                cases.append((kind, f"{label}:{column.name}={value!r}",
+                              _text(header, bad_rows), ["row 2", column.name]))
+    return cases
+
+
+SCHEMA_CASES = _schema_cases()
+
+
+@pytest.mark.parametrize("kind,case,text,words", SCHEMA_CASES, ids=[c[1] for c in SCHEMA_CASES])
+def test_csv_kind_from_its_schema(bad, tmp_path, kind, case, text, words):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    path = inputs / f"{kind}.csv"
+    path.write_text(text)
+    bad(_csv_route(kind, path, tmp_path), path.name, *words)
+
+
+@pytest.mark.parametrize("kind,schema", list(_layouts()),
+                         ids=[f"{k}:{s.layout or k}" for k, s in _layouts()])
+def test_csv_kind_examples_are_valid(tmp_path, kind, schema):
+    """Each schema's example reads (the generated cases above break one thing of a valid file)."""
+    from hardware_catalog.csvschema import read_table
+    path = tmp_path / "example.csv"
+    path.write_text(schema.example)
+    table = read_table(schema, path)
+    assert len(table) == len(_split(schema.example)[1])
+    assert set(table.values) == {c.name for c in schema.columns if c.name in schema.example}
+
+
+def test_every_csv_kind_has_a_way_in(tmp_path):
+    from hardware_catalog.csvschema import SCHEMAS
+    for kind in SCHEMAS:
+        assert _csv_route(kind, tmp_path / "x.csv", tmp_path)
 
 
 @pytest.mark.parametrize("which", ["machines", "models", "designs"])
@@ -365,7 +525,7 @@ def test_trace_numbers(bad, tmp_path, column, value):
     row[column] = value
     path = tmp_path / "trace.csv"
     path.write_text(PLAIN + "0,10,5\n" + ",".join(row.values()) + "\n")
-    line = bad([*SIM, "--workload", path, "--rate", "5"], "trace.csv", "row 3")
+    line = bad([*SIM, "--workload", path], "trace.csv", "row 3")
     assert column in line
 
 

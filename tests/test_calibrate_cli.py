@@ -102,7 +102,7 @@ def test_table_output_lists_each_group_and_phase(synthetic_csv, run_cli):
 GOOD_HEADER = "model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time,token_time"
 BAD_PROFILES = {
     "empty": ("", "file is empty"),
-    "header-only": (GOOD_HEADER + "\n", "no data rows"),
+    "header-only": (GOOD_HEADER + "\n", "has a header but no rows"),
     "missing-column": ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,"
                        "prompt_time\nm,h,8,512,1,128,90\n", "missing column 'token_time'"),
     "non-numeric": (GOOD_HEADER + "\nm,h,8,512,1,128,90,45\nm,h,8,512,2,128,fast,46\n",

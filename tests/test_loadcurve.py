@@ -32,7 +32,7 @@ def test_windows_hold_each_windows_peak_and_mean(tmp_path):
 
 def test_iso_timestamps_and_rescaling(tmp_path):
     curve = read_load_curve(str(_curve(
-        tmp_path, "time,rate\n2024-05-13T00:00:00,4\n2024-05-13T00:10:00,8\n")))
+        tmp_path, "time_s,rate_rps\n2024-05-13T00:00:00,4\n2024-05-13T00:10:00,8\n")))
     assert curve.times == (0.0, 600.0) and curve.scaled(80).rates == (40.0, 80.0)
 
 
