@@ -586,7 +586,7 @@ def simulate_options(options: SimulateOptions) -> SimulationRun:
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
     cluster = replace(cluster, design=pinned_design(
         cluster.design, options.layout, model, reserve, longest,
-        (cluster.prompt_machines, cluster.token_machines)))
+        (cluster.prompt_machines, cluster.token_machines), workload))
     result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                             replace(sim_options(s, options.resilience,
                                                 _failure_rows(c, cluster)),
@@ -653,7 +653,7 @@ def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, pro
     sizes = curve_sizes(workload)
     cluster = replace(cluster, design=pinned_design(
         cluster.design, options.layout, model, options_used.memory_reserve_fraction,
-        longest_request(sizes), (cluster.prompt_machines, cluster.token_machines)))
+        longest_request(sizes), (cluster.prompt_machines, cluster.token_machines), workload))
     # (a plan that does not fit the cluster is refused, one line, before any simulation)
     run = simulate_curve(cluster, sizes, curve.times, curve.rates, curve.end_s, edges, s.seed,
                          model, perf, reference, options_used, linear=curve.linear)

@@ -15,7 +15,7 @@ more than a verified optimum of another layout cannot win.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -148,7 +148,29 @@ def check_fits(study: Study, designs) -> None:
     what = ("the pinned layout fits none of the designs" if pins
             else f"{study.model.name} fits no design's machines at any layout")
     detail = f"{first['layout']} {first['reason']}" if first else "no layout"
+    if shape.longest > 1 and any(   # the model fits, the longest request does not
+            all(chosen for chosen, _ in pool_choices(study, design, replace(shape, longest=1),
+                                                     perf)) for design in designs):
+        blame = request_too_long(study.workload, f"{study.model.name} has room for on any "
+                                                 f"design's machines at any layout ({detail})")
+        if blame is not None:
+            raise blame
     raise InputError(f"{what}: {detail}", field=_first_pin(study) if pins else "model")
+
+
+def request_too_long(workload, why: str) -> InputError | None:
+    """The error for a trace whose longest request (prompt + output tokens: its KV cache) is
+    what no layout holds, naming the trace file, the request's row and its prompt column
+    (None for a built-in workload: its sizes are no file's)."""
+    if workload is None or getattr(workload, "kind", None) != "trace":
+        return None
+    from hardware_catalog.csvschema import TRACE, read_table
+    table = read_table(TRACE, workload.path)
+    _, prompt, output = table.schema.names
+    index = int(np.argmax(table[prompt] + table[output]))
+    return table.error(index, prompt, f"a request of {int(table[prompt][index]):,} prompt + "
+                                      f"{int(table[output][index]):,} output tokens, more KV "
+                                      f"cache than {why}; shorten or drop it")
 
 
 def _first_pin(study: Study) -> str:
@@ -315,10 +337,11 @@ def layout_record(design: Design, model, reserve: float) -> dict:
 
 
 def pinned_design(design: Design, options, model, reserve_fraction: float, longest: int,
-                  machines: tuple[int, int]) -> Design:
+                  machines: tuple[int, int], workload=None) -> Design:
     """`provision simulate`: the design with the layouts its options pin (unpinned pools: the
     whole machine), checked: TP divides the GPUs, the layout holds the model and the longest
-    request, the pipeline fits the pool (InputError naming the option otherwise)."""
+    request, the pipeline fits the pool (InputError naming the option otherwise; a request
+    of the trace `workload` that the layout holds the model but not: naming its row)."""
     chosen = []
     for (pool, (machine, _)), size in zip(zip(("prompt", "token"), pools(design)), machines):
         tp, pp = pinned(options, pool, design.is_baseline)
@@ -332,6 +355,12 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
         problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
         if problem:
             field_name = name if tp is not None else ("pp" if pp else "model")
+            if longest > 1 and not layouts.fit_problem(
+                    model, machine, layout, reserve_fraction, 1):
+                blame = request_too_long(workload, f"{model.name} has room for on "
+                                                   f"{machine.name} ({layout.label}: {problem})")
+                if blame is not None:
+                    raise blame
             hint = (f"; pin a smaller layout with {option_ref(name)}"
                     if tp is None and model.heads % layout.tp else "")
             raise InputError(f"{layout.label} on {machine.name}: {problem}{hint}",

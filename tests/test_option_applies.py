@@ -1,5 +1,7 @@
 """Smaller cases of issue 34: an input is refused where it is wrong, naming what is wrong.
 
+- a trace request longer than the model has room for names the trace file, its row and
+  column (not `model`);
 - a catalog machine of 1,024 GPUs (the documented limit) is searched at the layouts that have
   performance data (the warm-up no longer runs its whole-machine layout, which has none);
 - an option that cannot apply to the question is refused naming both options, as the caller
@@ -19,6 +21,66 @@ from hardware_catalog import DATA_DIR, InputError
 from provisioner.options import SearchOptions, from_keywords
 from provisioner.question import merge_options, resolve_study
 
+LONG_TRACE = "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,9999000,10\n1,100,10\n"
+AZURE_TRACE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+               "2023-11-16 18:15:46.6805900,4808,10\n"
+               "2023-11-16 18:15:47.1000000,120,8\n"
+               "2023-11-16 18:15:47.6805900,9000000,10\n")
+BLOOM_ON_A100 = ["--design", "splitwise-aa", "--prompt", "20", "--token", "20",
+                 "--model", "bloom-176b"]
+
+
+# ------------------------------------------------------------ a request longer than fits
+@pytest.fixture
+def long_trace(tmp_path) -> Path:
+    path = tmp_path / "long.csv"
+    path.write_text(LONG_TRACE)
+    return path
+
+
+def test_simulate_names_the_trace_row_that_does_not_fit(cli, bad_input, long_trace):
+    line = bad_input(cli(["simulate", *BLOOM_ON_A100, "--workload", long_trace]),
+                     "long.csv", "row 3", "'prompt_tokens'", "9,999,000 prompt + 10 output")
+    assert "'model'" not in line
+
+
+def test_a_pinned_layout_too(cli, bad_input, long_trace):
+    bad_input(cli(["simulate", *BLOOM_ON_A100, "--workload", long_trace, "--tp", "8",
+                   "--pp", "2"]), "long.csv", "row 3", "'prompt_tokens'")
+
+
+def test_search_names_the_trace_row_that_does_not_fit(cli, bad_input, long_trace, tmp_path):
+    line = bad_input(cli(["search", "--designs", "splitwise-aa", "--model", "bloom-176b",
+                          "--workload", long_trace, "--no-cache", "--out", tmp_path / "out"]),
+                     "long.csv", "row 3", "'prompt_tokens'")
+    assert "'model'" not in line and not (tmp_path / "out").exists()
+
+
+def test_an_azure_trace_names_its_own_column(cli, bad_input, tmp_path):
+    path = tmp_path / "azure.csv"
+    path.write_text(AZURE_TRACE)
+    bad_input(cli(["search", "--designs", "splitwise-aa", "--model", "bloom-176b",
+                   "--workload", path, "--no-cache", "--out", tmp_path / "out"]),
+              "azure.csv", "row 4", "'ContextTokens'")
+
+
+def test_from_python_too(long_trace):
+    with pytest.raises(InputError, match=r"long\.csv, row 3, field 'prompt_tokens'"):
+        provisioner.simulate(design="splitwise-aa", prompt=20, token=20, model="bloom-176b",
+                             workload=str(long_trace))
+
+
+def test_a_model_too_large_for_any_layout_still_blames_the_model(cli, bad_input, tmp_path):
+    """Only the request's length is the trace's fault: a model no layout holds at all is."""
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / "models.yaml").write_text(yaml.safe_dump({"huge": {
+        "layers": 400, "hidden": 65536, "heads": 512, "kv_heads": 64, "params_b": 20000,
+        "intermediate_size": 262144, "vocab_size": 32000}}))
+    path = tmp_path / "short.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n")
+    bad_input(cli(["simulate", "--design", "splitwise-aa", "--prompt", "20", "--token", "20",
+                   "--model", "huge", "--catalog", catalog, "--workload", path]), "'model'")
 
 
 # ------------------------------------------------------------ a 1,024-GPU machine
