@@ -19,8 +19,9 @@ from provisioner.options import LEGACY_ENGINE, Constraints, SearchSettings
 from simcore import SimOptions, splitwise_sim
 from simcore.kernels import (EnginePerformanceModel, KernelPerformanceModel,
                              kernel_data_version, tables_sha256)
-from simcore.perfmodel import (PerformanceModel, default_performance_model,
+from simcore.perfmodel import (FittedPerformanceModel, default_performance_model,
                                load_performance_model, perf_model_version)
+from simcore.performance import PerformanceModel
 from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
                               check_trace_size, load_trace, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
@@ -231,12 +232,12 @@ class PerfSource:
 _LOADED_MODELS: dict = {}  # one load per file and catalog per process (workers included)
 
 
-def _own_default_model() -> PerformanceModel:
+def _own_default_model() -> FittedPerformanceModel:
     """A copy of the default model with a curve cache of its own: the caches are keyed by
     names, and a preset's or an fp8 model's record (weights, KV bytes) differs from the
     catalog's."""
     default = default_performance_model()
-    return PerformanceModel(default.groups, transfer=default.transfer, source=default.source)
+    return FittedPerformanceModel(default.groups, transfer=default.transfer, source=default.source)
 
 
 @lru_cache(maxsize=1)
@@ -256,9 +257,9 @@ def _engine_model(engine: str, dtype: str, kv_dtype: str = "bf16") -> EnginePerf
 
 
 @dataclass(frozen=True)
-class _Scaled:
+class _Scaled(PerformanceModel):
     """A performance model whose every latency is `factor` times the model's."""
-    model: object
+    model: PerformanceModel
     factor: float
 
     def curves(self, model, machine, tp=None):

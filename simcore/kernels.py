@@ -53,7 +53,7 @@ database anomalies (docs/kernel-data.md); each file's `anomalies` names them and
 used (`KernelTables.anomalies`).
 
 `KernelPerformanceModel` tabulates `LatencyCurves` per (model, machine) for the simulator, like
-`simcore.perfmodel.PerformanceModel`: the prompt curve is a single prompt of T tokens on the
+`simcore.perfmodel.FittedPerformanceModel`: the prompt curve is a single prompt of T tokens on the
 prompt knots; the decode curve b decodes at the shortest measured context; the context
 coefficient K the slope of generation attention in total KV tokens (per layer, times layers);
 the chunk terms A (per chunk token x cached token: the context-attention cost per query-key
@@ -75,6 +75,7 @@ import numpy as np
 from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.latency import LatencyCurves
 from simcore.perfmodel import DECODE_KNOTS, PROMPT_KNOTS
+from simcore.performance import PerformanceModel
 
 __all__ = ["KERNEL_DIR", "GPU_OF_MACHINE", "KernelTables", "load_tables", "available_tables",
            "Chunk", "iteration_time", "ModelShapes", "KernelPerformanceModel",
@@ -630,11 +631,11 @@ def pair_cost(tables: KernelTables, shapes: ModelShapes) -> float:
     return float(tables.context_attention(1, s, shapes.heads, shapes.kv_heads)) / (s * s / 2)
 
 
-class KernelPerformanceModel:
-    """Latency curves per (model, machine) from the kernel tables, shaped like
-    `simcore.perfmodel.PerformanceModel` (`curves`, `is_calibrated`) so it can be plugged in as
-    a performance model later. TP is the layout's (`curves(..., tp)`), the whole machine when
-    not given, unless the model was built with a fixed `tp`."""
+class KernelPerformanceModel(PerformanceModel):
+    """Latency curves per (model, machine) from the kernel tables: a
+    `simcore.performance.PerformanceModel` (`curves`, `is_calibrated`). TP is the layout's
+    (`curves(..., tp)`), the whole machine when not given, unless the model was built with a
+    fixed `tp`."""
 
     def __init__(self, engine: str = "vllm", dtype: str = "bf16", tp: int | None = None,
                  step_overhead_s: float = 0.0, kv_dtype: str = "bf16"):
@@ -718,7 +719,7 @@ def tables_sha256(engine: str, dtype: str, kv_dtype: str = "bf16") -> str:
     return digest.hexdigest()
 
 
-class EnginePerformanceModel:
+class EnginePerformanceModel(PerformanceModel):
     """An engine's latencies: the kernel model (`KernelPerformanceModel(engine, dtype)`) for
     every (model, machine) pair its tables cover, `fallback` (the model fitted to the 2023
     Splitwise profiles) for the others: a GPU without tables for the engine and data type

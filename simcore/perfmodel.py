@@ -94,9 +94,10 @@ from hardware_catalog import Catalog, InputError, MachineSku, ModelSpec, read_js
 from hardware_catalog.checks import Invalid, Number
 from simcore import perftables
 from simcore.latency import LatencyCurves
+from simcore.performance import PerformanceModel
 
 __all__ = ["perf_model_version", "CLOSED_FORM_VERSION", "COEFFICIENTS_FORMAT", "PromptCoefficients",
-           "DecodeCoefficients", "Reference", "PairCoefficients", "PerformanceModel",
+           "DecodeCoefficients", "Reference", "PairCoefficients", "FittedPerformanceModel",
            "default_performance_model", "load_performance_model", "coefficients_document",
            "parse_coefficients_document", "tabulate", "PROMPT_KNOTS", "DECODE_KNOTS"]
 
@@ -249,8 +250,9 @@ def _plain(record) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
-class PerformanceModel:
-    """Latency curves per (model, machine): from tables, fitted coefficients or the default.
+class FittedPerformanceModel(PerformanceModel):
+    """Latency curves per (model, machine): from tables, fitted coefficients or the default
+    (the `simcore.performance.PerformanceModel` of the 2023 fit, `calibrate` and user tables).
 
     Resolution for a pair: a table for (machine, model), then a table for the machine (any
     model); then a coefficient group that covers the pair directly; then, for the default model
@@ -260,7 +262,7 @@ class PerformanceModel:
 
     def __init__(self, groups: Iterable[PairCoefficients] = (),
                  tables: Mapping[tuple[str, str | None], LatencyCurves] | None = None,
-                 fallback: "PerformanceModel | None" = None, transfer: bool = False,
+                 fallback: "FittedPerformanceModel | None" = None, transfer: bool = False,
                  source: str = "default"):
         self.groups = tuple(groups)
         self.tables = dict(tables or {})
@@ -382,14 +384,14 @@ class PerformanceModel:
 
 
 @lru_cache(maxsize=None)
-def default_performance_model() -> PerformanceModel:
+def default_performance_model() -> FittedPerformanceModel:
     """The calibrated physically based model from the packaged coefficients (no user file)."""
     document = json.loads(DEFAULT_COEFFICIENTS.read_text())
     groups = parse_coefficients_document(document, str(DEFAULT_COEFFICIENTS))
-    return PerformanceModel(groups, transfer=True, source="default")
+    return FittedPerformanceModel(groups, transfer=True, source="default")
 
 
-def load_performance_model(path: str | Path, catalog: Catalog) -> PerformanceModel:
+def load_performance_model(path: str | Path, catalog: Catalog) -> FittedPerformanceModel:
     """A user's coefficients file or piecewise-linear table file (YAML, JSON or CSV); table
     entries name machines and models of `catalog`.
 
@@ -399,15 +401,15 @@ def load_performance_model(path: str | Path, catalog: Catalog) -> PerformanceMod
     path = Path(path)
     fallback = default_performance_model()
     if path.suffix.lower() == ".csv":
-        return PerformanceModel(tables=perftables.read_table_csv(path, catalog),
-                                fallback=fallback, source=str(path))
+        return FittedPerformanceModel(tables=perftables.read_table_csv(path, catalog),
+                                      fallback=fallback, source=str(path))
     document = _read_document(path)
     if isinstance(document, dict) and "groups" in document:
-        return PerformanceModel(parse_coefficients_document(document, str(path)),
-                                fallback=fallback, source=str(path))
+        return FittedPerformanceModel(parse_coefficients_document(document, str(path)),
+                                      fallback=fallback, source=str(path))
     if isinstance(document, dict) and "tables" in document:
         tables = perftables.parse_table_document(document, str(path), catalog)
-        return PerformanceModel(tables=tables, fallback=fallback, source=str(path))
+        return FittedPerformanceModel(tables=tables, fallback=fallback, source=str(path))
     raise InputError("expected a coefficients file (key 'groups', from provision calibrate) or "
                      "a latency table file (key 'tables')", source=str(path))
 

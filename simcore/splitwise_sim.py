@@ -35,6 +35,7 @@ import numpy as np
 
 from hardware_catalog import MachineSku, ModelSpec
 from simcore.latency import LatencyCurves
+from simcore.performance import PerformanceModel
 
 CURVES_PATH = Path(__file__).resolve().parent / "data" / "splitwise_sim_curves.json"
 MIXED_PROMPT_FACTOR = 1.1   # SplitwiseSim get_iteration_duration: mixed batch = 1.1 x prompt
@@ -79,7 +80,7 @@ def splitwise_sim_curves(model: ModelSpec, machine: MachineSku,
                          decode_axis="batch_tokens", mixed_prompt_factor=MIXED_PROMPT_FACTOR)
 
 
-class SplitwiseSimPerformance:
+class SplitwiseSimPerformance(PerformanceModel):
     """A performance model answering with SplitwiseSim's curves where its profiles cover the
     pair (chunked-prefill terms and the power cap applied as the base model applies them to a
     table), and with `base` elsewhere."""

@@ -10,7 +10,7 @@ import pytest
 
 from hardware_catalog import load_catalog
 from simcore.perfcalib import calibrate, clean_profile, read_profile_csv, select_rows
-from simcore.perfmodel import PerformanceModel, default_performance_model, load_performance_model
+from simcore.perfmodel import FittedPerformanceModel, default_performance_model, load_performance_model
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PROFILE = SHARED / "profiles" / "splitwise_sim_perf_model.csv"
@@ -73,7 +73,7 @@ def test_out_file_round_trips_through_load_performance_model(tmp_path, synthetic
         fitted = calibrate(read_profile_csv(synthetic_csv)).groups
         model, machine = CATALOG.model("llama2-70b"), CATALOG.machine("dgx-a100")
         loaded = load_performance_model(out, load_catalog()).curves(model, machine)
-        direct = PerformanceModel(fitted).curves(model, machine)
+        direct = FittedPerformanceModel(fitted).curves(model, machine)
         np.testing.assert_array_equal(loaded.prompt_seconds, direct.prompt_seconds)
         np.testing.assert_array_equal(loaded.decode_seconds, direct.decode_seconds)
         assert loaded.context_seconds_per_token == direct.context_seconds_per_token

@@ -10,7 +10,7 @@ import pytest
 
 from hardware_catalog import InputError, load_catalog
 from simcore.perfcalib import fit_group
-from simcore.perfmodel import (DEFAULT_COEFFICIENTS, PairCoefficients, PerformanceModel,
+from simcore.perfmodel import (DEFAULT_COEFFICIENTS, FittedPerformanceModel, PairCoefficients,
                                default_performance_model, load_performance_model)
 
 CATALOG = load_catalog()
@@ -269,8 +269,60 @@ def test_user_coefficients_cover_their_pairs_and_fall_back_elsewhere(tmp_path):
 
 
 def test_a_model_without_any_data_is_an_input_error():
-    empty = PerformanceModel([])
+    empty = FittedPerformanceModel([])
     with pytest.raises(InputError, match="no performance data"):
         empty.curves(CATALOG.model("llama2-70b"), CATALOG.machine("dgx-a100"))
     assert isinstance(PERF.coefficients(CATALOG.model("mixtral-8x7b"), CATALOG.machine("l40s")),
                       PairCoefficients)
+
+
+def _implementations(tmp_path) -> dict:
+    """One of each performance model the code builds: the 2023 fit, calibrated coefficients (a
+    coefficients file), a user's table, the kernel model, an engine's model, SplitwiseSim's
+    curves, and a scaled one (--sensitivity)."""
+    from provisioner.study import _Scaled
+    from simcore.kernels import EnginePerformanceModel, KernelPerformanceModel
+    from simcore.splitwise_sim import SplitwiseSimPerformance
+    coefficients = tmp_path / "mine.json"
+    coefficients.write_text(json.dumps(_document()))
+    table = tmp_path / "t.csv"
+    table.write_text(TABLE_CSV)
+    return {"2023 fit": PERF,
+            "calibrated": load_performance_model(coefficients, CATALOG),
+            "user table": load_performance_model(table, CATALOG),
+            "kernels": KernelPerformanceModel("vllm"),
+            "engine": EnginePerformanceModel(KernelPerformanceModel("vllm"), PERF),
+            "splitwise-sim curves": SplitwiseSimPerformance(PERF),
+            "scaled": _Scaled(PERF, 1.1)}
+
+
+def test_every_performance_model_satisfies_the_protocol(tmp_path):
+    """`simcore.performance.PerformanceModel` is what the simulators and the search call: each
+    implementation declares it, answers it with the protocol's parameter names, and answers."""
+    import inspect
+
+    from simcore.latency import LatencyCurves
+    from simcore.performance import PerformanceModel
+    calls = [name for name, member in vars(PerformanceModel).items()
+             if inspect.isfunction(member) and not name.startswith("_")]
+    assert calls == ["curves", "is_calibrated"]
+    model, machine = CATALOG.model("llama2-70b"), CATALOG.machine("dgx-h100")
+    for name, perf in _implementations(tmp_path).items():
+        assert isinstance(perf, PerformanceModel), name
+        assert PerformanceModel in type(perf).__mro__, f"{name} does not declare the protocol"
+        for call in calls:
+            wanted = list(inspect.signature(getattr(PerformanceModel, call)).parameters)
+            assert list(inspect.signature(getattr(type(perf), call)).parameters) == wanted, \
+                (name, call)
+        assert isinstance(perf.curves(model, machine, 8), LatencyCurves), name
+        assert isinstance(perf.is_calibrated(model, machine, 8), bool), name
+
+
+def test_an_object_without_the_calls_is_not_a_performance_model():
+    from simcore.performance import PerformanceModel
+
+    class CurvesOnly:
+        def curves(self, model, machine, tp=None):
+            return PERF.curves(model, machine, tp)
+
+    assert not isinstance(CurvesOnly(), PerformanceModel)
