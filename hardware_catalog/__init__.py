@@ -107,6 +107,17 @@ class ModelSpec:
     experts_per_token: int | None = None
     expert_intermediate_size: int | None = None
     kv_bytes_per_value: int | None = None  # the KV cache's (--kv-dtype); None: bytes_per_value
+    # issue 36: DeepSeek-style models (None / 0 / False: not this kind of model)
+    shared_experts: int | None = None     # n_shared_experts, each expert_intermediate_size wide
+    dense_layers: int = 0                 # first_k_dense_replace: the first layers' dense MLP
+    kv_lora_rank: int | None = None       # multi-head latent attention (MLA): the KV latent
+    q_lora_rank: int | None = None        # MLA's query latent (None: a full query projection)
+    qk_rope_head_dim: int | None = None   # MLA: rotary part of a query/key head (cached too)
+    qk_nope_head_dim: int | None = None   # MLA: the rest of a query/key head
+    v_head_dim: int | None = None         # MLA: a value head
+    sliding_window: int | None = None     # tokens a sliding-window layer attends to (gpt-oss)
+    sliding_layers: int = 0               # how many layers use the window (the rest: full)
+    attention_sinks: bool = False         # a learned sink logit per head (gpt-oss): no KV
 
     @property
     def head_dim(self) -> int:
@@ -117,11 +128,48 @@ class ModelSpec:
         return self.experts is not None
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is the MoE block (the first `dense_layers` are dense)."""
+        return (self.layers - self.dense_layers) if self.is_moe else 0
+
+    @property
+    def _kv_value_bytes(self) -> int:
+        return (self.bytes_per_value if self.kv_bytes_per_value is None
+                else self.kv_bytes_per_value)
+
+    @property
+    def kv_bytes_per_layer_token(self) -> int:
+        """One token's KV in one layer: K and V of the KV heads (grouped-query attention
+        stores kv_heads heads, not heads), or MLA's compressed latent (kv_lora_rank values)
+        and its rotary key (qk_rope_head_dim values), one vector for all heads."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self._kv_value_bytes
+        return 2 * self.kv_heads * self.head_dim * self._kv_value_bytes
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """K and V for every layer; grouped-query attention stores kv_heads heads, not heads."""
-        kv_bytes = (self.bytes_per_value if self.kv_bytes_per_value is None
-                    else self.kv_bytes_per_value)
-        return 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes
+        """KV bytes every token holds for as long as its request runs: every layer's, except
+        the sliding-window layers' (they hold at most `sliding_window` tokens per request;
+        `kv_bytes` counts them)."""
+        return (self.layers - self.sliding_layers) * self.kv_bytes_per_layer_token
+
+    @property
+    def window_kv_bytes(self) -> int:
+        """The most KV one request holds in the sliding-window layers (0: none)."""
+        if not self.sliding_layers:
+            return 0
+        return self.sliding_layers * self.sliding_window * self.kv_bytes_per_layer_token
+
+    def kv_bytes(self, context: int) -> int:
+        """KV bytes of one request holding `context` tokens: every full-attention layer holds
+        them all, a sliding-window layer min(context, window)."""
+        window = (self.sliding_layers * min(context, self.sliding_window)
+                  if self.sliding_layers else 0)
+        return self.kv_bytes_per_token * context + window * self.kv_bytes_per_layer_token
 
     @property
     def weight_bytes(self) -> float:
@@ -135,10 +183,24 @@ class ModelSpec:
         return self.active_params_b if self.active_params_b is not None else self.params_b
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
-                "heads": self.heads, "kv_heads": self.kv_heads, "params_b": self.params_b,
-                "active_params_b": self.active_params_b, "bytes_per_value": self.bytes_per_value,
-                "kv_bytes_per_token": self.kv_bytes_per_token, "perf_profile": self.perf_profile}
+        record = {"name": self.name, "layers": self.layers, "hidden": self.hidden,
+                  "heads": self.heads, "kv_heads": self.kv_heads, "params_b": self.params_b,
+                  "active_params_b": self.active_params_b,
+                  "bytes_per_value": self.bytes_per_value,
+                  "kv_bytes_per_token": self.kv_bytes_per_token, "perf_profile": self.perf_profile}
+        # the issue-36 fields only where a model has them (older records echo as they did)
+        for key in _NEW_MODEL_FIELDS:
+            value = getattr(self, key)
+            if value not in (None, 0, False):
+                record[key] = value
+        if self.sliding_layers:
+            record["window_kv_bytes"] = self.window_kv_bytes
+        return record
+
+
+_NEW_MODEL_FIELDS = ("shared_experts", "dense_layers", "kv_lora_rank", "q_lora_rank",
+                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
+                     "sliding_layers", "attention_sinks")
 
 
 @dataclass(frozen=True, order=True)
@@ -578,8 +640,9 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
 _MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "params_b", "active_params_b",
                  "bytes_per_value", "perf_profile", "source",
                  "intermediate_size", "vocab_size", "head_dim", "mlp_gated", "experts",
-                 "experts_per_token", "expert_intermediate_size"}
+                 "experts_per_token", "expert_intermediate_size", *_NEW_MODEL_FIELDS}
 _MOE_FIELDS = ("experts", "experts_per_token", "expert_intermediate_size")
+_MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
 def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
@@ -605,7 +668,18 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         experts=f.number("experts", None, integer=True, at_most=1_000_000),
         experts_per_token=f.number("experts_per_token", None, integer=True, at_most=1_000_000),
         expert_intermediate_size=f.number("expert_intermediate_size", None, integer=True,
-                                          at_most=10_000_000))
+                                          at_most=10_000_000),
+        shared_experts=f.number("shared_experts", None, integer=True, at_most=1_000),
+        dense_layers=f.number("dense_layers", 0, positive=False, integer=True, at_most=10_000),
+        kv_lora_rank=f.number("kv_lora_rank", None, integer=True, at_most=1_000_000),
+        q_lora_rank=f.number("q_lora_rank", None, integer=True, at_most=1_000_000),
+        qk_rope_head_dim=f.number("qk_rope_head_dim", None, integer=True, at_most=100_000),
+        qk_nope_head_dim=f.number("qk_nope_head_dim", None, integer=True, at_most=100_000),
+        v_head_dim=f.number("v_head_dim", None, integer=True, at_most=100_000),
+        sliding_window=f.number("sliding_window", None, integer=True, at_most=100_000_000),
+        sliding_layers=f.number("sliding_layers", 0, positive=False, integer=True,
+                                at_most=10_000),
+        attention_sinks=f.flag("attention_sinks", False))
     given = [key for key in _MOE_FIELDS if getattr(model, key) is not None]
     if given and len(given) != len(_MOE_FIELDS):
         missing = next(key for key in _MOE_FIELDS if key not in given)
@@ -613,8 +687,25 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
     if model.experts is not None and model.experts_per_token > model.experts:
         raise f._err("experts_per_token", f"{model.experts_per_token} active experts of "
                                           f"{model.experts}")
-    if model.hidden % model.heads:
-        raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} heads")
+    for key in ("shared_experts", "dense_layers"):
+        if getattr(model, key) and not model.is_moe:
+            raise f._err(key, f"{key} belong to a mixture-of-experts model; give "
+                              f"{', '.join(_MOE_FIELDS)}")
+    if model.dense_layers >= model.layers:
+        raise f._err("dense_layers", f"{model.dense_layers} dense layers of {model.layers}")
+    given = [key for key in _MLA_FIELDS if getattr(model, key) is not None]
+    if (given or model.q_lora_rank is not None) and len(given) != len(_MLA_FIELDS):
+        missing = next(key for key in _MLA_FIELDS if key not in given)
+        raise f._err(missing, f"multi-head latent attention needs {', '.join(_MLA_FIELDS)}")
+    if (model.sliding_window is None) != (model.sliding_layers == 0):
+        raise f._err("sliding_layers" if model.sliding_window else "sliding_window",
+                     "sliding-window attention needs both sliding_window and sliding_layers")
+    if model.sliding_layers >= model.layers:
+        raise f._err("sliding_layers", f"{model.sliding_layers} sliding-window layers of "
+                                       f"{model.layers} (at least one full-attention layer)")
+    if model.hidden % model.heads and model.head_dim_size is None:
+        raise f._err("heads", f"hidden size {model.hidden} is not divisible by {model.heads} "
+                              "heads (give head_dim when a head is not hidden / heads wide)")
     if model.heads % model.kv_heads:
         raise f._err("kv_heads", f"{model.heads} heads are not divisible into {model.kv_heads} KV groups")
     return model

@@ -7,7 +7,10 @@ machine, each spanning `pp` machines (pipeline stages). The simulators see insta
 Memory. An instance's GPUs hold the weights (weights / (tp x pp) per GPU) and the reserve
 (a fraction of HBM for activations and fragmentation); what is left holds KV. When TP exceeds
 the model's KV heads, each KV head is stored on tp / kv_heads GPUs (a GPU holds at least one
-head), so a token's KV costs that much more of the instance's memory. A layout fits when its
+head), so a token's KV costs that much more of the instance's memory; an MLA model's latent (one
+vector for all heads) is held by every tensor-parallel GPU. Sliding-window layers (gpt-oss)
+hold at most their window per request: an instance keeps room for WINDOW_SEQUENCES requests'
+windows and counts the full-attention layers per token. A layout fits when its
 KV room holds at least one of the longest request (prompt + output) the workload has.
 
 Pipelines. An instance of pp > 1 runs one iteration at a time through its stages (no
@@ -30,9 +33,28 @@ ACTIVATION_BYTES = 2          # bf16 hidden states between stages
 MAX_PIPELINE = 8              # the deepest pipeline a search tries
 
 
+# Sliding-window layers (gpt-oss) hold at most their window per request: the instance keeps
+# room for the windows of this many running requests (vLLM's max_num_seqs on large GPUs) and
+# counts the full-attention layers' KV per token (issue 36).
+WINDOW_SEQUENCES = 1024
+
+
+def kv_replicas(model: ModelSpec, layout: Layout) -> float:
+    """Copies of one token's KV in an instance: KV heads replicated when TP exceeds them; an
+    MLA model's latent (one vector for all heads) on every tensor-parallel GPU."""
+    if model.is_mla:
+        return float(layout.tp)
+    return max(1.0, layout.tp / model.kv_heads)
+
+
 def kv_bytes_per_token(model: ModelSpec, layout: Layout) -> float:
-    """One token's KV in an instance: replicated KV heads when TP exceeds them."""
-    return model.kv_bytes_per_token * max(1.0, layout.tp / model.kv_heads)
+    """One token's KV in an instance (its full-attention layers, all copies)."""
+    return model.kv_bytes_per_token * kv_replicas(model, layout)
+
+
+def window_reserve_bytes(model: ModelSpec, layout: Layout) -> float:
+    """HBM an instance keeps for its requests' sliding-window KV (0 without such layers)."""
+    return WINDOW_SEQUENCES * model.window_kv_bytes * kv_replicas(model, layout)
 
 
 def kv_capacity(model: ModelSpec, machine: MachineSku, layout: Layout,
@@ -40,6 +62,8 @@ def kv_capacity(model: ModelSpec, machine: MachineSku, layout: Layout,
     """KV tokens one instance holds beside its share of the weights."""
     hbm = layout.gpus * machine.hbm_gib * 2**30
     free = hbm * (1.0 - reserve_fraction) - model.weight_bytes
+    if model.sliding_layers:
+        free -= window_reserve_bytes(model, layout)
     return max(0, int(free // kv_bytes_per_token(model, layout)))
 
 
