@@ -117,10 +117,11 @@ def _budget_line(r: DesignResult) -> dict:
 
 # ---------------------------------------------------------------- disaggregated vs chunked
 def comparison(results: Sequence[DesignResult], goal_name: str,
-               rate_rps: float | None = None) -> dict | None:
+               rate_rps: float | None = None, mixed_pool: bool | None = None) -> dict | None:
     """The best disaggregated (Splitwise) design against the best chunked colocated design for
     the goal (`rate_rps`: the goal's load, for the sentence), or None when the study does not
-    hold both kinds. Headroom is shown when the results carry it."""
+    hold both kinds. Headroom is shown when the results carry it. `mixed_pool`: the search's
+    --mixed-pool / --no-mixed-pool, said in the sentence when given (None: each design's own)."""
     split = [r for r in results if not r.design.is_baseline]
     chunked = [r for r in results if r.design.is_baseline and r.design.is_chunked]
     if not split or not chunked:
@@ -140,7 +141,18 @@ def comparison(results: Sequence[DesignResult], goal_name: str,
         view["pruned"] = {kind: [{"design": r.design.name, "by": r.pruned_by["by"],
                                   "cannot_beat": r.pruned_by["cannot_beat"]} for r in group]
                           for kind, group in pruned.items()}
+    if mixed_pool is not None:
+        sentence += " " + MIXED_POOL_SENTENCE[mixed_pool]
     return {**view, "winner": winner, "sentence": sentence}
+
+
+# what the disaggregated side ran with, when the search said (like is compared with like)
+MIXED_POOL_SENTENCE = {
+    True: ("The disaggregated designs ran with the mixed pool (--mixed-pool): prompt machines "
+           "decode and token machines prefill when their own pool is loaded."),
+    False: ("The disaggregated designs ran without the mixed pool (--no-mixed-pool): pure "
+            "prefill and decode pools, as Dynamo and llm-d run them."),
+}
 
 
 KINDS = {"disaggregated": "disaggregated", "chunked": "chunked colocated"}

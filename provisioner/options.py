@@ -154,6 +154,15 @@ class QuestionOptions:
               "capacity bound first; one that cannot beat the best found is pruned. Instead "
               "of --designs.", Names(), default_text="--designs", metavar="all|SKUS",
         outcome=False)
+    # None, not True, by default: each design keeps its own setting (a catalog or spec design
+    # may declare mixed_pool: false), and a search that does not give it runs as it always did
+    mixed_pool: Optional[bool] = option(
+        None, "Splitwise (disaggregated) designs: --mixed-pool lets prompt machines decode and "
+              "token machines prefill when their own pool is loaded (Splitwise's mixed pool); "
+              "--no-mixed-pool runs pure prefill and decode pools, as Dynamo and llm-d deploy "
+              "them. Colocated designs have one pool and ignore it (refused when no design of "
+              "the question has separate pools).", Flag(),
+        default_text="each design's own: on for the catalog's Splitwise designs", outcome=True)
     goal: str = option("min-cost", "min-cost or min-power at --rate; max-rate under a budget.",
                        OneOf(GOALS), short="-g", outcome=False)
     power_budget_kw: Optional[float] = option(None, "max-rate under this provisioned power (kW).",

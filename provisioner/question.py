@@ -245,6 +245,24 @@ def refuse_unused_pins(layout, designs: Sequence[Design], designs_option: str) -
                              f"{option_ref('tp')}", field=name)
 
 
+def with_mixed_pool(designs: Sequence[Design], mixed_pool: bool | None,
+                    designs_option: str) -> tuple[Design, ...]:
+    """--mixed-pool / --no-mixed-pool: every Splitwise design's record with that setting (the
+    capacity bounds and the simulations read it there; colocated designs have none), or the
+    designs as they are (None: each its own). Refused when no design has separate pools."""
+    if mixed_pool is None:
+        return tuple(designs)
+    if designs and all(d.is_baseline for d in designs):
+        which = ", ".join(d.name for d in designs)
+        raise InputError(f"{option_ref('mixed_pool')} cannot be used with "
+                         f"{option_ref(designs_option)} {which}: "
+                         f"{'a colocated design has' if len(designs) == 1 else 'each has'} "
+                         f"one pool, no separate prompt and token pools to lend each other "
+                         f"work (the Splitwise mixed pool); drop {option_ref('mixed_pool')}",
+                         field="mixed_pool")
+    return tuple(d if d.is_baseline else replace(d, mixed_pool=mixed_pool) for d in designs)
+
+
 def read_asked_curve(path: str, rate: float | None):
     """The `--load-curve` file (search or simulate), refused beside a `--rate`."""
     from provisioner.loadcurve import read_load_curve
@@ -319,8 +337,9 @@ def resolve_study(options: SearchOptions) -> Study:
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
-    refuse_unused_pins(options.layout, designs, "hardware" if options.question.hardware
-                       is not None else "designs")
+    designs_option = "hardware" if options.question.hardware is not None else "designs"
+    designs = with_mixed_pool(designs, options.question.mixed_pool, designs_option)
+    refuse_unused_pins(options.layout, designs, designs_option)
     check_pins(options.layout, catalog, designs)
     settings = options.settings
     if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
@@ -335,7 +354,8 @@ def resolve_study(options: SearchOptions) -> Study:
                   designs=designs,
                   goal=goal, constraints=options.constraints, settings=settings,
                   chunk_tokens=s.chunk_tokens,
-                  sim_options=sim_options(options.study, options.resilience),
+                  sim_options=replace(sim_options(options.study, options.resilience),
+                                      mixed_pool=options.question.mixed_pool),
                   assumptions=s.assumptions,
                   survive_failures=(0 if auto_spares
                                     else options.question.survive_failures or 0),

@@ -141,16 +141,19 @@ def report_document(inputs: dict, results: Sequence[DesignResult], versions: dic
             "inputs": inputs, "assumptions": assumptions or [],
             "designs": [design_dict(r) for r in results], "warnings": warnings,
             "summary": with_comparison(summary_dict(results, inputs["goal"]["name"]), results,
-                                       inputs["goal"])}
+                                       inputs["goal"],
+                                       inputs.get("options", {}).get("mixed_pool"))}
 
 
 def _rounded(record: dict) -> dict:
     return {k: num(v) if isinstance(v, float) else v for k, v in record.items()}
 
 
-def with_comparison(summary: dict, results: Sequence[DesignResult], goal: dict) -> dict:
-    """The summary plus the disaggregated-vs-chunked view when the study holds both kinds."""
-    view = comparison(results, goal["name"], goal.get("rate_rps"))
+def with_comparison(summary: dict, results: Sequence[DesignResult], goal: dict,
+                    mixed_pool: bool | None = None) -> dict:
+    """The summary plus the disaggregated-vs-chunked view when the study holds both kinds
+    (`mixed_pool`: the search's --mixed-pool / --no-mixed-pool, said in its verdict)."""
+    view = comparison(results, goal["name"], goal.get("rate_rps"), mixed_pool)
     if view is None:
         return summary
     rounded = {key: (_rounded(value) if isinstance(value, dict) else value)

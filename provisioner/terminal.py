@@ -474,6 +474,7 @@ def search_notes(document: dict) -> list[str]:
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
+    lines += mixed_pool_lines(document)
     lines += latency_lines(document) + layout_lines(document) + bound_lines(document)
     lines += comparison_lines(document)
     resilience = resilience_rows(document)
@@ -492,6 +493,30 @@ def search_notes(document: dict) -> list[str]:
                      f"{spares['p_more_than_k_down']:.2g} < {spares['target']:g}")
     lines += [f"[yellow]! {w}[/]" for w in document.get("warnings", [])]
     return lines
+
+
+def mixed_pool_lines(document: dict) -> list[str]:
+    """Whether the disaggregated designs ran with the mixed pool (--mixed-pool / --no-mixed-pool,
+    else each design's own setting); nothing when no design has separate pools."""
+    split = [d for d in document["inputs"].get("designs", []) if d.get("token_sku")]
+    if not split:
+        return []
+    asked = document["inputs"]["options"].get("mixed_pool")
+    if asked is not None:
+        return [f"Mixed pool: {'on' if asked else 'off'} "
+                + ("(--mixed-pool): prompt machines decode and token machines prefill when "
+                   "their own pool is loaded" if asked else
+                   "(--no-mixed-pool): pure prefill and decode pools, as Dynamo and llm-d run "
+                   "them")]
+    on = [d["name"] for d in split if d.get("mixed_pool")]
+    off = [d["name"] for d in split if not d.get("mixed_pool")]
+    if not off or not on:
+        which = f"{'on' if on else 'off'} for {'every' if len(split) > 1 else 'the'} " \
+                "disaggregated design"
+    else:
+        which = f"on for {', '.join(on)}; off for {', '.join(off)}"
+    return [f"Mixed pool: each design's own ({which}; --no-mixed-pool runs pure prefill and "
+            "decode pools)"]
 
 
 def latency_lines(document: dict) -> list[str]:

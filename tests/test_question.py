@@ -149,6 +149,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "replica_target": ({**FAILING, "recovery": "replicate"}, "peer"),
     "detection_s": (FAILING, 1.0),
     "slo_confidence": ({}, 0.99),
+    "mixed_pool": ({"designs": ("splitwise-hh",)}, False),
 }
 OTHER_CHANGES = {   # options that change the search or its points, never a sample's outcome
     "rate": 50.0, "chunk_tokens": 1024, "designs": ("splitwise-hh",), "goal": "min-power",
