@@ -6,20 +6,43 @@
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import multiprocessing
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
+import provisioner.presets
+import simcore
+from provisioner import __version__
 from provisioner.question import identity
 from provisioner.study import SLO_KEYS, Outcome, Point, Study
 from provisioner.verify import INTERVAL_SEEDS, combine_samples, latency_values
-from simcore import Cluster, Workload, evaluate_slos, simulate
+from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
 from slo_profiles import METRICS, PERCENTILES, SloProfile
+
+
+@lru_cache(maxsize=1)
+def engine_fingerprint() -> str:
+    """The version of everything that turns a point into an outcome: the package versions and
+    a hash of the simulator's sources and data, of the binding (`provisioner.evaluate`) and of
+    the assumption presets, so no cache entry written by other code is ever read."""
+    digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
+    package = Path(simcore.__file__).parent
+    # every source of the package, its subpackages' too (a module turned into a package
+    # stays in the fingerprint), each named by its path inside the package
+    files = sorted([*package.rglob("*.py"), *package.glob("data/*.json")])
+    for path in files:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in (Path(__file__), Path(provisioner.presets.__file__)):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class Evaluator(Protocol):
@@ -170,8 +193,8 @@ class SimulationEvaluator:
 
     def identity(self) -> dict:
         """Everything but the point and the sample seed that changes an outcome (derived from
-        the declarations: `provisioner.question.identity`)."""
-        return identity(self.study)
+        the declarations: `provisioner.question.identity`), and the code's fingerprint."""
+        return {"engine": engine_fingerprint(), **identity(self.study)}
 
     def point_identity(self, point: Point) -> dict:
         """The records the point simulates on. Cost is left out on purpose: it does not change

@@ -10,12 +10,18 @@ import contextlib
 import hashlib
 import itertools
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
 from hardware_catalog import InputError
 
+
+def warn(message: str) -> None:
+    """One line on stderr; a warning never changes the result or the exit code."""
+    sys.stderr.write(f"provision: warning: {' '.join(message.split())}\n")
+    sys.stderr.flush()
 
 def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()

@@ -11,22 +11,19 @@
   the same `resolve_study` as the command line's, so a report is re-derived exactly as a search
   with those options would run.
 - `identity(study)` keys the evaluation cache: the `Study` fields declared `outcome` (for the
-  search settings, the options declared `outcome=True`), each as its record's identity, plus a
-  fingerprint of the simulator's code. Nothing is listed by hand.
+  search settings, the options declared `outcome=True`), each as its record's identity; the
+  evaluator adds a fingerprint of the simulator's code. Nothing is listed by hand.
 """
 from __future__ import annotations
 
-import hashlib
 from contextlib import contextmanager
 from dataclasses import asdict, fields, is_dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from hardware_catalog import (Catalog, Design, InputError, ModelSpec, check_path, load_catalog,
                               parse_design)
 from hardware_catalog.errors import cli_flag, naming, option_ref
-from provisioner import __version__
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, QuestionOptions,
@@ -36,7 +33,7 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, Qu
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
 from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, WorkloadSource,
                                kv_dtype_of, model_in_dtype, perf_source, workload_source)
-from simcore import SIMULATOR_VERSION, SimOptions
+from simcore import SimOptions
 from simcore.cluster import kv_capacity_tokens
 from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
 from slo_profiles import load_slo_profile
@@ -409,7 +406,7 @@ def check_engine_coverage(perf: PerfSource, loaded: Any, model: ModelSpec,
         refuse_uncovered(perf, loaded, model, machines)
         return
     if machines and not any(loaded.covers(model, m) for m in machines.values()):
-        from provisioner.runner import warn
+        from provisioner.files import warn
         warn(f"--engine {perf.engine} --dtype {perf.dtype} has no kernel data for "
              f"{model.name} on {', '.join(machines)}: their latencies come from the "
              f"{LEGACY_ENGINE} model (marked uncalibrated)")
@@ -685,9 +682,10 @@ def _diff(old: Any, new: Any, path: list[str], lines: list[str]) -> None:
 
 # --------------------------------------------------------------------------- the identity
 def identity(study: Study) -> dict:
-    """Everything but the point and the sample's seed that changes a simulated outcome: the
-    study fields declared `outcome`, each as its record's identity, and the engine's code."""
-    key = {"engine": engine_fingerprint()}
+    """Everything of the question but the point and the sample's seed that changes a simulated
+    outcome: the study fields declared `outcome`, each as its record's identity (the evaluator
+    adds its code's fingerprint, `provisioner.evaluate.engine_fingerprint`)."""
+    key = {}
     for f in fields(study):
         if f.metadata.get("outcome"):
             key[f.name] = _identity_of(getattr(study, f.name))
@@ -707,23 +705,3 @@ def _identity_of(value: Any) -> Any:
         return {f.name: getattr(value, f.name) for f in fields(value)
                 if f.metadata.get("outcome")}
     return value
-
-
-@lru_cache(maxsize=1)
-def engine_fingerprint() -> str:
-    """The version of everything that turns a point into an outcome: the package versions and
-    a hash of the simulator's sources and data, of the binding (`provisioner.evaluate`) and of
-    the assumption presets, so no cache entry written by other code is ever read."""
-    import provisioner.evaluate
-    import provisioner.presets
-    import simcore
-    digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
-    package = Path(simcore.__file__).parent
-    # every source of the package, its subpackages' too (a module turned into a package
-    # stays in the fingerprint), each named by its path inside the package
-    files = sorted([*package.rglob("*.py"), *package.glob("data/*.json")])
-    for path in files:
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for path in (Path(provisioner.evaluate.__file__), Path(provisioner.presets.__file__)):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hardware_catalog import InputError
-from provisioner.evaluate import Evaluator
-from provisioner.files import write_atomically
+from provisioner.evaluate import Evaluator, engine_fingerprint
+from provisioner.files import warn, write_atomically
 from provisioner.options import BACKENDS, LOCAL_BACKENDS
 from provisioner.study import Outcome, Point
 
@@ -203,7 +203,6 @@ def cache_run():
 def code_version() -> str:
     """The version of the code that turns a point into an outcome (package versions and a hash
     of the simulator's sources and data): recorded in every cache entry."""
-    from provisioner.question import engine_fingerprint
     return engine_fingerprint()
 
 
@@ -276,12 +275,6 @@ def outcome_from_json(data: Any) -> Outcome:
         raise TypeError("requests is not a whole number >= 0")
     return Outcome(data["meets_slos"], data["completed"], data["reason"], tuple(slo),
                    number(data["worst_margin"], optional=True), requests)
-
-
-def warn(message: str) -> None:
-    """One line on stderr; a warning never changes the result or the exit code."""
-    sys.stderr.write(f"provision: warning: {' '.join(message.split())}\n")
-    sys.stderr.flush()
 
 
 def _question(sample: Sample) -> dict:

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from provisioner.question import engine_fingerprint
+from provisioner.evaluate import engine_fingerprint
 from provisioner.runner import DiskCache
 from provisioner.study import Outcome
 
