@@ -104,7 +104,8 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
         if perf.covers(model, m):
             tables = perf.kernels.tables(m)
             key = (f"{ENGINE_NAMES[source.engine]} {tables.document['gemm']['engine_version']} "
-                   f"on {tables.document.get('device', tables.gpu)}")
+                   f"on {tables.document.get('device', tables.gpu)}"
+                   + tables.model_note(model))   # issue 36: MLA, attention variants, MoE dtype
             covered.setdefault(key, []).append(m.name)
             tps = [tp for tp in (1, 2, 4, 8, 16) if tp <= m.gpus and model.heads % tp == 0]
             for note in tables.anomalies(model, tps):

@@ -23,6 +23,13 @@ engine, data type), and writes one JSON file each with its source and versions n
 - moe: the MoE layer of every catalog MoE model (its hidden, expert width, experts, top-k) at
   moe_tp 1/2/4/8, ep 1, power_law_1.01 routing (AIConfigurator's default; balanced where
   that is not measured);
+  the data type of the file, else the next of MOE_DTYPES that measures the shape (named in
+  the shape's `moe_dtype`: DeepSeek/Kimi in fp8_block, gpt-oss in w4a16_mxfp4);
+- context_attention_d<head_dim>[_w<window>] / generation_...: the attention tables for the
+  catalog models with another head size or a sliding window (gpt-oss: d64 and d64_w128);
+- mla_context / mla_generation: the MLA attention module (latent projections, attention,
+  output projection; DeepSeek-V3's shapes) per GPU heads, bf16 KV, its GEMMs in bf16 or
+  (fp8 files) fp8_block, where the engine's collection has it (issue 36);
 - memory: the system's HBM bandwidth and AIConfigurator's empirical memory-op constants, for
   the element-wise ops (norms, activation, embedding) that have no table;
 - fp8 files also carry kv_fp8_context_attention / kv_fp8_generation_attention: the same
@@ -220,12 +227,13 @@ def fp8_against_bf16(fp8: dict, bf16: dict) -> dict:
 
 
 def _attention(path: Path, root: Path, ratios: set[int], x_column: str,
-               kv_dtype: str = "bfloat16") -> dict | None:
+               kv_dtype: str = "bfloat16", head_dim: int = HEAD_DIM,
+               window: int = 0) -> dict | None:
     import pandas as pd
     frame = pd.read_parquet(path)
     if "window_size" not in frame.columns:      # older collections: no sliding window column
         frame = frame.assign(window_size=0)
-    frame = frame[(frame.head_dim == HEAD_DIM) & (frame.window_size == 0)
+    frame = frame[(frame.head_dim == head_dim) & (frame.window_size == window)
                   & (frame.kv_cache_dtype == kv_dtype)]
     if kv_dtype != "bfloat16":                        # bf16 queries, as with a bf16 KV cache
         frame = frame[frame.attn_dtype == "bfloat16"]
@@ -245,10 +253,90 @@ def _attention(path: Path, root: Path, ratios: set[int], x_column: str,
         for (b, x), v in values.items():
             grid[batches.index(b), xs.index(x)] = v
         pairs[f"{h}/{kv}"] = us(grid)
-    return {"file": _rel(path, root), "engine_version": path.parent.name,
-            "kernel_source": source, "head_dim": HEAD_DIM, "kv_cache_dtype": kv_dtype,
+    out = {"file": _rel(path, root), "engine_version": path.parent.name,
+           "kernel_source": source, "head_dim": head_dim, "kv_cache_dtype": kv_dtype,
+           "batch": batches, ("isl" if x_column == "isl" else "kv_tokens"): xs,
+           "pairs": pairs}
+    if window:
+        out["window"] = window
+    return out
+
+
+def attention_variants(catalog) -> dict[tuple[int, int], set[int]]:
+    """(head_dim, window) -> group ratios of the catalog's models whose attention is not the
+    default head_dim 128 without a window (gpt-oss: head_dim 64, full and 128-token window
+    layers); MLA models read the MLA tables instead."""
+    out: dict[tuple[int, int], set[int]] = {}
+    for m in catalog.models.values():
+        if m.is_mla or (m.head_dim == HEAD_DIM and not m.sliding_layers):
+            continue
+        for window in {0, m.sliding_window or 0}:
+            out.setdefault((m.head_dim, window), set()).add(m.heads // m.kv_heads)
+    return out
+
+
+def attention_key(kind: str, head_dim: int, window: int) -> str:
+    """Document key of an attention table variant, e.g. context_attention_d64_w128."""
+    return f"{kind}_attention_d{head_dim}" + (f"_w{window}" if window else "")
+
+
+def derive_attention_variants(data: Path, root: Path, engine: str, catalog) -> dict:
+    out = {}
+    base = data / "attention" / engine
+    ctx = newest(base, "context_attention_perf.parquet")
+    gen = newest(base, "generation_attention_perf.parquet")
+    if ctx is None or gen is None:
+        return out
+    for (head_dim, window), ratios in sorted(attention_variants(catalog).items()):
+        context = _attention(ctx, root, ratios, "isl", head_dim=head_dim, window=window)
+        generation = _attention(gen, root, ratios, "kv", head_dim=head_dim, window=window)
+        if context and generation:
+            out[attention_key("context", head_dim, window)] = context
+            out[attention_key("generation", head_dim, window)] = generation
+    return out
+
+
+MLA_GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_block"}   # DeepSeek's fp8 is block-scaled
+
+
+def derive_mla(data: Path, root: Path, engine: str, dtype: str) -> dict:
+    """MLA attention blocks (the whole attention module of DeepSeek-V3's shapes: query and KV
+    latent projections, attention, output projection) per GPU heads, bf16 KV, the module's
+    GEMMs in bf16 or (fp8 files) fp8_block."""
+    import pandas as pd
+    out = {}
+    base = data / "mla" / engine
+    for kind, filename, x_column in (
+            ("context", "mla_context_module_perf.parquet", "isl"),
+            ("generation", "mla_generation_module_perf.parquet", "kv")):
+        path = newest(base, filename)
+        if path is None:
+            return {}
+        frame = pd.read_parquet(path)
+        frame = frame[(frame.gemm_type == MLA_GEMM_DTYPE[dtype])
+                      & (frame.kv_cache_dtype == "bfloat16") & (frame.tp_size == 1)]
+        if frame.empty:
+            return {}
+        # every kernel the engine picks by length (vLLM: the absorbed MLA kernel for short
+        # prompts, FlashAttention beyond 512 tokens), the faster where both are measured
+        source = " + ".join(sorted(set(frame.kernel_source)))
+        if x_column == "kv":
+            frame = frame.assign(kv=frame.isl + frame.step)
+        batches, xs = sorted(set(frame.batch_size)), sorted(set(frame[x_column]))
+        pairs = {}
+        for heads, group in frame.groupby("num_heads"):
+            values = group.groupby(["batch_size", x_column]).latency.min()
+            grid = np.full((len(batches), len(xs)), np.nan)
+            for (b, x), v in values.items():
+                grid[batches.index(b), xs.index(x)] = v
+            pairs[f"{heads}/1"] = us(grid)
+        out[f"mla_{kind}"] = {
+            "file": _rel(path, root), "engine_version": path.parent.name,
+            "kernel_source": source, "model": str(frame.model.iloc[0]),
+            "gemm_dtype": MLA_GEMM_DTYPE[dtype], "kv_cache_dtype": "bfloat16",
             "batch": batches, ("isl" if x_column == "isl" else "kv_tokens"): xs,
             "pairs": pairs}
+    return out
 
 
 def derive_attention(data: Path, root: Path, engine: str, ratios: set[int],
@@ -303,6 +391,12 @@ def derive_all_reduce(data: Path, root: Path, engine: str) -> dict:
     return out
 
 
+# MoE data types read per file, in order: a shape not measured in the first is read in the
+# next (DeepSeek-V3/R1 and Kimi-K2 are measured in block-scaled fp8 only, as they ship; gpt-oss
+# with its checkpoint's MXFP4 experts and bf16 activations only); each shape records its own.
+MOE_DTYPES = {"bf16": ("bfloat16", "w4a16_mxfp4"), "fp8": ("fp8", "fp8_block", "w4a16_mxfp4")}
+
+
 def moe_shapes(catalog) -> list[tuple[int, int, int, int]]:
     return sorted({(m.hidden, m.expert_intermediate_size, m.experts, m.experts_per_token)
                    for m in catalog.models.values() if m.is_moe})
@@ -314,13 +408,15 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
     if path is None:
         return None
     frame = pd.read_parquet(path)
-    frame = frame[(frame.moe_dtype == GEMM_DTYPE[dtype]) & (frame.moe_ep_size == 1)]
+    frame = frame[frame.moe_ep_size == 1]
     out = {"file": _rel(path, root), "engine_version": path.parent.name, "shapes": {}}
     for hidden, inter, experts, topk in shapes:
         rows = frame[(frame.hidden_size == hidden) & (frame.inter_size == inter)
                      & (frame.num_experts == experts) & (frame.topk == topk)]
-        if rows.empty:
+        moe_dtype = next((d for d in MOE_DTYPES[dtype] if (rows.moe_dtype == d).any()), None)
+        if moe_dtype is None:
             continue
+        rows = rows[rows.moe_dtype == moe_dtype]
         # AIConfigurator's default token distribution (real routers are skewed), else balanced
         dist = "power_law_1.01" if (rows.distribution == "power_law_1.01").any() else "balanced"
         rows = rows[rows.distribution == dist]
@@ -344,6 +440,8 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
         if per_tp:
             out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"] = {
                 "distribution": dist, "kernel_source": source, "tp": per_tp}
+            if moe_dtype != GEMM_DTYPE[dtype]:   # older shapes' records stay as they were
+                out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"]["moe_dtype"] = moe_dtype
     return out
 
 
@@ -401,7 +499,8 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
     gemm = derive_gemm(data, root, engine, dtype)
     if gemm is None:
         return None
-    ratios = {m.heads // m.kv_heads for m in catalog.models.values()}
+    ratios = {m.heads // m.kv_heads for m in catalog.models.values()
+              if not m.is_mla and m.head_dim == HEAD_DIM}
     context, generation = derive_attention(data, root, engine, ratios)
     if context is None:
         return None
@@ -426,7 +525,9 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
            "all_reduce": derive_all_reduce(data, root, engine),
            "nccl_all_reduce": derive_nccl(data, root),
            "moe": moe,
-           "memory": system_memory(pkg, gpu), **extra}
+           "memory": system_memory(pkg, gpu), **extra,
+           **derive_attention_variants(data, root, engine, catalog),
+           **derive_mla(data, root, engine, dtype)}
     if anomalies:
         doc["anomalies"] = anomalies
     return doc

@@ -285,6 +285,10 @@ class KernelTables:
         self.nccl = ({int(g): np.array(v, dtype=float) * 1e-6 for g, v in nccl["graph"].items()}
                      if nccl else {})
         self.moe = (document.get("moe") or {}).get("shapes", {})
+        self.mla = ((_AttentionGrid(document["mla_context"], "isl", 2.0),
+                     _AttentionGrid(document["mla_generation"], "kv_tokens", 1.0))
+                    if "mla_context" in document and kv_dtype == "bf16" else None)
+        self._variants: dict[str, _AttentionGrid] = {}
         mem = document["memory"]
         self.mem_bytes_per_s = mem["hbm_bytes_per_s"] * mem["bandwidth_scaling"]
         self.mem_latency_s = mem["constant_latency_s"]
@@ -432,7 +436,51 @@ class KernelTables:
         values = self.generation_attention(points, kv_tokens, heads, kv_heads)
         return _loglog(np.maximum(batch, 1.0), points, values)
 
+    def variant(self, key: str) -> "_AttentionGrid | None":
+        """An attention table for another head size or a sliding window (e.g.
+        context_attention_d64_w128), None where not derived (bf16 KV only)."""
+        if key not in self._variants:
+            table = self.document.get(key) if self.kv_dtype == "bf16" else None
+            self._variants[key] = (None if table is None else _AttentionGrid(
+                table, "isl" if key.startswith("context") else "kv_tokens",
+                2.0 if key.startswith("context") else 1.0))
+        return self._variants[key]
+
+    def what(self) -> str:
+        return f"{self.gpu}/{self.engine}/{self.dtype}" + (
+            "" if self.kv_dtype == "bf16" else f"/KV {self.kv_dtype}")
+
     # --- mixture of experts ------------------------------------------------------------
+    def model_note(self, model: ModelSpec) -> str:
+        """What an issue-36 model's latencies read beyond the GEMM and GQA tables (its MLA
+        module, attention variants, measured MoE data type), for the latency_source line;
+        "" for the other models."""
+        if not _modern(model) and not (model.is_moe and self.moe.get(_moe_key(model), {})
+                                       .get("moe_dtype")):
+            return ""
+        parts = []
+        if model.is_mla and self.mla is not None:
+            table = self.document["mla_context"]
+            parts.append(f"MLA module of {table['model']} ({table['kernel_source']}, "
+                         f"{table['gemm_dtype']} GEMMs, bf16 KV)")
+        elif model.head_dim != 128 or model.sliding_layers:
+            keys = [_variant_key("context", model.head_dim, w)
+                    for w in (0, model.sliding_window or 0) if w or
+                    model.layers > model.sliding_layers]
+            parts.append("attention " + ", ".join(k.removeprefix("context_attention_")
+                                                  for k in dict.fromkeys(keys)))
+        if model.is_moe:
+            parts.append(self.moe_source(model))
+        return ", " + "; ".join(parts)
+
+    def moe_source(self, model: ModelSpec) -> str:
+        """Where the model's MoE layer latency comes from (its measured data type)."""
+        shape = self.moe.get(_moe_key(model))
+        if shape is None:
+            return "grouped GEMM estimate (no MoE rows of the shape)"
+        return (f"measured MoE {_moe_key(model)} ({shape.get('moe_dtype', self.dtype)}, "
+                f"{shape['distribution']}, {shape['kernel_source']})")
+
     def moe_layer(self, tokens, model: ModelSpec, tp: int) -> np.ndarray:
         """Seconds of one MoE layer's experts (fused dispatch, expert GEMMs, combine) at
         `tokens` tokens. Measured where the shape and moe_tp are in the tables; at another
@@ -441,8 +489,7 @@ class KernelTables:
         a grouped GEMM: the GEMMs of all routed tokens (tokens x top-k rows) or reading the
         weights of every expert the tokens reach, whichever is slower."""
         tokens = np.asarray(tokens, dtype=float)
-        key = (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
-               f"{model.experts_per_token}")
+        key = _moe_key(model)
         measured = self.moe.get(key, {}).get("tp", {})
         if measured:
             have = sorted(int(t) for t in measured)
@@ -454,6 +501,15 @@ class KernelTables:
             if use != tp:
                 out = np.maximum(out * use / tp, ys[0])
             return np.where(tokens > 0, out, 0.0)
+        if _modern(model):
+            measured = ", ".join(sorted(self.moe)) or "none"
+            other = [d for g, e, d in available_tables() if (g, e) == (self.gpu, self.engine)
+                     and d != self.dtype and key in ((_document(g, e, d).get("moe") or {})
+                                                     .get("shapes", {}))]
+            hint = f" (the {', '.join(other)} tables measure it: --dtype)" if other else ""
+            raise InputError(f"no measured MoE layer of {model.name}'s shape {key} (hidden/"
+                             f"expert width/experts/top-k) in the {self.what()} kernel tables"
+                             f"{hint}; measured: {measured}")
         e, topk, width = model.experts, model.experts_per_token, model.expert_intermediate_size
         routed = tokens * topk
         up = (2 if model.mlp_gated else 1) * width // tp
@@ -461,6 +517,118 @@ class KernelTables:
         reached = e * (1.0 - (1.0 - topk / e) ** np.maximum(tokens, 0.0))
         weight_bytes = reached * (up + width // tp) * model.hidden * model.bytes_per_value
         return np.where(tokens > 0, np.maximum(compute, self.memory_op(weight_bytes)), 0.0)
+
+
+def _moe_key(model: ModelSpec) -> str:
+    return (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
+            f"{model.experts_per_token}")
+
+
+def _modern(model: ModelSpec) -> bool:
+    """An issue-36 architecture (MLA, shared experts, dense first layers, sliding windows,
+    another head size): priced from measured tables only, never from an estimate."""
+    return bool(model.is_mla or model.shared_experts or model.dense_layers
+                or model.sliding_layers or model.attention_sinks
+                or (model.head_dim != 128 and model.head_dim_size is not None))
+
+
+def _attention_kinds(tables: "KernelTables", model: ModelSpec):
+    """[(context grid, generation grid, share of the layers, window)] of the model's attention:
+    the head_dim-128 GQA tables (None: the tables' own methods), an MLA model's MLA module, or
+    per head size and window the derived variants. Refused in one line naming what the tables
+    hold where the model's attention is not measured."""
+    if model.is_mla:
+        if tables.mla is None:
+            have = [f"{g}/{e}/{d}" for g, e, d in available_tables()
+                    if "mla_context" in _document(g, e, d)]
+            raise InputError(f"no measured MLA attention for {model.name} in the "
+                             f"{tables.what()} kernel tables (bf16 KV only); MLA tables: "
+                             f"{', '.join(have) or 'none'}")
+        return [(tables.mla[0], tables.mla[1], 1.0, None)]
+    if model.head_dim == 128 and not model.sliding_layers:
+        return [(None, None, 1.0, None)]
+    kinds = []
+    full = model.layers - model.sliding_layers
+    for window, share in ((0, full / model.layers),
+                          (model.sliding_window or 0, model.sliding_layers / model.layers)):
+        if share == 0:
+            continue
+        context = tables.variant(_variant_key("context", model.head_dim, window))
+        generation = tables.variant(_variant_key("generation", model.head_dim, window))
+        if context is None or generation is None:
+            key = _variant_key("context", model.head_dim, window)
+            raise InputError(f"no measured attention of head size {model.head_dim}"
+                             + (f" with a {window}-token window" if window else "")
+                             + f" for {model.name} in the {tables.what()} kernel tables "
+                             f"({key}; bf16 KV only); they hold head size 128 without a window")
+        kinds.append((context, generation, share, window or None))
+    return kinds
+
+
+def pricing_problem(model: ModelSpec, tables: "KernelTables") -> str:
+    """Why the tables cannot price an issue-36 model's attention or MoE layers ("" when they
+    can): its MLA or attention variant, or its MoE shape, is not measured."""
+    try:
+        _attention_kinds(tables, model)
+        if model.is_moe:
+            tables.moe_layer(1.0, model, 1)
+    except InputError as err:
+        return str(err)
+    return ""
+
+
+def _variant_key(kind: str, head_dim: int, window: int) -> str:
+    return f"{kind}_attention_d{head_dim}" + (f"_w{window}" if window else "")
+
+
+def _context_attention(tables: "KernelTables", shapes: "ModelShapes", batch: float, seq):
+    """Per layer (mean over the layers), seconds of causal prefill attention of `batch`
+    sequences of `seq` tokens (for MLA: the whole measured attention module)."""
+    kinds = _attention_kinds(tables, shapes.model)
+    if kinds[0][0] is None:
+        return tables.context_attention(batch, seq, shapes.heads, shapes.kv_heads)
+    seq = np.asarray(seq, dtype=float)
+    kv = 1 if shapes.model.is_mla else shapes.kv_heads
+    total = 0.0
+    for context, _, share, _ in kinds:
+        out = context.seconds(max(batch, 1.0), np.maximum(seq, 1.0), shapes.heads, kv, "heads")
+        total = total + share * (out.reshape(seq.shape) if seq.ndim else out[0])
+    return np.where(seq > 0, total, 0.0)
+
+
+def _generation_attention(tables: "KernelTables", shapes: "ModelShapes", batch,
+                          kv_tokens: float):
+    """Per layer (mean), seconds of decode attention of `batch` requests holding `kv_tokens`
+    each (a sliding-window table is measured with the window: the kernel reads at most it)."""
+    kinds = _attention_kinds(tables, shapes.model)
+    if kinds[0][0] is None:
+        return tables.generation_attention(batch, kv_tokens, shapes.heads, shapes.kv_heads)
+    batch = np.atleast_1d(np.asarray(batch, dtype=float))
+    mla = shapes.model.is_mla
+    kv, axis = (1, "heads") if mla else (shapes.kv_heads, "kv")
+    total = np.zeros(batch.shape)
+    for _, generation, share, _ in kinds:
+        total = total + share * np.array([generation.seconds(
+            max(b, 1.0), [max(kv_tokens, 1.0)], shapes.heads, kv, axis)[0] for b in batch])
+    return np.where(batch > 0, total, 0.0)
+
+
+def _generation_attention_grid(tables: "KernelTables", shapes: "ModelShapes",
+                               batch: np.ndarray, kv_tokens: float):
+    kinds = _attention_kinds(tables, shapes.model)
+    if kinds[0][0] is None:
+        return tables.generation_attention_grid(batch, kv_tokens, shapes.heads,
+                                                shapes.kv_heads)
+    measured = kinds[0][1].batch
+    points = measured[measured <= max(batch.max(), measured[0])]
+    points = np.unique(np.concatenate([points, [max(batch.max(), measured[0])]]))
+    values = _generation_attention(tables, shapes, points, kv_tokens)
+    return _loglog(np.maximum(batch, 1.0), points, values)
+
+
+def _shortest_kv(tables: "KernelTables", model: ModelSpec) -> float:
+    kinds = _attention_kinds(tables, model)
+    return float((tables.generation if kinds[0][0] is None else kinds[0][1]).length[0])
 
 
 @dataclass(frozen=True)
@@ -495,16 +663,28 @@ class ModelShapes:
         return max(1, self.model.kv_heads // self.tp)
 
     def gemms(self) -> list[tuple[int, int]]:
-        """(n, k) of the dense per-layer GEMMs, each run with m = the iteration's tokens."""
+        """(n, k) of the dense per-layer GEMMs, each run with m = the iteration's tokens (an
+        MLA model's attention projections are in its measured MLA module; a model with dense
+        first layers: the MoE layers' GEMMs, see `dense_mlp_gemms`)."""
         m, tp, d = self.model, self.tp, self.model.head_dim
-        shapes = [((self.heads + 2 * self.kv_heads) * d, m.hidden),   # QKV
-                  (m.hidden, self.heads * d)]                          # attention output
+        shapes = [] if m.is_mla else [((self.heads + 2 * self.kv_heads) * d, m.hidden),  # QKV
+                                      (m.hidden, self.heads * d)]          # attention output
+        if m.is_moe and m.shared_experts:
+            width = m.shared_experts * m.expert_intermediate_size // tp
+            shapes += [(m.experts, m.hidden), (2 * width, m.hidden), (m.hidden, width)]
+            return shapes
         if not m.is_moe:
             shapes += [((2 if m.mlp_gated else 1) * m.intermediate_size // tp, m.hidden),
                        (m.hidden, m.intermediate_size // tp)]
         else:
             shapes += [(m.experts, m.hidden)]                          # router (replicated)
         return shapes
+
+    def dense_mlp_gemms(self) -> list[tuple[int, int]]:
+        """(n, k) of a dense first layer's MLP (DeepSeek's first_k_dense_replace layers)."""
+        m, tp = self.model, self.tp
+        return [((2 if m.mlp_gated else 1) * m.intermediate_size // tp, m.hidden),
+                (m.hidden, m.intermediate_size // tp)]
 
     @property
     def kernels_per_layer(self) -> int:
@@ -518,11 +698,15 @@ def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, grap
     """Per-layer seconds of everything but attention, for iterations of `tokens` tokens."""
     m = shapes.model
     tokens = np.asarray(tokens, dtype=float)
-    t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
-    if m.is_moe:
+    if m.is_mla or m.shared_experts or m.dense_layers:
+        t = _modern_layer_seconds(tables, shapes, tokens)
+        act_width = 0
+    elif m.is_moe:
+        t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
         t = t + tables.moe_layer(tokens, m, shapes.tp)
         act_width = 0
     else:
+        t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
         act_width = m.intermediate_size // shapes.tp
     t = t + 2 * tables.all_reduce(tokens * m.hidden, shapes.tp, graph)
     # two residual add + RMSNorm (read 2h, write 2h) and the gated activation (2I/tp -> I/tp)
@@ -530,6 +714,28 @@ def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, grap
     if act_width:
         t = t + tables.memory_op(tokens * 3 * act_width * BF16_BYTES)
     return t
+
+
+def _modern_layer_seconds(tables: KernelTables, shapes: ModelShapes, tokens):
+    """Per layer (mean over the layers), DeepSeek-style: the attention GEMMs (none for MLA:
+    its projections are in the measured MLA module), and the MLP: in the first
+    `dense_layers` layers a dense gated MLP, in the others the router, the measured routed
+    experts and the shared experts (a dense gated MLP of shared x expert width, split by TP
+    as vLLM does), each MLP with its activation."""
+    m = shapes.model
+    gemms = shapes.gemms()
+    attention = 0 if m.is_mla else 2     # the QKV and output GEMMs come first
+    t = sum(tables.gemm(tokens, n, k) for n, k in gemms[:attention])
+    moe = (sum(tables.gemm(tokens, n, k) for n, k in gemms[attention:])
+           + tables.moe_layer(tokens, m, shapes.tp))
+    if m.shared_experts:
+        width = m.shared_experts * m.expert_intermediate_size // shapes.tp
+        moe = moe + tables.memory_op(tokens * 3 * width * BF16_BYTES)
+    if not m.dense_layers:
+        return t + moe
+    dense = (sum(tables.gemm(tokens, n, k) for n, k in shapes.dense_mlp_gemms())
+             + tables.memory_op(tokens * 3 * (m.intermediate_size // shapes.tp) * BF16_BYTES))
+    return t + (m.moe_layers * moe + m.dense_layers * dense) / m.layers
 
 
 def _once_seconds(tables: KernelTables, shapes: ModelShapes, tokens, sequences, graph: bool):
@@ -568,11 +774,10 @@ def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
     if chunks:
         s_eq = [math.sqrt(c.tokens ** 2 + 2.0 * c.tokens * c.cached) for c in chunks]
         rms = math.sqrt(sum(s * s for s in s_eq) / len(s_eq))
-        layer += float(tables.context_attention(len(chunks), rms, shapes.heads,
-                                                shapes.kv_heads))
+        layer += float(_context_attention(tables, shapes, len(chunks), rms))
     if decodes:
-        layer += float(tables.generation_attention(len(decodes), float(np.mean(decodes)),
-                                                   shapes.heads, shapes.kv_heads)[0])
+        layer += float(_generation_attention(tables, shapes, len(decodes),
+                                             float(np.mean(decodes)))[0])
     kernels = model.layers * layer + float(_once_seconds(tables, shapes, tokens,
                                                          len(chunks) + len(decodes), graph))
     return float(_finish(tables, shapes, kernels, tokens, step_overhead_s))
@@ -593,14 +798,14 @@ def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
     graph = t <= CUDA_GRAPH_TOKENS
     dense = np.where(graph, _layer_dense_seconds(tables, shapes, t, True),
                      _layer_dense_seconds(tables, shapes, t, False))
-    attention = tables.context_attention(1, t, shapes.heads, shapes.kv_heads)
+    attention = _context_attention(tables, shapes, 1, t)
     once = np.where(graph, _once_seconds(tables, shapes, t, 1, True),
                     _once_seconds(tables, shapes, t, 1, False))
     prompt = _finish(tables, shapes, layers * (dense + attention) + once, t, step_overhead_s)
     # decode: b requests at the shortest measured context; context cost K per KV token
     b = DECODE_KNOTS
-    kv0 = float(tables.generation.length[0])
-    gen = tables.generation_attention_grid(b, kv0, shapes.heads, shapes.kv_heads)
+    kv0 = _shortest_kv(tables, model)
+    gen = _generation_attention_grid(tables, shapes, b, kv0)
     graph_b = b <= CUDA_GRAPH_TOKENS
     dense_b = np.where(graph_b, _layer_dense_seconds(tables, shapes, b, True),
                        _layer_dense_seconds(tables, shapes, b, False))
@@ -618,8 +823,8 @@ def context_cost_per_token(tables: KernelTables, shapes: ModelShapes) -> float:
     generation-attention table between 4k and 16k tokens per request at batches 8 to 64."""
     slopes = []
     for batch in (8, 16, 32, 64):
-        lo, hi = tables.generation_attention([batch], 4096, shapes.heads, shapes.kv_heads)[0], \
-            tables.generation_attention([batch], 16384, shapes.heads, shapes.kv_heads)[0]
+        lo, hi = _generation_attention(tables, shapes, [batch], 4096)[0], \
+            _generation_attention(tables, shapes, [batch], 16384)[0]
         slopes.append((hi - lo) / (batch * (16384 - 4096)))
     return max(float(np.median(slopes)), 0.0)
 
@@ -628,7 +833,7 @@ def pair_cost(tables: KernelTables, shapes: ModelShapes) -> float:
     """Per layer: seconds per (chunk token x cached token) of context attention, from a long
     prompt's measured attention (S^2 / 2 pairs at S = 8192)."""
     s = 8192.0
-    return float(tables.context_attention(1, s, shapes.heads, shapes.kv_heads)) / (s * s / 2)
+    return float(_context_attention(tables, shapes, 1, s)) / (s * s / 2)
 
 
 class KernelPerformanceModel(PerformanceModel):
@@ -737,6 +942,11 @@ class EnginePerformanceModel(PerformanceModel):
         key = (model, machine, tp or machine.gpus)
         if key not in self._covers:
             covered = self.kernels.is_calibrated(model, machine)
+            if covered and _modern(model):
+                problem = pricing_problem(model, self.kernels.tables(machine))
+                if problem and (self.dtype, self.kv_dtype) != ("bf16", "bf16"):
+                    raise InputError(problem)   # no fp8 fallback: refused in one line
+                covered = not problem           # bf16: the 2023 model, named as the fallback
             if covered:
                 try:
                     ModelShapes(model, self.kernels.tensor_parallel(model, machine, tp))

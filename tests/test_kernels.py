@@ -11,7 +11,7 @@ import pytest
 
 from hardware_catalog import InputError, load_catalog
 from simcore.kernels import (KERNEL_DIR, Chunk, KernelPerformanceModel, available_tables,
-                             iteration_time, load_tables)
+                             iteration_time, load_tables, pricing_problem)
 from simcore.latency import LatencyCurves
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,7 +20,10 @@ L70 = CATALOG.model("llama-3.1-70b")
 H100 = load_tables("h100_sxm", "vllm", "bf16")
 KERNELS = KernelPerformanceModel()
 GPU_MACHINES = ("dgx-a100", "dgx-h100", "h200", "b200", "l40s")
-PAIRS = [(m, s) for m in CATALOG.models.values() for s in GPU_MACHINES]
+# issue-36 models only where the tables measure their attention and MoE (elsewhere refused:
+# tests/test_modern_models.py)
+PAIRS = [(m, s) for m in CATALOG.models.values() for s in GPU_MACHINES
+         if not pricing_problem(m, KERNELS.tables(CATALOG.machine(s)))]
 
 
 def test_shipped_tables_cover_the_required_gpus_and_name_their_source():
