@@ -473,6 +473,16 @@ class KernelTables:
             parts.append(self.moe_source(model))
         return ", " + "; ".join(parts)
 
+    def moe_elsewhere(self, model: ModelSpec) -> list[str]:
+        """The other data types of this GPU and engine whose tables measure the model's MoE
+        shape when these do not (DeepSeek in bf16: ["fp8"])."""
+        key = _moe_key(model)
+        if not model.is_moe or key in self.moe:
+            return []
+        return [d for g, e, d in available_tables() if (g, e) == (self.gpu, self.engine)
+                and d != self.dtype and key in ((_document(g, e, d).get("moe") or {})
+                                                .get("shapes", {}))]
+
     def moe_source(self, model: ModelSpec) -> str:
         """Where the model's MoE layer latency comes from (its measured data type)."""
         shape = self.moe.get(_moe_key(model))
@@ -503,10 +513,9 @@ class KernelTables:
             return np.where(tokens > 0, out, 0.0)
         if _modern(model):
             measured = ", ".join(sorted(self.moe)) or "none"
-            other = [d for g, e, d in available_tables() if (g, e) == (self.gpu, self.engine)
-                     and d != self.dtype and key in ((_document(g, e, d).get("moe") or {})
-                                                     .get("shapes", {}))]
-            hint = f" (the {', '.join(other)} tables measure it: --dtype)" if other else ""
+            other = self.moe_elsewhere(model)
+            hint = (f" (the {', '.join(other)} tables measure it: --dtype {other[0]})"
+                    if other else "")
             raise InputError(f"no measured MoE layer of {model.name}'s shape {key} (hidden/"
                              f"expert width/experts/top-k) in the {self.what()} kernel tables"
                              f"{hint}; measured: {measured}")
@@ -943,10 +952,14 @@ class EnginePerformanceModel(PerformanceModel):
         if key not in self._covers:
             covered = self.kernels.is_calibrated(model, machine)
             if covered and _modern(model):
-                problem = pricing_problem(model, self.kernels.tables(machine))
-                if problem and (self.dtype, self.kv_dtype) != ("bf16", "bf16"):
-                    raise InputError(problem)   # no fp8 fallback: refused in one line
-                covered = not problem           # bf16: the 2023 model, named as the fallback
+                tables = self.kernels.tables(machine)
+                problem = pricing_problem(model, tables)
+                if problem and ((self.dtype, self.kv_dtype) != ("bf16", "bf16")
+                                or tables.moe_elsewhere(model)):
+                    # no fp8 fallback, or another --dtype is measured: refused in one line
+                    raise InputError(problem)
+                covered = not problem   # bf16 without MLA tables (A100, the SLO reference):
+                #                         the 2023 model, named as the fallback
             if covered:
                 try:
                     ModelShapes(model, self.kernels.tensor_parallel(model, machine, tp))

@@ -103,7 +103,7 @@ def test_a_shape_outside_the_data_is_refused_in_one_line_naming_what_exists():
 def test_a_deepseek_search_answers_with_tensor_parallel_layouts(cli, tmp_path):
     outcome = cli(["search", "--model", "deepseek-r1", "--designs", "h200/h200", "--dtype",
                    "fp8", "--duration", "20", "--verify-seeds", "2", "--out", tmp_path])
-    assert outcome.code == 0, outcome.err
+    assert outcome.code == 0, outcome.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["inputs"]["model"]["kv_bytes_per_token"] == 61 * 576 * 2
     design = report["designs"][0]
@@ -112,3 +112,13 @@ def test_a_deepseek_search_answers_with_tensor_parallel_layouts(cli, tmp_path):
     assert {layout["prompt"]["tp"], layout["token"]["tp"]} <= {4, 8}
     source = next(a["value"] for a in report["assumptions"] if a["name"] == "latency_source")
     assert "MLA module" in source and "fp8_block" in source
+
+
+def test_a_model_measured_in_another_dtype_is_refused_naming_it(cli):
+    """DeepSeek-R1's MoE layer is measured in block fp8 only: a bf16 search is refused in one
+    line that says so, not sized on the 2023 model."""
+    outcome = cli(["search", "--model", "deepseek-r1", "--designs", "h200/h200",
+                   "--duration", "20", "--verify-seeds", "2"])
+    assert outcome.code == 2
+    line = outcome.stderr.strip().splitlines()[-1]
+    assert "7168/2048/256/8" in line and "--dtype fp8" in line and "measured:" in line
