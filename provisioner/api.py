@@ -20,10 +20,7 @@ from typing import Any, Callable
 
 import html
 
-import numpy as np
-
-from hardware_catalog import Design, InputError, ModelSpec, check_path
-from hardware_catalog.errors import option_ref
+from hardware_catalog import Design, ModelSpec
 from provisioner import __version__
 from provisioner.chunked import budget_variants, collapse_variants, progress_by_design
 from provisioner.evaluate import SimulationEvaluator
@@ -32,18 +29,13 @@ from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.loadcurve import curve_report
 from provisioner.sparing import FLEET_MTBF_HOURS, down_fraction, spare_record, spares_for
-from provisioner.layouts import layout_record, no_layout_result, pinned_design, plans, pools
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, Execution,
+from provisioner.layouts import layout_record, no_layout_result, plans, pools
+from provisioner.options import (LEGACY_ENGINE, Execution,
                                  FailureOptions,
                                  SearchOptions,
-                                 SimulateOptions, StudyOptions, from_keywords)
-from provisioner.question import (SLO_REFERENCE_SKU, asked, budget_like, check_engine_coverage,
-                                  check_resilience, merge_options, python_style,
-                                  resolve_design, resolve_model, resolve_perf,
-                                  read_asked_curve, refuse_beside, refuse_curve_options,
-                                  refuse_unused_pins, resolve_study,
-                                  study_catalog,
-                                  sim_options, to_echo)
+                                 SimulateOptions, from_keywords)
+from provisioner.question import (SimulateQuestion, asked, budget_like, merge_options,
+                                  python_style, resolve_simulate, resolve_study, to_echo)
 from provisioner.figures import optimum_html
 from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_reports,
                                  report_document,
@@ -51,17 +43,16 @@ from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_re
 from provisioner.runner import (DiskCache, Runner, RunStats, cache_run, default_cache_dir,
                                 default_jobs, warn)
 from provisioner.sensitivity import sensitivity
+from provisioner.simulation import curve_summary, simulation_summary
 from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
-from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource,
-                               model_in_dtype, workload_source)
+from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource)
 from provisioner.verify import (SCREEN_SEEDS, Verifier, attach_verification,
                                 recheck_cached_optimum, verification_seeds)
 from simcore import SIMULATOR_VERSION, Cluster, evaluate_slos
 from simcore import simulate as run_simulation
 from simcore.perfmodel import perf_model_version
 from simcore.kernels import kernel_data_version
-from slo_profiles import load_slo_profile
 
 OnBatch = Callable[[dict[str, int]], None]
 
@@ -538,6 +529,15 @@ class SimulationRun:
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
 
+    def to_dict(self) -> dict:
+        """`provision simulate --json`'s document (`provisioner.simulation`)."""
+        return simulation_summary(self)
+
+    @property
+    def calibration_hint(self) -> str:
+        """What to do about the uncalibrated SKUs (the terminal's warning)."""
+        return calibration_hint(self.model)
+
     def __repr__(self) -> str:   # one line, not the workload's and results' arrays
         c = self.cluster
         pools = (f"{c.prompt_machines} machines" if c.design.is_baseline
@@ -554,61 +554,25 @@ def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
         return simulate_options(merged)
 
 
-def simulate_options(options: SimulateOptions) -> SimulationRun:
-    s, c = options.study, options.cluster
-    catalog = study_catalog(s)
-    if c.design is None:
-        raise InputError(f"{option_ref('design')} is required", field="design")
-    design = design_with_budget(resolve_design(c.design, catalog), s.chunk_tokens)
-    plan = _asked_plan(c, design)
-    if plan and c.prompt is None and c.token is None and c.machines is None:
-        largest = (max(p for _, p, _ in plan), max(t for _, _, t in plan))
-        counts = (None, None, largest[0]) if design.is_baseline else (*largest, None)
-    else:
-        counts = (c.prompt, c.token, c.machines)
-    cluster = cluster_from_counts(design, *counts)
-    source = resolve_perf(s)
-    model = model_in_dtype(resolve_model(s, catalog), s.dtype, source.kv_dtype)
-    profile = load_slo_profile(s.slo)
-    perf = source.load(catalog)
-    check_engine_coverage(source, perf, model, [cluster.design])
-    workload = workload_source(s.workload)
-    rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
-    check_resilience(options.resilience, c.failures is not None, "failures")
-    refuse_unused_pins(options.layout, [cluster.design], "design")
-    if c.load_curve is not None:
-        refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
-                      ("duration",))
-        return _simulate_curve(options, cluster, model, perf, profile, source, workload, plan,
-                               catalog.machine(SLO_REFERENCE_SKU))
-    refuse_curve_options(c, ClusterOptions(), ("curve_window", "curve_shape"))
-    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
-    reserve = sim_options(s, options.resilience).memory_reserve_fraction
-    longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
-    cluster = replace(cluster, design=pinned_design(
-        cluster.design, options.layout, model, reserve, longest,
-        (cluster.prompt_machines, cluster.token_machines), workload))
-    result = run_simulation(cluster, requests, model, perf, catalog.machine(SLO_REFERENCE_SKU),
-                            replace(sim_options(s, options.resilience,
-                                                _failure_rows(c, cluster)),
-                                    mixed_pool=c.mixed_pool))
-    uncal = uncalibrated_skus(cluster.design, model, perf)
-    window = s.duration if rate is not None else float(np.max(requests.arrival_s))
-    return SimulationRun(cluster, model, requests, result, evaluate_slos(result, profile), uncal,
-                         profile, latency_source(source, perf, model, cluster.design.machines()),
-                         layout_record(cluster.design, model, reserve), window)
+def simulate_options(options: SimulateOptions) -> SimulationRun | CurveSimulation:
+    """The options' question (`provisioner.question.resolve_simulate`), simulated."""
+    return simulate_question(resolve_simulate(options))
 
 
-def _asked_plan(c: ClusterOptions, design: Design):
-    """--plan: its rows for the design (only beside --load-curve)."""
-    if c.plan is None:
-        return ()
-    if c.load_curve is None:
-        raise InputError(f"{option_ref('plan')} resizes the pools over a load curve: add "
-                         f"{option_ref('load_curve')} FILE, or drop it", field="plan")
-    from provisioner.loadcurve import read_plan
-    check_path(c.plan, "plan")
-    return read_plan(c.plan, design.name, design.is_baseline)
+def simulate_question(question: SimulateQuestion) -> SimulationRun | CurveSimulation:
+    """Simulate the question's cluster on its sample (or over its load curve) and check its
+    SLOs: the only place the simulate path calls the simulator."""
+    q = question
+    if q.curve is not None:
+        return _simulate_curve(q)
+    result = run_simulation(q.cluster, q.requests, q.model, q.perf_model, q.reference,
+                            q.sim_options)
+    return SimulationRun(q.cluster, q.model, q.requests, result, evaluate_slos(result, q.slo),
+                         uncalibrated_skus(q.cluster.design, q.model, q.perf_model), q.slo,
+                         latency_source(q.perf, q.perf_model, q.model,
+                                        q.cluster.design.machines()),
+                         layout_record(q.cluster.design, q.model,
+                                       q.sim_options.memory_reserve_fraction), q.window_s)
 
 
 @dataclass(eq=False)
@@ -628,94 +592,46 @@ class CurveSimulation:
     plan: tuple = ()
     notes: tuple = ()
 
+    def to_dict(self) -> dict:
+        """`provision simulate --load-curve --json`'s document (`provisioner.simulation`)."""
+        return curve_summary(self)
+
+    @property
+    def calibration_hint(self) -> str:
+        """What to do about the uncalibrated SKUs (the terminal's warning)."""
+        return calibration_hint(self.model)
+
     def __repr__(self) -> str:
         met = sum(r is None or r.passed for _, r in self.windows)
         return (f"CurveSimulation({self.cluster.design.name}, {self.run.requests:,} requests, "
                 f"{met} of {len(self.windows)} windows met)")
 
 
-def _simulate_curve(options: SimulateOptions, cluster: Cluster, model, perf, profile, source,
-                    workload, plan, reference) -> CurveSimulation:
+def _simulate_curve(q: SimulateQuestion) -> CurveSimulation:
     """simulate --load-curve: the workload's sizes under arrivals following the curve
     (`simcore.longrun.curve_chunks`), all of it in one streamed run, the SLOs per
     --curve-window and over the whole curve."""
-    from provisioner.curverun import curve_sizes, longest_request
-    from provisioner.loadcurve import windows
     from simcore.longrun import simulate_curve
-    s, c = options.study, options.cluster
-    if c.requests_csv is not None:
-        raise InputError(f"{option_ref('requests_csv')} writes one row per request: a load "
-                         "curve's run keeps no per-request rows; drop it", field="requests_csv")
-    curve = read_asked_curve(c.load_curve, s.rate).shaped(c.curve_shape)
-    spans = windows(curve, c.curve_window, "curve_window")
+    curve, spans = q.curve, q.windows
     edges = [w.start_s for w in spans] + [spans[-1].end_s]
-    options_used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
-                           mixed_pool=c.mixed_pool, pool_plan=plan)
-    sizes = curve_sizes(workload)
-    cluster = replace(cluster, design=pinned_design(
-        cluster.design, options.layout, model, options_used.memory_reserve_fraction,
-        longest_request(sizes), (cluster.prompt_machines, cluster.token_machines), workload))
-    # (a plan that does not fit the cluster is refused, one line, before any simulation)
-    run = simulate_curve(cluster, sizes, curve.times, curve.rates, curve.end_s, edges, s.seed,
-                         model, perf, reference, options_used, linear=curve.linear)
-    reports = ([(w, evaluate_slos(run.window(k), profile) if n else None)
+    run = simulate_curve(q.cluster, q.sizes, curve.times, curve.rates, curve.end_s, edges,
+                         q.seed, q.model, q.perf_model, q.reference, q.sim_options,
+                         linear=curve.linear)
+    reports = ([(w, evaluate_slos(run.window(k), q.slo) if n else None)
                 for k, (w, n) in enumerate(zip(spans, run.window_requests))]
                if run.feasible else [(w, None) for w in spans])
-    whole = evaluate_slos(run.latencies if run.feasible else run, profile)
-    reserve = options_used.memory_reserve_fraction
-    process = "poisson arrivals" if workload.kind == "builtin" else "arrivals with the trace's gaps"
-    notes = (f"{process} following the load curve {c.load_curve} ({len(curve.rates)} "
-             f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {s.seed}), all "
+    whole = evaluate_slos(run.latencies if run.feasible else run, q.slo)
+    reserve = q.sim_options.memory_reserve_fraction
+    process = ("poisson arrivals" if q.workload.kind == "builtin"
+               else "arrivals with the trace's gaps")
+    notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
+             f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "
              "in one streamed run",)
-    return CurveSimulation(cluster, model, workload.name, run, whole, reports,
-                           uncalibrated_skus(cluster.design, model, perf), profile,
-                           latency_source(source, perf, model, cluster.design.machines()),
-                           layout_record(cluster.design, model, reserve), plan, notes)
-
-
-def _failure_rows(c: ClusterOptions, cluster: Cluster) -> tuple:
-    if c.failures is None:
-        return ()
-    from simcore.failures import check_schedule, read_failure_csv
-    rows = read_failure_csv(c.failures)
-    check_schedule(rows, cluster.prompt_machines, cluster.token_machines,
-                   cluster.design.is_baseline, source=c.failures)
-    return rows
-
-
-def design_with_budget(design: Design, chunk_tokens) -> Design:
-    """`provision simulate --chunk-tokens N`: the chunked design's budget set to N."""
-    if chunk_tokens is None:
-        return design
-    if chunk_tokens == "auto":
-        raise InputError(f"{option_ref('chunk_tokens')} auto searches budgets: use it with "
-                         "`provision search`; give simulate a number", field="chunk_tokens")
-    if not design.is_chunked:
-        raise InputError(f"design '{design.name}' runs whole prompts: "
-                         f"{option_ref('chunk_tokens')} applies to "
-                         "chunked-prefill designs (sarathi-a100, sarathi-h100, or a design with "
-                         "prefill: chunked)", field="chunk_tokens")
-    return replace(design, chunk_tokens=chunk_tokens)
-
-
-def cluster_from_counts(design: Design, prompt: int | None, token: int | None,
-                        machines: int | None) -> Cluster:
-    if design.is_baseline:
-        if prompt is not None or token is not None:
-            raise InputError(f"design '{design.name}' is a baseline: give "
-                             f"{option_ref('machines')} N, not {option_ref('prompt')}/"
-                             f"{option_ref('token')}")
-        if machines is None:
-            raise InputError(f"design '{design.name}' needs {option_ref('machines')} N")
-        return Cluster(design, machines)
-    if machines is not None:
-        raise InputError(f"design '{design.name}' splits the phases: give "
-                         f"{option_ref('prompt')} N {option_ref('token')} M, not "
-                         f"{option_ref('machines')}")
-    if prompt is None or token is None:
-        raise InputError(f"design '{design.name}' needs {option_ref('prompt')} N and "
-                         f"{option_ref('token')} M")
-    return Cluster(design, prompt, token)
+    return CurveSimulation(q.cluster, q.model, q.workload.name, run, whole, reports,
+                           uncalibrated_skus(q.cluster.design, q.model, q.perf_model), q.slo,
+                           latency_source(q.perf, q.perf_model, q.model,
+                                          q.cluster.design.machines()),
+                           layout_record(q.cluster.design, q.model, reserve), q.plan, notes)
 
 
 __all__ = ["search", "SearchResult", "simulate", "SimulationRun", "resolve_study", "run_study",

@@ -147,7 +147,7 @@ def _simulate(options: SimulateOptions, spec: Optional[Path], as_json: bool) -> 
     from provisioner.question import input_files
     from provisioner.files import (check_not_an_input, check_output_file, output_errors,
                                    write_atomically)
-    from provisioner.terminal import compile_notice, print_simulation, simulation_summary
+    from provisioner.terminal import compile_notice, print_simulation
 
     csv_path = options.cluster.requests_csv
     if csv_path is not None:
@@ -158,7 +158,7 @@ def _simulate(options: SimulateOptions, spec: Optional[Path], as_json: bool) -> 
     if csv_path is not None and run.result.feasible:
         with output_errors("requests_csv"):
             write_atomically(Path(csv_path), run.result.requests_frame().to_csv(index=False))
-    summary = simulation_summary(run)
+    summary = run.to_dict()
     if as_json:
         print_json(summary)
     else:

@@ -17,26 +17,28 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import asdict, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from hardware_catalog import (Catalog, Design, InputError, ModelSpec, check_path, load_catalog,
-                              parse_design)
+import numpy as np
+
+from hardware_catalog import (Catalog, Design, InputError, MachineSku, ModelSpec, check_path,
+                              load_catalog, parse_design)
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
-from provisioner.layouts import check_fits, check_pins
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, FailureOptions, QuestionOptions,
-                                 SearchOptions,
+from provisioner.layouts import check_fits, check_pins, pinned_design
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, FailureOptions,
+                                 QuestionOptions, SearchOptions, SimulateOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
 from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, WorkloadSource,
                                kv_dtype_of, model_in_dtype, perf_source, workload_source)
-from simcore import SimOptions
+from simcore import Cluster, SimOptions, Workload
 from simcore.cluster import kv_capacity_tokens
 from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
-from slo_profiles import load_slo_profile
+from slo_profiles import SloProfile, load_slo_profile
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
 
@@ -361,6 +363,169 @@ def resolve_study(options: SearchOptions) -> Study:
                   hardware=options.question.hardware is not None, load_curve=load_curve)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
+
+
+# ------------------------------------------------------------------ the simulate question
+@dataclass(frozen=True)
+class SimulateQuestion:
+    """`provision simulate`'s question as records, every name looked up once
+    (`resolve_simulate`), beside the search's `Study`: one cluster (its design's layouts pinned
+    for the workload), what it runs on, and either a workload sample (`requests`) or a load
+    curve (`curve`, its `windows`, a `plan` resizing the pools). Running it is
+    `provisioner.api.simulate_question`; `to_dict()` is the question in plain values."""
+    catalog: Catalog
+    cluster: Cluster
+    model: ModelSpec
+    perf: PerfSource
+    perf_model: Any                # `perf` loaded (a simcore.performance.PerformanceModel)
+    slo: SloProfile
+    workload: WorkloadSource
+    reference: MachineSku          # the SLO reference machine
+    sim_options: SimOptions        # failure rows, mixed pool and a curve's plan applied
+    seed: int
+    rate_rps: float | None = None  # None: a trace's own arrivals, or a load curve
+    duration_s: float = 0.0
+    requests: Workload | None = None   # the sample simulated (None: a load curve's run)
+    window_s: float = 0.0          # its arrival window (--duration; a replayed trace: its span)
+    load_curve: str | None = None  # the --load-curve file as given
+    curve: Any = None              # it read, shaped (--curve-shape)
+    windows: tuple = ()            # its --curve-window spans
+    sizes: Any = None              # what the curve's requests draw their sizes from
+    plan: tuple = ()               # --plan rows (start_s, prompt, token)
+
+    def to_dict(self) -> dict:
+        c = self.cluster
+        question = {"design": c.design.name, "prompt_machines": c.prompt_machines,
+                    "token_machines": c.token_machines, "model": self.model.name,
+                    "workload": self.workload.identity(), "rate_rps": self.rate_rps,
+                    "duration_s": self.duration_s, "seed": self.seed,
+                    "requests": None if self.requests is None else len(self.requests),
+                    "slo_profile": self.slo.name, "perf_model": self.perf.identity(),
+                    "sim_options": _plain(asdict(self.sim_options))}
+        if self.curve is not None:
+            question.update(load_curve=self.load_curve,
+                            windows=[[w.start_s, w.end_s] for w in self.windows],
+                            plan=[list(row) for row in self.plan])
+        return question
+
+
+def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
+    """`provision simulate`'s question as records: every name looked up, every file read and
+    every refusal made once, here, before any simulation."""
+    s, c = options.study, options.cluster
+    catalog = study_catalog(s)
+    if c.design is None:
+        raise InputError(f"{option_ref('design')} is required", field="design")
+    design = design_with_budget(resolve_design(c.design, catalog), s.chunk_tokens)
+    plan = _asked_plan(c, design)
+    if plan and c.prompt is None and c.token is None and c.machines is None:
+        largest = (max(p for _, p, _ in plan), max(t for _, _, t in plan))
+        counts = (None, None, largest[0]) if design.is_baseline else (*largest, None)
+    else:
+        counts = (c.prompt, c.token, c.machines)
+    cluster = cluster_from_counts(design, *counts)
+    source = resolve_perf(s)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype, source.kv_dtype)
+    profile = load_slo_profile(s.slo)
+    perf = source.load(catalog)
+    check_engine_coverage(source, perf, model, [cluster.design])
+    workload = workload_source(s.workload)
+    rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
+    check_resilience(options.resilience, c.failures is not None, "failures")
+    refuse_unused_pins(options.layout, [cluster.design], "design")
+    common = {"catalog": catalog, "model": model, "perf": source, "perf_model": perf,
+              "slo": profile, "workload": workload, "seed": s.seed,
+              "reference": catalog.machine(SLO_REFERENCE_SKU)}
+    pools = (cluster.prompt_machines, cluster.token_machines)
+    if c.load_curve is not None:
+        from provisioner.curverun import curve_sizes, longest_request
+        from provisioner.loadcurve import windows
+        refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
+                      ("duration",))
+        if c.requests_csv is not None:
+            raise InputError(f"{option_ref('requests_csv')} writes one row per request: a load "
+                             "curve's run keeps no per-request rows; drop it",
+                             field="requests_csv")
+        curve = read_asked_curve(c.load_curve, s.rate).shaped(c.curve_shape)
+        spans = windows(curve, c.curve_window, "curve_window")
+        used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
+                       mixed_pool=c.mixed_pool, pool_plan=plan)
+        sizes = curve_sizes(workload)
+        cluster = replace(cluster, design=pinned_design(
+            cluster.design, options.layout, model, used.memory_reserve_fraction,
+            longest_request(sizes), pools, workload))
+        # (a plan that does not fit the cluster is refused, one line, before any simulation)
+        return SimulateQuestion(cluster=cluster, sim_options=used, load_curve=c.load_curve,
+                                curve=curve, windows=tuple(spans), sizes=sizes, plan=plan,
+                                **common)
+    refuse_curve_options(c, ClusterOptions(), ("curve_window", "curve_shape"))
+    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
+    reserve = sim_options(s, options.resilience).memory_reserve_fraction
+    longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
+    cluster = replace(cluster, design=pinned_design(cluster.design, options.layout, model,
+                                                    reserve, longest, pools, workload))
+    used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
+                   mixed_pool=c.mixed_pool)
+    window = s.duration if rate is not None else float(np.max(requests.arrival_s))
+    return SimulateQuestion(cluster=cluster, sim_options=used, rate_rps=rate,
+                            duration_s=s.duration, requests=requests, window_s=window, **common)
+
+
+def _asked_plan(c: ClusterOptions, design: Design):
+    """--plan: its rows for the design (only beside --load-curve)."""
+    if c.plan is None:
+        return ()
+    if c.load_curve is None:
+        raise InputError(f"{option_ref('plan')} resizes the pools over a load curve: add "
+                         f"{option_ref('load_curve')} FILE, or drop it", field="plan")
+    from provisioner.loadcurve import read_plan
+    check_path(c.plan, "plan")
+    return read_plan(c.plan, design.name, design.is_baseline)
+
+
+def _failure_rows(c: ClusterOptions, cluster: Cluster) -> tuple:
+    if c.failures is None:
+        return ()
+    from simcore.failures import check_schedule, read_failure_csv
+    rows = read_failure_csv(c.failures)
+    check_schedule(rows, cluster.prompt_machines, cluster.token_machines,
+                   cluster.design.is_baseline, source=c.failures)
+    return rows
+
+
+def design_with_budget(design: Design, chunk_tokens) -> Design:
+    """`provision simulate --chunk-tokens N`: the chunked design's budget set to N."""
+    if chunk_tokens is None:
+        return design
+    if chunk_tokens == "auto":
+        raise InputError(f"{option_ref('chunk_tokens')} auto searches budgets: use it with "
+                         "`provision search`; give simulate a number", field="chunk_tokens")
+    if not design.is_chunked:
+        raise InputError(f"design '{design.name}' runs whole prompts: "
+                         f"{option_ref('chunk_tokens')} applies to "
+                         "chunked-prefill designs (sarathi-a100, sarathi-h100, or a design with "
+                         "prefill: chunked)", field="chunk_tokens")
+    return replace(design, chunk_tokens=chunk_tokens)
+
+
+def cluster_from_counts(design: Design, prompt: int | None, token: int | None,
+                        machines: int | None) -> Cluster:
+    if design.is_baseline:
+        if prompt is not None or token is not None:
+            raise InputError(f"design '{design.name}' is a baseline: give "
+                             f"{option_ref('machines')} N, not {option_ref('prompt')}/"
+                             f"{option_ref('token')}")
+        if machines is None:
+            raise InputError(f"design '{design.name}' needs {option_ref('machines')} N")
+        return Cluster(design, machines)
+    if machines is not None:
+        raise InputError(f"design '{design.name}' splits the phases: give "
+                         f"{option_ref('prompt')} N {option_ref('token')} M, not "
+                         f"{option_ref('machines')}")
+    if prompt is None or token is None:
+        raise InputError(f"design '{design.name}' needs {option_ref('prompt')} N and "
+                         f"{option_ref('token')} M")
+    return Cluster(design, prompt, token)
 
 
 def resolve_perf(study: StudyOptions) -> PerfSource:

@@ -298,11 +298,10 @@ def test_chunk_tokens_check_accepts_numbers_and_auto():
 
 def test_simulate_api_reports_chunks_and_overhead():
     import provisioner
-    from provisioner.terminal import simulation_summary
     run = provisioner.simulate(design="sarathi-h100", machines=3, chunk_tokens=256,
                                model="llama2-70b", rate=6, duration=20)
     assert run.cluster.design.chunk_tokens == 256
-    summary = simulation_summary(run)
+    summary = run.to_dict()
     prefill = summary["prefill"]
     assert prefill["chunk_tokens"] == 256 and prefill["chunks_per_prompt"] > 1
     assert prefill["chunking_overhead"] > 0

@@ -300,3 +300,39 @@ def test_the_committed_reference_reports_echo_every_option():
     for path in sorted((REPO / "examples" / "reference").glob("*/report.json")):
         echoed = json.loads(path.read_text())["inputs"]["options"]
         assert set(echoed) == set(echoed_options()), path
+
+
+# ------------------------------------------------------------------ the simulate question
+def test_simulate_question_resolves_once_and_is_what_simulate_runs(tmp_path):
+    """`resolve_simulate` turns the options into one record (names looked up, the sample drawn,
+    the layouts pinned); `simulate_question` runs it; the run's `to_dict` is simulate --json."""
+    from provisioner.api import simulate_question
+    from provisioner.options import SimulateOptions
+    from provisioner.question import SimulateQuestion, resolve_simulate
+    values = {"design": "splitwise-hh", "prompt": 2, "token": 2, "model": "llama2-70b",
+              "rate": 5.0, "duration": 20.0}
+    question = resolve_simulate(build(SimulateOptions, values))
+    assert isinstance(question, SimulateQuestion) and question.curve is None
+    asked = question.to_dict()
+    assert (asked["design"], asked["prompt_machines"], asked["token_machines"]) == (
+        "splitwise-hh", 2, 2)
+    assert asked["model"] == "llama2-70b" and asked["rate_rps"] == 5.0
+    assert asked["requests"] == len(question.requests) > 0
+    assert asked["perf_model"] == question.perf.identity()
+    json.dumps(asked)   # plain values
+    run = simulate_question(question)
+    assert run.to_dict() == provisioner.simulate(**values).to_dict()
+    assert run.to_dict()["requests"] == asked["requests"]
+
+
+def test_simulate_question_of_a_load_curve_holds_its_windows_and_no_sample():
+    from provisioner.options import SimulateOptions
+    from provisioner.question import resolve_simulate
+    curve = REPO / "examples" / "load-curves" / "azure-coding-2024-05-13.csv"
+    question = resolve_simulate(build(SimulateOptions, {
+        "design": "splitwise-hh", "prompt": 2, "token": 2, "load_curve": str(curve),
+        "curve_window": 3600.0}))
+    asked = question.to_dict()
+    assert question.requests is None and asked["requests"] is None
+    assert len(asked["windows"]) == 24 and asked["windows"][0] == [0.0, 3600.0]
+    assert asked["load_curve"] == str(curve) and asked["plan"] == []
