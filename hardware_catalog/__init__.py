@@ -22,7 +22,8 @@ from hardware_catalog.errors import InputError, option_ref
 
 DATA_DIR = Path(__file__).resolve().parent
 
-__all__ = ["InputError", "MachineSku", "ModelSpec", "Layout", "Design", "Catalog", "load_catalog",
+__all__ = ["InputError", "MachineSku", "ModelSpec", "Layout", "Pool", "Design", "Catalog",
+           "load_catalog",
            "read_yaml", "read_json", "read_text", "check_path"]
 
 # Sane ranges of input files (issue: bad input). Beyond them a file is not what it claims.
@@ -250,6 +251,44 @@ RESERVED_DESIGN_CHARACTERS = "/@"   # PROMPT_SKU/TOKEN_SKU names, NAME@BUDGET va
 DEFAULT_CHUNK_TOKENS = 512  # Sarathi-Serve's budget for strict SLOs (2048 for relaxed ones)
 
 
+POOL_ROLES = ("prompt", "token", "mixed")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a design's machines, as code asks about it (`Design.pools`): its role
+    ("prompt" or "token": a Splitwise pool, each running its phase; "mixed": a colocated
+    design's one pool, every machine running both phases), its SKU and its layout (None: not
+    chosen yet)."""
+    role: str
+    sku: MachineSku
+    layout: Layout | None = None
+
+    def __post_init__(self):
+        if self.role not in POOL_ROLES:
+            raise ValueError(f"pool role must be one of {', '.join(POOL_ROLES)}, "
+                             f"got {self.role!r}")
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.role == "mixed"
+
+    @property
+    def label(self) -> str:
+        """The pool's name in reports: its role, "pool" for a colocated design's one."""
+        return "pool" if self.is_mixed else self.role
+
+    @property
+    def size_option(self) -> str:
+        """The option that sizes it: --machines for a colocated pool, else --prompt/--token."""
+        return "machines" if self.is_mixed else self.role
+
+    @property
+    def phrase(self) -> str:
+        """The pool in a sentence: "the pool", "the prompt pool"."""
+        return "the pool" if self.is_mixed else f"the {self.role} pool"
+
+
 @dataclass(frozen=True)
 class Design:
     """A cluster design: a baseline (one pool, token None) or a Splitwise prompt/token split.
@@ -313,10 +352,18 @@ class Design:
                        token_layout=None if self.is_baseline else token)
 
     @property
+    def pools(self) -> tuple[Pool, ...]:
+        """Its pools: a colocated design's one ("mixed"), or the prompt pool, then the token
+        pool."""
+        if self.token is None:
+            return (Pool("mixed", self.prompt, self.prompt_layout),)
+        return (Pool("prompt", self.prompt, self.prompt_layout),
+                Pool("token", self.token, self.token_layout))
+
+    @property
     def layouts(self) -> tuple[Layout | None, ...]:
         """The layout of each pool: (prompt,) for a baseline, (prompt, token) otherwise."""
-        return (self.prompt_layout,) if self.is_baseline else (self.prompt_layout,
-                                                                self.token_layout)
+        return tuple(pool.layout for pool in self.pools)
 
     def machines(self) -> tuple[MachineSku, ...]:
         """The distinct machine records of the design (prompt first)."""

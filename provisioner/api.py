@@ -29,7 +29,7 @@ from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.loadcurve import curve_report
 from provisioner.sparing import FLEET_MTBF_HOURS, down_fraction, spare_record, spares_for
-from provisioner.layouts import layout_record, no_layout_result, plans, pools
+from provisioner.layouts import layout_record, no_layout_result, plans
 from provisioner.options import (LEGACY_ENGINE, Execution,
                                  FailureOptions,
                                  SearchOptions,
@@ -70,8 +70,8 @@ def uncalibrated(design: Design, study: Study) -> list[str]:
 
 def uncalibrated_skus(design: Design, model, perf) -> list[str]:
     """The design's SKUs whose latencies (at their pools' TP) are not measured."""
-    flagged = [m.name for m, layout in pools(design)
-               if not perf.is_calibrated(model, m, layout.tp if layout else None)]
+    flagged = [pool.sku.name for pool in design.pools
+               if not perf.is_calibrated(model, pool.sku, pool.layout.tp if pool.layout else None)]
     return list(dict.fromkeys(flagged))
 
 

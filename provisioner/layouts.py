@@ -15,11 +15,12 @@ more than a verified optimum of another layout cannot win.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hardware_catalog import Design, InputError, Layout, MachineSku
+from hardware_catalog import Design, InputError, Layout, MachineSku, Pool
 from hardware_catalog.errors import option_ref
 from provisioner.study import DesignResult, Goal, Study
 from simcore import layout as layouts
@@ -68,45 +69,36 @@ class WorkloadShape:
                    sample.prompt_tokens, sample.output_tokens)
 
 
-def pinned(options, pool: str, baseline: bool) -> tuple[int | None, int | None]:
-    """(tp, pp) the layout options pin for a pool ("prompt" or "token"; a colocated pool
-    takes --tp only, a Splitwise pool its own --tp-prompt / --tp-token before --tp)."""
+def pinned(options, pool: Pool) -> tuple[int | None, int | None]:
+    """(tp, pp) the layout options pin for a pool (a colocated pool takes --tp only, a
+    Splitwise pool its own --tp-prompt / --tp-token before --tp)."""
     if options is None:
         return None, None
-    tp = options.tp if baseline else (
-        (options.tp_prompt if pool == "prompt" else options.tp_token) or options.tp)
+    tp = options.tp if pool.is_mixed else (
+        (options.tp_prompt if pool.role == "prompt" else options.tp_token) or options.tp)
     return tp, options.pp
-
-
-def pools(design: Design) -> list[tuple[MachineSku, Layout | None]]:
-    """(machine, layout) of each pool: the prompt pool (a colocated design's one pool), then
-    the token pool."""
-    return [(design.prompt, design.prompt_layout)] + (
-        [] if design.is_baseline else [(design.token, design.token_layout)])
 
 
 def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
     """Per pool (prompt, then token for Splitwise): (layouts, skipped entries)."""
     reserve = study.sim_options.memory_reserve_fraction
     per_pool = []
-    for pool, (machine, given) in zip(("prompt", "token"), pools(design)):
-        if given is not None:   # a design record that names its layout keeps it
-            per_pool.append(([given], []))
+    for pool in design.pools:
+        if pool.layout is not None:   # a design record that names its layout keeps it
+            per_pool.append(([pool.layout], []))
             continue
-        tp, pp = pinned(study.layout, pool, design.is_baseline)
-        chosen, skipped = layouts.candidate_layouts(study.model, machine, perf, reserve,
+        tp, pp = pinned(study.layout, pool)
+        chosen, skipped = layouts.candidate_layouts(study.model, pool.sku, perf, reserve,
                                                     shape.longest, tp, pp)
-        per_pool.append((chosen, [{"pool": "pool" if design.is_baseline else pool,
-                                   "layout": layout.label, "reason": reason}
-                                  for layout, reason in skipped]))
+        per_pool.append((chosen, [{"pool": pool.label, "layout": layout.label,
+                                   "reason": reason} for layout, reason in skipped]))
     return per_pool
 
 
 def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan:
     per_pool = pool_choices(study, design, shape, perf)
     skipped = [entry for _, entries in per_pool for entry in entries]
-    combos = [(p,) for p in per_pool[0][0]] if design.is_baseline else [
-        (p, t) for p in per_pool[0][0] for t in per_pool[1][0]]
+    combos = list(itertools.product(*(chosen for chosen, _ in per_pool)))   # one per pool
     variants, slow, slack = [], [], {}
     for v in (design.with_layouts(*combo) for combo in combos):
         problem, slack[v] = latency_floor_problem(study, v, shape, perf)
@@ -195,9 +187,7 @@ def check_pins(options, catalog, designs) -> None:
 def _pools_of(design: Design, name: str) -> list[MachineSku]:
     if name == "tp":
         return list(design.machines())
-    if design.is_baseline:
-        return []
-    return [design.prompt if name == "tp_prompt" else design.token]
+    return [pool.sku for pool in design.pools if f"tp_{pool.role}" == name]
 
 
 def no_layout_result(design: Design, goal: Goal, layout_plan: LayoutPlan) -> DesignResult:
@@ -223,8 +213,9 @@ def latency_floor_problem(study: Study, design: Design, shape: WorkloadShape,
     per_token = study.sim_options.tbt_per_output_token
     reserve = study.sim_options.memory_reserve_fraction
     alone = [uncontended_latencies(shape.prompt, shape.output,
-                                   layouts.curves(perf, study.model, m, layout), per_token)
-             for m, layout in pools(design)]
+                                   layouts.curves(perf, study.model, pool.sku, pool.layout),
+                                   per_token)
+             for pool in design.pools]
     ttft = np.minimum.reduce([a[0] for a in alone])
     tbt = np.fmin.reduce([a[1] for a in alone])
     e2e = ttft + np.minimum.reduce([a[2] - a[0] for a in alone])
@@ -291,7 +282,7 @@ def capacity(study: Study, design: Design, shape: WorkloadShape,
     lends machines across pools (the frontier below the growth's corner is searched from 1
     anyway). max-rate has no rate to size for: floors (1, 1)."""
     goal, unit = study.goal, _unit(study.goal)
-    pooled = pools(design)
+    pooled = [(pool.sku, pool.layout) for pool in design.pools]
     rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pooled]
     prompt_load = shape.mean_prompt          # per request per second of rate
     decode_load = max(shape.mean_output - 1.0, 0.0)
@@ -327,13 +318,11 @@ def layout_record(design: Design, model, reserve: float) -> dict:
     """Each pool's layout as reports give it: tp, pp, instances per machine, KV per instance."""
     from simcore.cluster import pool_layouts
     chosen = pool_layouts(design, model, reserve)
-    names = ("pool",) if design.is_baseline else ("prompt", "token")
-    machines = (design.prompt, design.token)
-    return {name: {"tp": layout.tp, "pp": layout.pp,
-                   "instances_per_machine": layout.instances_per_machine(machine),
-                   "kv_tokens_per_instance": layouts.kv_capacity(model, machine, layout,
-                                                                 reserve)}
-            for name, layout, machine in zip(names, chosen, machines)}
+    return {pool.label: {"tp": layout.tp, "pp": layout.pp,
+                         "instances_per_machine": layout.instances_per_machine(pool.sku),
+                         "kv_tokens_per_instance": layouts.kv_capacity(model, pool.sku, layout,
+                                                                       reserve)}
+            for pool, layout in zip(design.pools, chosen)}
 
 
 def pinned_design(design: Design, options, model, reserve_fraction: float, longest: int,
@@ -343,9 +332,10 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
     request, the pipeline fits the pool (InputError naming the option otherwise; a request
     of the trace `workload` that the layout holds the model but not: naming its row)."""
     chosen = []
-    for (pool, (machine, _)), size in zip(zip(("prompt", "token"), pools(design)), machines):
-        tp, pp = pinned(options, pool, design.is_baseline)
-        name = "tp" if design.is_baseline or tp == options.tp else f"tp_{pool}"
+    for pool, size in zip(design.pools, machines):
+        machine = pool.sku
+        tp, pp = pinned(options, pool)
+        name = "tp" if pool.is_mixed or tp == options.tp else f"tp_{pool.role}"
         if pp is not None:
             layout = Layout(tp or machine.gpus, pp)
         else:   # the fewest machines that hold it at this TP (the whole machine's by default)
@@ -366,8 +356,7 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
             raise InputError(f"{layout.label} on {machine.name}: {problem}{hint}",
                              field=field_name)
         if layout.pp > size:
-            count = "machines" if design.is_baseline else pool
-            where = "the pool" if design.is_baseline else f"the {pool} pool"
+            count, where = pool.size_option, pool.phrase
             if pp:
                 raise InputError(f"an instance spans {layout.pp} machines, {where} has {size}",
                                  field="pp")

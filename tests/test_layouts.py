@@ -336,3 +336,28 @@ def test_no_reference_optimum_lies_below_its_capacity_bound(report):
         assert optimum["cost_per_hour"] >= bound["value"] - 1e-6, entry["design"]
         if "machines" in optimum:   # a colocated pool's floor bounds it (a mixed pool's not)
             assert optimum["machines"] >= bound["pool_floors"][0], entry["design"]
+
+
+def test_a_design_answers_with_its_pools():
+    """`Design.pools`: a colocated design's one pool ("mixed"), a Splitwise design's prompt
+    then token pool, each with its SKU and layout; the layout records are keyed by them."""
+    from hardware_catalog import Pool
+    from provisioner.layouts import layout_record, pinned
+    model = CATALOG.model("llama2-70b")
+    colocated = CATALOG.design("baseline-h100")
+    split = CATALOG.design("splitwise-ha").with_layouts(Layout(4), Layout(8))
+    assert [(p.role, p.sku, p.layout) for p in colocated.pools] == [("mixed", H100, None)]
+    assert [(p.role, p.sku, p.layout) for p in split.pools] == [
+        ("prompt", H100, Layout(4)), ("token", A100, Layout(8))]
+    assert [p.label for p in colocated.pools + split.pools] == ["pool", "prompt", "token"]
+    assert [p.size_option for p in colocated.pools + split.pools] == [
+        "machines", "prompt", "token"]
+    assert split.layouts == (Layout(4), Layout(8)) and colocated.layouts == (None,)
+    assert list(layout_record(colocated, model, RESERVE)) == ["pool"]
+    assert list(layout_record(split, model, RESERVE)) == ["prompt", "token"]
+    pins = SearchOptions().layout
+    pins = replace(pins, tp=2, tp_token=4)
+    assert [pinned(pins, p) for p in split.pools] == [(2, None), (4, None)]
+    assert pinned(pins, colocated.pools[0]) == (2, None)
+    with pytest.raises(ValueError, match="role"):
+        Pool("both", H100)
