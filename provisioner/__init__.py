@@ -1,4 +1,4 @@
-"""provision: size disaggregated LLM inference clusters (search engine, reports, CLI).
+"""provision: size disaggregated LLM inference clusters (search, reports, CLI).
 
     import provisioner
     result = provisioner.search(designs="splitwise-hh", rate=70)

@@ -29,7 +29,7 @@ from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
 from provisioner.loadcurve import curve_report
 from provisioner.sparing import FLEET_MTBF_HOURS, down_fraction, spare_record, spares_for
-from provisioner.layouts import layout_record, no_layout_result, plans
+from provisioner.layouts import layout_choices, layout_record, no_layout_result
 from provisioner.options import (LEGACY_ENGINE, Execution,
                                  FailureOptions,
                                  SearchOptions,
@@ -427,11 +427,11 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
     runner = Runner(SimulationEvaluator(study), execution.jobs or default_jobs(),
                     execution.backend, execution.address, cache)
     searched, origin = budget_variants(study.designs, study.chunk_tokens)
-    layout_plans = plans(study, searched)
+    choices = layout_choices(study, searched)
     verifier = Verifier(runner, _seeds(study), SCREEN_SEEDS, study.settings.verify_margin)
     with runner:
-        runnable = [d for d in searched if layout_plans[d.name].variants]
-        variants = {name: p.variants for name, p in layout_plans.items()}
+        runnable = [d for d in searched if choices[d.name].variants]
+        variants = {name: p.variants for name, p in choices.items()}
         if study.hardware:
             found = drive({HARDWARE_PROGRESS: hardware_search(
                 runnable, variants, study.goal, study.constraints, study.settings,
@@ -441,13 +441,13 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
                                    verifier.run, progress_by_design(on_batch, origin),
                                    runner.concurrent, variants)
             found = {r.design.name: r for r in found}
-        results = [found.get(d.name) or no_layout_result(d, study.goal, layout_plans[d.name])
+        results = [found.get(d.name) or no_layout_result(d, study.goal, choices[d.name])
                    for d in searched]
         for result in results:
-            layout_plan = layout_plans[result.design.name]
-            result.layouts_skipped = layout_plan.skipped
-            if layout_plan.variants:
-                result.layouts = result.layouts + layout_plan.too_slow
+            chosen = choices[result.design.name]
+            result.layouts_skipped = chosen.skipped
+            if chosen.variants:
+                result.layouts = result.layouts + chosen.too_slow
         results = collapse_variants(study.designs, results, origin, study.goal)
         for result in results:
             if result.design.prompt_layout is not None:

@@ -1,4 +1,4 @@
-"""The one binding between the search engine and the simulator.
+"""The one binding between the search and the simulator.
 
 `SimulationEvaluator.outcome(point)` builds the workload at the point's rate, runs
 `simcore.simulate` on the point's cluster and evaluates the SLOs; it returns a plain, picklable
@@ -29,7 +29,7 @@ from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 
 @lru_cache(maxsize=1)
-def engine_fingerprint() -> str:
+def code_fingerprint() -> str:
     """The version of everything that turns a point into an outcome: the package versions and
     a hash of the simulator's sources and data, of the binding (`provisioner.evaluate`) and of
     the assumption presets, so no cache entry written by other code is ever read."""
@@ -194,7 +194,7 @@ class SimulationEvaluator:
     def identity(self) -> dict:
         """Everything but the point and the sample seed that changes an outcome (derived from
         the declarations: `provisioner.question.identity`), and the code's fingerprint."""
-        return {"engine": engine_fingerprint(), **identity(self.study)}
+        return {"code": code_fingerprint(), **identity(self.study)}
 
     def point_identity(self, point: Point) -> dict:
         """The records the point simulates on. Cost is left out on purpose: it does not change

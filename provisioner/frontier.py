@@ -1,7 +1,7 @@
 """The search algorithm: the cheapest, least-power or highest-throughput cluster of every design.
 
 Feasibility (all SLOs met) is assumed (nearly) monotone: more machines never hurt, a higher rate
-never helps. So instead of the full (P, T) grid the engine
+never helps. So instead of the full (P, T) grid the search
 - grows a feasible corner by doubling both pools, bisects the smallest prompt pool that works with
   the full token pool and vice versa, then walks the staircase of the feasibility frontier corner
   by corner (min-cost / min-power: the frontier does not depend on the objective, so both goals

@@ -38,7 +38,7 @@ class Variant:
 
 
 @dataclass
-class LayoutPlan:
+class LayoutChoices:
     """A design's variants (in search order) and the layouts skipped, with why."""
     variants: list[Variant]
     skipped: list[dict] = field(default_factory=list)   # {pool, layout, reason}: cannot run
@@ -95,7 +95,7 @@ def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
     return per_pool
 
 
-def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan:
+def choices(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutChoices:
     per_pool = pool_choices(study, design, shape, perf)
     skipped = [entry for _, entries in per_pool for entry in entries]
     combos = list(itertools.product(*(chosen for chosen, _ in per_pool)))   # one per pool
@@ -111,19 +111,19 @@ def plan(study: Study, design: Design, shape: WorkloadShape, perf) -> LayoutPlan
     # likely to need the fewest machines), so that pruning bites early
     sign = -1.0 if study.goal.name == "max-rate" else 1.0
     variants.sort(key=lambda v: (sign * round(v.bound, 9), -slack[v.design]))
-    return LayoutPlan(variants, skipped, slow)
+    return LayoutChoices(variants, skipped, slow)
 
 
-def plans(study: Study, designs) -> dict[str, LayoutPlan]:
+def layout_choices(study: Study, designs) -> dict[str, LayoutChoices]:
     """Every design's plan (by design name)."""
     shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
-    return {d.name: plan(study, d, shape, perf) for d in designs}
+    return {d.name: choices(study, d, shape, perf) for d in designs}
 
 
 def check_fits(study: Study, designs) -> None:
     """Before any simulation: InputError when a pinned layout fits no design, or the model
     fits no design's machines at any layout (memory and pricing only: the latencies and
-    bounds are the search's, `plans`)."""
+    bounds are the search's, `layout_choices`)."""
     shape, perf = WorkloadShape.of(study), study.perf.load(study.catalog)
     skipped = []
     for design in designs:
@@ -190,15 +190,15 @@ def _pools_of(design: Design, name: str) -> list[MachineSku]:
     return [pool.sku for pool in design.pools if f"tp_{pool.role}" == name]
 
 
-def no_layout_result(design: Design, goal: Goal, layout_plan: LayoutPlan) -> DesignResult:
+def no_layout_result(design: Design, goal: Goal, chosen: LayoutChoices) -> DesignResult:
     """The result of a design none of whose layouts can run the model (nothing simulated)."""
     reasons = "; ".join(f"{e['pool']} {e['layout']}: {e['reason']}"
-                        for e in layout_plan.skipped[:3])
-    slow = "; ".join(f"{e['layout']}: {e['reason']}" for e in layout_plan.too_slow[:2])
-    why = (f"every layout is too slow for the SLOs ({slow})" if layout_plan.too_slow
+                        for e in chosen.skipped[:3])
+    slow = "; ".join(f"{e['layout']}: {e['reason']}" for e in chosen.too_slow[:2])
+    why = (f"every layout is too slow for the SLOs ({slow})" if chosen.too_slow
            else f"no layout can run {design.name}'s pools ({reasons})")
-    return DesignResult(design, goal, None, why, [], layouts=list(layout_plan.too_slow),
-                        layouts_skipped=layout_plan.skipped)
+    return DesignResult(design, goal, None, why, [], layouts=list(chosen.too_slow),
+                        layouts_skipped=chosen.skipped)
 
 
 # ----------------------------------------------------------------------------- the bounds

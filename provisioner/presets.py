@@ -1,6 +1,6 @@
 """Assumption presets: `provision` (our semantics, SPEC section 4) and `splitwise-sim` (the
 modelling choices of the simulator the Splitwise paper used, so that its study can be
-reproduced with our engine and each choice's effect seen).
+reproduced with our simulators and each choice's effect seen).
 
 `splitwise-sim` emulates these choices of SplitwiseSim (numbers from
 `shared/design/splitwise-sim-semantics.md`, read from its code at commit 8f99e7d):
@@ -16,14 +16,14 @@ reproduced with our engine and each choice's effect seen).
   curves over "batch tokens" (prompt x batch) from its 2023 profiles, median per x, linear
   inside and beyond; prompt-only iterations on the prompt curve; decode-only iterations on the
   token curve looked up at x = number of decodes (a bug: flat in the batch size; emulated
-  because it is a curve our engines already take), no context term; mixed iterations at 1.1x
+  because it is a curve our simulators already take), no context term; mixed iterations at 1.1x
   the prompt curve at prompt + decode tokens. Pairs its profiles do not cover (machines other
   than DGX-A100/H100/H100-cap, models other than BLOOM-176B and Llama2-70B) keep our model;
 - #11 its SLO references: TTFT the prompt curve at the prompt size; TBT a time per token of
   the request alone (its token curve at x = prompt size), not divided by the output tokens as
   the measured TBT is; E2E = TTFT reference + (output - 1) x TBT reference
   (`LatencyCurves.reference_token_time`, `simcore.metrics.uncontended_latencies`).
-Not emulated (they need a different engine, or are bugs that are not cheap): #12 its batch
+Not emulated (they need a different simulator, or are bugs that are not cheap): #12 its batch
 limits (decodes counting one token each, at most 512 requests), #13 KV(prompt + 1) instead of
 KV(prompt) held on the prompt machine, #14-#16 its mixed-pool return and routing keys, and its
 prompts over 2048 tokens waiting behind a run of decode-only iterations.

@@ -849,7 +849,7 @@ def _diff(old: Any, new: Any, path: list[str], lines: list[str]) -> None:
 def identity(study: Study) -> dict:
     """Everything of the question but the point and the sample's seed that changes a simulated
     outcome: the study fields declared `outcome`, each as its record's identity (the evaluator
-    adds its code's fingerprint, `provisioner.evaluate.engine_fingerprint`)."""
+    adds its code's fingerprint, `provisioner.evaluate.code_fingerprint`)."""
     key = {}
     for f in fields(study):
         if f.metadata.get("outcome"):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hardware_catalog import InputError
-from provisioner.evaluate import Evaluator, engine_fingerprint
+from provisioner.evaluate import Evaluator, code_fingerprint
 from provisioner.files import warn, write_atomically
 from provisioner.options import BACKENDS, LOCAL_BACKENDS
 from provisioner.study import Outcome, Point
@@ -70,7 +70,7 @@ class DiskCache:
 
     An entry names what it answers: the key it was written under (the hash of the whole
     question: study, design records, point and seed), the code that computed it
-    (`engine_fingerprint`) and, readably, the design, point and seed. One read under another
+    (`code_fingerprint`) and, readably, the design, point and seed. One read under another
     key (two entries swapped, copied or linked) is ignored, re-simulated and overwritten, like
     a damaged one. Only regular files inside the folder are read: a symbolic link (file or
     subfolder), a FIFO or a device is never opened as an entry."""
@@ -203,7 +203,7 @@ def cache_run():
 def code_version() -> str:
     """The version of the code that turns a point into an outcome (package versions and a hash
     of the simulator's sources and data): recorded in every cache entry."""
-    return engine_fingerprint()
+    return code_fingerprint()
 
 
 def entry_key(data: Any) -> str:

@@ -1,4 +1,4 @@
-"""simcore: the simulation engine (workloads, performance model, simulators, SLO metrics).
+"""simcore: the simulator (workloads, performance model, simulators, SLO metrics).
 
 Public face::
 

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from provisioner.evaluate import engine_fingerprint
+from provisioner.evaluate import code_fingerprint
 from provisioner.runner import DiskCache
 from provisioner.study import Outcome
 
@@ -33,7 +33,7 @@ def test_an_entry_records_its_key_the_code_and_the_question(tmp_path):
                 "rate_rps": 4.0, "seed": 0}
     cache.put(KEY, GOOD, question)
     record = json.loads(_entry(cache, KEY).read_text())
-    assert record["key"] == KEY and record["code"] == engine_fingerprint()
+    assert record["key"] == KEY and record["code"] == code_fingerprint()
     assert record["question"] == question
     assert cache.get(KEY) == GOOD
 

@@ -11,7 +11,7 @@ import yaml
 import provisioner
 from hardware_catalog import DATA_DIR, InputError, Layout, load_catalog
 from provisioner.check import optimum_changes
-from provisioner.layouts import LayoutPlan, WorkloadShape, plans
+from provisioner.layouts import LayoutChoices, WorkloadShape, layout_choices
 from provisioner.options import SearchOptions
 from provisioner.question import resolve_study
 from simcore import Cluster, SimOptions, Workload, simulate
@@ -142,14 +142,14 @@ def test_capacity_bounds_never_exceed_a_found_optimum():
 
 def test_paper_specs_search_tp8_only():
     study = _study(model="bloom-176b", engine="splitwise-2023")
-    for name, plan in plans(study, study.designs).items():
+    for name, plan in layout_choices(study, study.designs).items():
         assert [v.design.layouts for v in plan.variants] == [
             (Layout(8),) * len(plan.variants[0].design.layouts)], name
 
 
 def test_405b_plans_pipelines_on_80gb_and_one_machine_on_h200():
     study = _study(model="llama-3.1-405b", designs=("baseline-a100", "h200/h200"))
-    found = plans(study, study.designs)
+    found = layout_choices(study, study.designs)
     assert all(layout.pp >= 2 for v in found["baseline-a100"].variants
                for layout in v.design.layouts)
     assert any(v.design.layouts == (Layout(8), Layout(8)) for v in found["h200/h200"].variants)
@@ -158,7 +158,7 @@ def test_405b_plans_pipelines_on_80gb_and_one_machine_on_h200():
 def test_pins_reduce_the_variants_to_the_pinned_layout():
     study = _study(model="llama-3-8b", designs=("splitwise-hh", "baseline-h100"), tp_prompt=2,
                    tp_token=4, tp=8)
-    found = plans(study, study.designs)
+    found = layout_choices(study, study.designs)
     assert [v.design.layouts for v in found["splitwise-hh"].variants] == [(Layout(2), Layout(4))]
     assert [v.design.layouts for v in found["baseline-h100"].variants] == [(Layout(8),)]
 
@@ -225,8 +225,8 @@ def test_tensor_parallel_left_the_model_catalog(tmp_path):
 def test_plan_of_a_design_record_with_its_layout_keeps_it():
     study = _study(model="llama-3-8b", designs=("baseline-h100",))
     design = study.designs[0].with_layouts(Layout(4))
-    plan = plans(replace(study, designs=(design,)), (design,))[design.name]
-    assert isinstance(plan, LayoutPlan)
+    plan = layout_choices(replace(study, designs=(design,)), (design,))[design.name]
+    assert isinstance(plan, LayoutChoices)
     assert [v.design.layouts for v in plan.variants] == [(Layout(4),)]
     assert WorkloadShape.of(study).longest > 0
 
