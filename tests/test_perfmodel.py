@@ -33,9 +33,12 @@ def test_curves_non_decreasing_in_tokens_and_batch(model, machine):
 def test_decode_latency_depends_on_batch_size(model, machine):
     curves = PERF.curves(model, machine)
     one, many = curves.token_time(1, 0), curves.token_time(256, 0)
-    # a sparse MoE's decode reads every expert's weights whatever the batch, and its per-request
-    # compute is small (Qwen3-30B-A3B: 3.35B of 30.5B parameters active): +7% at 256 on A100
-    assert many > (1.05 if model.is_moe else 1.1) * one
+    # the fitted model reads a sparse MoE's every expert whatever the batch, and its per-request
+    # compute scales with the active parameters only, so the growth shrinks with the active
+    # share (A100, 256 vs 1: Qwen3-30B-A3B 11% active +7%, DeepSeek-R1 5.6% +5%, Kimi-K2 3.2%
+    # +1.7%); the margin required scales with that share
+    active = model.active_params_b / model.params_b if model.is_moe else 1.0
+    assert many > (1 + 0.25 * active if model.is_moe else 1.1) * one
     # at the same total context, more requests cost more (the batch is an input of its own)
     assert curves.token_time(64, 64_000) > curves.token_time(1, 64_000)
 

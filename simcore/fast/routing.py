@@ -9,7 +9,7 @@ Compiles the reference's `_route`, `_choose_prompt_machine`, `_choose_token_mach
 from __future__ import annotations
 
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT
-from .compiler import _compiled
+from .compiler import _compiled, _inlined
 from .records import (
     CHANGED_ALL, CHANGED_COMMITTED, CHANGED_PENDING, CHANGED_POOL, KEY_LOAD, NONE,
     TREE_MIXED_COMMITTED, TREE_MIXED_PENDING, TREE_PROMPT_COMMITTED, TREE_PROMPT_PENDING,
@@ -113,7 +113,7 @@ def _choose_token_machine(machines, settings, pools, reservation, now):
     return lent, lent
 
 
-@_compiled
+@_inlined
 def _route(state, r, now):
     """Pick both machines on arrival (prompt side first) and queue the prompt; False when no
     machine that can hold the request is up."""
