@@ -141,8 +141,9 @@ def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int,
 def windows(curve: LoadCurve, window_s: float, option: str = "window") -> list[Window]:
     """The planning windows over the curve, each with its peak and mean rate (`option`: the
     option that gave `window_s`, named when it does not fit)."""
-    if expected_requests(curve) < 1:
-        raise InputError(f"asks for {expected_requests(curve):.3g} requests over its "
+    requests = expected_requests(curve)
+    if requests < 1:
+        raise InputError(f"asks for {requests:.3g} requests over its "
                          f"{curve.end_s:g} s (peak {max(curve.rates):.3g} req/s): fewer than one; "
                          "give rates in requests per second", source=curve.source)
     if window_s > curve.end_s + 1e-9:
