@@ -35,6 +35,46 @@ engine, data type), and writes one JSON file each with its source and versions n
 - fp8 files also carry kv_fp8_context_attention / kv_fp8_generation_attention: the same
   attention tables with an fp8 KV cache (bf16 queries), for --kv-dtype fp8.
 
+Issue 36, second part (keys added only: the older files' other keys are unchanged):
+- moe.shapes[<hidden>/<inter>/<experts>/<topk>].ep / .ep_balanced: {"<ep>": {"tokens",
+  "us"}} for ep in MOE_EP (as measured: up to the expert count), rows with moe_tp_size 1 and
+  moe_ep_size ep, the shape's moe_dtype, power_law_1.01 (ep) or balanced (ep_balanced, for
+  expert load balancing) routing, tokens thinned to MOE_EP_TOKENS; the tp tables' kernel source
+  where measured, else the EP rows' own (named in ep_kernel_source / ep_balanced_kernel_source).
+  The latency is one GPU's: its num_experts / ep experts. **num_tokens is the token count
+  entering the MoE layer of the whole EP group** (every attention-DP rank's tokens, after
+  the dispatch gathered them), not one rank's: AIConfigurator's collector routes num_tokens
+  tokens over all num_experts and times the rank's local experts (expert map), and its query
+  multiplies the per-rank tokens by attention_dp_size (sdk/operations/moe_comm.py lines
+  324-327, MoEExpertCompute: "scales tokens by attention_dp_size (attention DP globalizes
+  tokens through the A2A dispatch - the same scaling as the legacy MoE ... query paths)";
+  sdk/operations/moe.py line 108: "the A2A dispatch globalizes tokens across all (cp*ep)
+  ranks, so expert compute sees the full token set"). Same anomaly handling as the tp rows;
+  their notes go to the file's moe_ep_anomalies (table "moe_ep", with ep and distribution).
+- moe_alltoall: MoE dispatch and combine within one node (node_num 1) or null where the
+  engine's collection on the GPU has none (A100, L40S): {"file", "files": {phase: path},
+  "engine_version", "kernel_source", "backend": {"context": DeepEP high-throughput,
+  "generation": DeepEP low-latency}, "sms", "comm_dtype", "node_num": 1, "gpus_per_node",
+  "tokens", "measured_shapes", "shapes": {"<hidden>/<topk>/<experts>": {"<ep>": {"context":
+  {"dispatch": {"tokens", "us"}, "combine": {...}}, "generation": {...}}}}} for the catalog
+  shapes measured exactly. vLLM and TensorRT-LLM: comm/<engine>/<v>/moe_a2a_perf.parquet
+  (ep 8, GB200/GB300 ep 4 = one node); SGLang: wideep_deepep_normal (context) and
+  wideep_deepep_ll (generation), which have no ep column: the node's GPUs (system yaml).
+  High-throughput kernels at A2A_HT_SMS SMs (SGLang: dispatch and combine sms 20); TensorRT-
+  LLM's wire data type as AIConfigurator's communication_dtype_for picks it for the file's
+  data type. Tokens are per rank (moe_comm.py lines 225-226: "Comm ops see per-rank token
+  counts ... never by attention_dp_size"). The package's a2a latency is already in
+  microseconds (latency = transmit_us + notify_us; DeepEP LL dispatch of one token 47 us),
+  kept with 4 significant digits.
+- GB200 and GB300 (NVL72 trays of 4 GPUs): files like B200's (vLLM and TensorRT-LLM bf16 and
+  fp8, SGLang bf16).
+- fp4 files (B200, B300, GB200, GB300; vLLM, SGLang, TensorRT-LLM): nvfp4 GEMMs (TensorRT-LLM
+  and SGLang measure n, k from 128), MoE in nvfp4 where measured (else w4a16_mxfp4, fp8,
+  fp8_block, named per shape), MLA with nvfp4 GEMMs, attention as the fp8 files (bf16 KV
+  tables and kv_fp8_*); the LM head reads the bf16 file of the same GPU and engine (SGLang
+  bf16 on B300 is written for it). fp4 slower than bf16 is handled like fp8 (compared on the
+  common grid).
+
 Anomalies of the database are checked and left out, each with a note in the file's
 `anomalies` list (docs/kernel-data.md lists them):
 - latency not monotone in tokens: a GEMM measurement (along m) or MoE measurement (along
@@ -46,7 +86,8 @@ Anomalies of the database are checked and left out, each with a note in the file
   tokens) of the same GPU and engine takes the bf16 latency (fp8 moves half the bytes for
   the same math; the report names this fallback).
 
-Latencies are stored in microseconds with 4 significant digits (the package's are ms).
+Latencies are stored in microseconds with 4 significant digits (the package's are ms, but
+for the all-to-all tables, which are in us).
 """
 from __future__ import annotations
 
@@ -64,20 +105,29 @@ sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "simcore" / "data" / "kernels"
 FORMAT = "provision-kernel-tables/1"
-GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s")
+GPUS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s", "gb200", "gb300")
 # GPUs whose TensorRT-LLM collection has fp8 GEMMs (A100's 1.0.0 collection has none)
-TRTLLM_FP8_GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s")
+TRTLLM_FP8_GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "l40s", "gb200", "gb300")
+# Blackwell GPUs with nvfp4 GEMMs (issue 36): fp4 files for every engine whose GEMM
+# collection has nvfp4 rows (all three), each beside a bf16 file of the same engine (LM head)
+FP4_GPUS = ("b200_sxm", "b300_sxm", "gb200", "gb300")
+SGLANG_BF16_GPUS = ("h100_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
 # (gpu, engine, dtype) files written: vLLM everywhere (bf16, fp8 where the GPU has fp8 GEMMs),
-# SGLang bf16 on H100 and B200, TensorRT-LLM bf16 and fp8 where it has fp8 GEMMs (its bf16
-# tables there too: the LM head runs in bf16).
+# SGLang bf16 on H100, B200, B300, GB200, GB300, TensorRT-LLM bf16 and fp8 where it has fp8
+# GEMMs (its bf16 tables there too: the LM head runs in bf16), fp4 on FP4_GPUS.
 TARGETS = ([(g, "vllm", d) for g in GPUS for d in ("bf16", "fp8")]
-           + [(g, "sglang", "bf16") for g in ("h100_sxm", "b200_sxm")]
-           + [(g, "trtllm", d) for g in TRTLLM_FP8_GPUS for d in ("bf16", "fp8")])
-GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8"}
+           + [(g, "sglang", "bf16") for g in SGLANG_BF16_GPUS]
+           + [(g, "trtllm", d) for g in TRTLLM_FP8_GPUS for d in ("bf16", "fp8")]
+           + [(g, e, "fp4") for g in FP4_GPUS for e in ("vllm", "sglang", "trtllm")])
+GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 GEMM_M = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048,
           2560, 3072, 3584, 4096, 6144, 8192, 12288, 16384, 32768)
 HEAD_DIM = 128
 MOE_TP = (1, 2, 4, 8)
+MOE_EP = (2, 4, 8, 16, 32, 64, 128, 256)
+# token counts kept in the expert-parallel MoE tables (the package measures 27, 1-16384)
+MOE_EP_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
+                 65536)
 SPIKE = 2.0            # a latency above SPIKE x that of more tokens is a broken measurement
 FP8_TOLERANCE = 0.10   # fp8 slower than bf16 by more than this (timing noise) is an anomaly
 
@@ -114,6 +164,12 @@ def us(values) -> list:
     for v in np.asarray(values, dtype=float).ravel():
         out.append(None if not math.isfinite(v) else float(f"{v * 1000.0:.4g}"))
     return out
+
+
+def us_from_us(values) -> list:
+    """microseconds (the all-to-all tables' unit) -> 4 significant digits; NaN -> None."""
+    return [None if not math.isfinite(v) else float(f"{v:.4g}")
+            for v in np.asarray(values, dtype=float).ravel()]
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -200,23 +256,42 @@ def spike_mask(values: np.ndarray, axis: int) -> np.ndarray:
         return np.isfinite(values) & (values > SPIKE * shifted)
 
 
-def fp8_against_bf16(fp8: dict, bf16: dict) -> dict:
-    """fp8 GEMM cells more than FP8_TOLERANCE slower than bf16 at the same (m, n, k) take the
-    bf16 latency; the count is recorded as an anomaly."""
-    if (fp8["m"], fp8["n"], fp8["k"]) != (bf16["m"], bf16["n"], bf16["k"]):
-        raise SystemExit(f"fp8 and bf16 GEMM grids differ ({fp8['file']}): cannot compare")
+def _on_grid(table: dict, grid: dict) -> np.ndarray:
+    """`table`'s latencies at the (m, n, k) cells of `grid` (NaN where `table` lacks one)."""
+    values = np.array(table["us"], dtype=float).reshape(
+        len(table["m"]), len(table["n"]), len(table["k"]))
+    out = np.full((len(grid["m"]), len(grid["n"]), len(grid["k"])), np.nan)
+    axes = [[(i, table[a].index(v)) for i, v in enumerate(grid[a]) if v in table[a]]
+            for a in ("m", "n", "k")]
+    for i, ti in axes[0]:
+        for j, tj in axes[1]:
+            for l, tl in axes[2]:
+                out[i, j, l] = values[ti, tj, tl]
+    return out.ravel()
+
+
+def fp8_against_bf16(fp8: dict, bf16: dict, dtype: str = "fp8") -> dict:
+    """fp8 (or fp4) GEMM cells more than FP8_TOLERANCE slower than bf16 at the same (m, n, k)
+    take the bf16 latency; the count is recorded as an anomaly. fp4 grids may be smaller than
+    bf16's (TensorRT-LLM and SGLang measure nvfp4 from n, k = 128): compared where both are."""
     a = np.array(fp8["us"], dtype=float)
-    b = np.array(bf16["us"], dtype=float)
-    slow = a > b * (1.0 + FP8_TOLERANCE)
+    if (fp8["m"], fp8["n"], fp8["k"]) == (bf16["m"], bf16["n"], bf16["k"]):
+        b = np.array(bf16["us"], dtype=float)
+    elif dtype != "fp8":
+        b = _on_grid(bf16, fp8)
+    else:
+        raise SystemExit(f"fp8 and bf16 GEMM grids differ ({fp8['file']}): cannot compare")
+    with np.errstate(invalid="ignore"):
+        slow = a > b * (1.0 + FP8_TOLERANCE)
     if not slow.any():
         return fp8
     ratio = a[slow] / b[slow]
     out = dict(fp8, us=[float(v) for v in np.where(slow, b, a)])
     notes = list(fp8.get("anomalies", []))
     notes.append({
-        "table": "gemm", "kind": "fp8 slower than bf16", "cells": int(slow.sum()),
+        "table": "gemm", "kind": f"{dtype} slower than bf16", "cells": int(slow.sum()),
         "of": int(slow.size),
-        "note": (f"{int(slow.sum())} of {slow.size} fp8 cells more than "
+        "note": (f"{int(slow.sum())} of {slow.size} {dtype} cells more than "
                  f"{FP8_TOLERANCE:.0%} slower than bf16 at the same (m, n, k) (median "
                  f"x{float(np.median(ratio)):.2f}, at most x{float(ratio.max()):.2f})"),
         "fallback": "the bf16 latency of the same (m, n, k)",
@@ -296,7 +371,8 @@ def derive_attention_variants(data: Path, root: Path, engine: str, catalog) -> d
     return out
 
 
-MLA_GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_block"}   # DeepSeek's fp8 is block-scaled
+MLA_GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_block",   # DeepSeek's fp8 is block-scaled
+                  "fp4": "nvfp4"}
 
 
 def derive_mla(data: Path, root: Path, engine: str, dtype: str) -> dict:
@@ -394,7 +470,8 @@ def derive_all_reduce(data: Path, root: Path, engine: str) -> dict:
 # MoE data types read per file, in order: a shape not measured in the first is read in the
 # next (DeepSeek-V3/R1 and Kimi-K2 are measured in block-scaled fp8 only, as they ship; gpt-oss
 # with its checkpoint's MXFP4 experts and bf16 activations only); each shape records its own.
-MOE_DTYPES = {"bf16": ("bfloat16", "w4a16_mxfp4"), "fp8": ("fp8", "fp8_block", "w4a16_mxfp4")}
+MOE_DTYPES = {"bf16": ("bfloat16", "w4a16_mxfp4"), "fp8": ("fp8", "fp8_block", "w4a16_mxfp4"),
+              "fp4": ("nvfp4", "w4a16_mxfp4", "fp8", "fp8_block")}
 
 
 def moe_shapes(catalog) -> list[tuple[int, int, int, int]]:
@@ -407,8 +484,9 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
     path = newest(data / "moe" / engine, "moe_perf.parquet")
     if path is None:
         return None
-    frame = pd.read_parquet(path)
-    frame = frame[frame.moe_ep_size == 1]
+    full = pd.read_parquet(path)
+    frame = full[full.moe_ep_size == 1]
+    expert_parallel = full[(full.moe_tp_size == 1) & (full.moe_ep_size > 1)]
     out = {"file": _rel(path, root), "engine_version": path.parent.name, "shapes": {}}
     for hidden, inter, experts, topk in shapes:
         rows = frame[(frame.hidden_size == hidden) & (frame.inter_size == inter)
@@ -442,17 +520,94 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
                 "distribution": dist, "kernel_source": source, "tp": per_tp}
             if moe_dtype != GEMM_DTYPE[dtype]:   # older shapes' records stay as they were
                 out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"]["moe_dtype"] = moe_dtype
+            ep_rows = expert_parallel[
+                (expert_parallel.hidden_size == hidden) & (expert_parallel.inter_size == inter)
+                & (expert_parallel.num_experts == experts) & (expert_parallel.topk == topk)
+                & (expert_parallel.moe_dtype == moe_dtype)]
+            for key, ep_dist in (("ep", "power_law_1.01"), ("ep_balanced", "balanced")):
+                table, ep_source = derive_moe_ep(ep_rows[ep_rows.distribution == ep_dist],
+                                                 source, f"{hidden}/{inter}/{experts}/{topk}",
+                                                 ep_dist, out)
+                if table:
+                    out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"][key] = table
+                    if ep_source != source:
+                        out["shapes"][f"{hidden}/{inter}/{experts}/{topk}"][
+                            f"{key}_kernel_source"] = ep_source
     return out
 
 
-def moe_fp8_against_bf16(fp8: dict | None, bf16: dict | None) -> dict | None:
-    """fp8 MoE points more than FP8_TOLERANCE slower than the bf16 measurement of the same
-    shape, moe_tp and token count take the bf16 latency; one note per (shape, moe_tp)."""
+def derive_moe_ep(rows, source: str, shape: str, dist: str, out: dict) -> tuple[dict, str]:
+    """The MoE layer at moe_tp 1, moe_ep MOE_EP (per GPU, its num_experts / ep experts), thinned
+    to MOE_EP_TOKENS; num_tokens is the token count entering the MoE layer of the whole EP
+    group (every attention-DP rank's tokens), of which this GPU computes those routed to its
+    experts. The tp tables' kernel source where measured; not-monotone points are dropped and
+    noted in out["ep_anomalies"]."""
+    if rows.empty:
+        return {}, source
+    if not (rows.kernel_source == source).any():
+        source = _dominant(rows, "kernel_source")
+    rows = rows[(rows.kernel_source == source) & rows.num_tokens.isin(MOE_EP_TOKENS)]
+    per_ep = {}
+    for ep in MOE_EP:
+        table = rows[rows.moe_ep_size == ep].groupby("num_tokens").latency.min()
+        spikes = spike_mask(table.values.astype(float), axis=0)
+        if spikes.any():
+            out.setdefault("ep_anomalies", []).append({
+                "table": "moe_ep", "shape": shape, "ep": ep, "distribution": dist,
+                "kind": "not monotone in tokens", "points": int(spikes.sum()),
+                "of": int(len(table)),
+                "note": (f"tokens {', '.join(str(int(t)) for t in table.index[spikes])}: "
+                         f"more than {SPIKE:g}x the latency of more tokens, left out"),
+                "fallback": "interpolated between the other token counts"})
+            table = table[~spikes]
+        if len(table) >= 2:
+            per_ep[str(ep)] = {"tokens": [int(t) for t in table.index], "us": us(table.values)}
+    return per_ep, source
+
+
+def _against(table: dict, reference: dict) -> tuple[list, list]:
+    """`table`'s latencies, those more than FP8_TOLERANCE above `reference` at the same token
+    count replaced by it; and the (tokens, value, reference) replaced."""
+    base = dict(zip(reference.get("tokens", []), reference.get("us", [])))
+    values, slow = [], []
+    for tokens, value in zip(table["tokens"], table["us"]):
+        ref = base.get(tokens)
+        if ref is not None and value is not None and value > ref * (1 + FP8_TOLERANCE):
+            slow.append((tokens, value, ref))
+            value = ref
+        values.append(value)
+    return values, slow
+
+
+def moe_fp8_against_bf16(fp8: dict | None, bf16: dict | None,
+                         dtype: str = "fp8") -> dict | None:
+    """fp8 (fp4) MoE points more than FP8_TOLERANCE slower than the bf16 measurement of the
+    same shape, moe_tp and token count take the bf16 latency; one note per (shape, moe_tp).
+    The expert-parallel tables likewise per (shape, ep, distribution), noted in ep_anomalies."""
     if not fp8 or not bf16:
         return fp8
     out = dict(fp8, shapes={})
     notes = list(fp8.get("anomalies", []))
+    ep_notes = list(fp8.get("ep_anomalies", []))
     for key, shape in fp8["shapes"].items():
+        ep_tables = {}
+        for ep_key, dist in (("ep", "power_law_1.01"), ("ep_balanced", "balanced")):
+            if ep_key not in shape:
+                continue
+            reference = bf16["shapes"].get(key, {}).get(ep_key, {})
+            ep_tables[ep_key] = {}
+            for ep, table in shape[ep_key].items():
+                values, slow = _against(table, reference.get(ep, {}))
+                ep_tables[ep_key][ep] = {"tokens": table["tokens"], "us": values}
+                if slow:
+                    ratios = [v / r for _, v, r in slow]
+                    ep_notes.append({
+                        "table": "moe_ep", "shape": key, "ep": int(ep), "distribution": dist,
+                        "kind": f"{dtype} slower than bf16", "points": len(slow),
+                        "of": len(table["tokens"]),
+                        "note": (f"{dtype} {float(np.median(ratios)):.1f}x slower than bf16 at "
+                                 f"{len(slow)} of {len(table['tokens'])} token counts (median)"),
+                        "fallback": "the bf16 latency of the same shape, ep and tokens"})
         reference = bf16["shapes"].get(key, {}).get("tp", {})
         tables = {}
         for tp, table in shape["tp"].items():
@@ -470,15 +625,136 @@ def moe_fp8_against_bf16(fp8: dict | None, bf16: dict | None) -> dict | None:
                 ratios = [v / r for _, v, r in slow]
                 at = next(((t, v, r) for t, v, r in slow if t == 64), slow[0])
                 notes.append({
-                    "table": "moe", "shape": key, "tp": int(tp), "kind": "fp8 slower than bf16",
+                    "table": "moe", "shape": key, "tp": int(tp),
+                    "kind": f"{dtype} slower than bf16",
                     "points": len(slow), "of": len(table["tokens"]),
-                    "note": (f"fp8 {float(np.median(ratios)):.1f}x slower than bf16 at "
+                    "note": (f"{dtype} {float(np.median(ratios)):.1f}x slower than bf16 at "
                              f"{len(slow)} of {len(table['tokens'])} token counts (median; "
                              f"{at[0]} tokens: {at[1]:,.0f} us against {at[2]:,.0f} us)"),
                     "fallback": "the bf16 latency of the same shape, moe_tp and tokens"})
-        out["shapes"][key] = dict(shape, tp=tables)
+        out["shapes"][key] = dict(shape, tp=tables, **ep_tables)
     if notes:
         out["anomalies"] = notes
+    if ep_notes:
+        out["ep_anomalies"] = ep_notes
+    return out
+
+
+# MoE all-to-all (issue 36): the engine's DeepEP modes, high-throughput for prefill
+# ("context"), low-latency for decode ("generation"), as AIConfigurator composes them
+A2A_BACKENDS = {"vllm": {"context": "deepep_ht", "generation": "deepep_ll"},
+                "trtllm": {"context": "trtllm_deepep_ht", "generation": "trtllm_deepep_ll"},
+                "sglang": {"context": "deepep_ht", "generation": "deepep_ll"}}
+A2A_SGLANG_FILES = {"context": "wideep_deepep_normal_perf.parquet",
+                    "generation": "wideep_deepep_ll_perf.parquet"}
+# SMs of the high-throughput kernels: DeepEP's and AIConfigurator's default (sdk/config.py
+# `sms: int = 20`; the low-latency kernels take none, recorded as 0; TensorRT-LLM's rows are
+# all sms 0: no such knob)
+A2A_HT_SMS = 20
+A2A_QUANT = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+
+
+def _a2a_comm_dtype(gpu: str, engine: str, dtype: str, backend: str, comm_phase: str,
+                    phase: str) -> str:
+    """The wire data type AIConfigurator's serving contract picks (TensorRT-LLM: HT sends fp8
+    models' activations in bf16, LL in fp8; nvfp4 models in nvfp4 / fp4 combine)."""
+    if engine != "trtllm":
+        return "default"
+    from aiconfigurator_core.sdk.operations.moe_comm import communication_dtype_for
+    try:
+        return communication_dtype_for(system=gpu, comm_backend=backend,
+                                       model_quantization=A2A_QUANT[dtype],
+                                       communication_phase=comm_phase, inference_phase=phase)
+    except ValueError:
+        return "bfloat16"
+
+
+def derive_alltoall(pkg: Path, data: Path, root: Path, gpu: str, engine: str, dtype: str,
+                    shapes) -> dict | None:
+    """MoE dispatch and combine latency (us) within one node (node_num 1) by per-rank token
+    count, for the catalog's (hidden, top-k, experts) measured exactly; None where the engine's
+    collection on this GPU has no all-to-all table."""
+    import pandas as pd
+    import yaml
+    backends = A2A_BACKENDS[engine]
+    frames, files = {}, {}
+    if engine == "sglang":       # one file per mode, one column pair per comm phase, no ep
+        for phase, filename in A2A_SGLANG_FILES.items():
+            path = newest(data / "comm" / engine, filename)
+            if path is None:
+                return None
+            frame = pd.read_parquet(path)
+            frame = frame[frame.node_num == 1]
+            if "dispatch_sms" in frame.columns:
+                frame = frame[(frame.dispatch_sms == A2A_HT_SMS)
+                              & (frame.combine_sms == A2A_HT_SMS)]
+            rows = []
+            for comm in ("dispatch", "combine"):
+                value = (frame[f"{comm}_transmit_us"] + frame[f"{comm}_notify_us"]
+                         if f"{comm}_transmit_us" in frame.columns else frame[f"{comm}_avg_t_us"])
+                rows.append(pd.DataFrame({
+                    "phase": comm, "hidden_size": frame.hidden_size, "topk": frame.num_topk,
+                    "num_experts": frame.num_experts, "num_tokens": frame.num_token,
+                    "latency": value, "kernel_source": frame.kernel_source}))
+            frames[phase], files[phase] = pd.concat(rows), path
+        spec = yaml.safe_load((pkg / "systems" / f"{gpu}.yaml").read_text())
+        gpus_per_node = int(spec["node"]["num_gpus_per_node"])
+        sms = {"context": A2A_HT_SMS, "generation": 0}
+        for frame in frames.values():
+            frame["ep_size"] = gpus_per_node
+    else:
+        path = newest(data / "comm" / engine, "moe_a2a_perf.parquet")
+        if path is None:
+            return None
+        frame = pd.read_parquet(path)
+        frame = frame[frame.node_num == 1]
+        sms = {}
+        for phase, backend in backends.items():
+            rows = frame[frame.comm_backend == backend]
+            if rows.empty:
+                continue
+            sms[phase] = (A2A_HT_SMS if (rows.sms == A2A_HT_SMS).any() and phase == "context"
+                          else int(rows.sms.min()))
+            frames[phase], files[phase] = rows[rows.sms == sms[phase]], path
+        if not frames:
+            return None
+        gpus_per_node = int(max(frame.ep_size))
+    comm_dtypes = {phase: {comm: _a2a_comm_dtype(gpu, engine, dtype, backends[phase], comm,
+                                                  phase) for comm in ("dispatch", "combine")}
+                   for phase in frames}
+    measured = sorted({(int(h), int(k), int(e)) for f in frames.values()
+                       for h, k, e in zip(f.hidden_size, f.topk, f.num_experts)})
+    out_shapes = {}
+    for hidden, topk, experts in sorted({(h, k, e) for h, _, e, k in shapes}):
+        entry = {}
+        for phase, frame in frames.items():
+            rows = frame[(frame.hidden_size == hidden) & (frame.topk == topk)
+                         & (frame.num_experts == experts)]
+            for ep, group in rows.groupby("ep_size"):
+                per_comm = {}
+                for comm in ("dispatch", "combine"):
+                    part = group[group.phase == comm]
+                    if "comm_dtype" in part.columns:
+                        part = part[part.comm_dtype == comm_dtypes[phase][comm]]
+                    table = part.groupby("num_tokens").latency.min()
+                    if len(table) >= 2:
+                        per_comm[comm] = {"tokens": [int(t) for t in table.index],
+                                          "us": us_from_us(table.values)}
+                if len(per_comm) == 2:
+                    entry.setdefault(str(int(ep)), {})[phase] = per_comm
+        if entry:
+            out_shapes[f"{hidden}/{topk}/{experts}"] = entry
+    first = files.get("context") or next(iter(files.values()))
+    out = {"file": _rel(first, root),
+           "files": {phase: _rel(path, root) for phase, path in files.items()},
+           "engine_version": first.parent.name,
+           "kernel_source": _dominant(pd.concat(frames.values()), "kernel_source"),
+           "backend": {phase: backends[phase] for phase in frames},
+           "sms": sms, "comm_dtype": comm_dtypes, "node_num": 1,
+           "gpus_per_node": gpus_per_node,
+           "tokens": "per rank: each GPU dispatches (and gets back) its own tokens' top-k copies",
+           "measured_shapes": [f"{h}/{k}/{e}" for h, k, e in measured],
+           "shapes": out_shapes}
     return out
 
 
@@ -509,14 +785,15 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
     moe = derive_moe(data, root, engine, dtype, moe_shapes(catalog))
     extra = {}
     if dtype != "bf16":
-        gemm = fp8_against_bf16(gemm, derive_gemm(data, root, engine, "bf16"))
+        gemm = fp8_against_bf16(gemm, derive_gemm(data, root, engine, "bf16"), dtype)
         moe = moe_fp8_against_bf16(moe, derive_moe(data, root, engine, "bf16",
-                                                   moe_shapes(catalog)))
+                                                   moe_shapes(catalog)), dtype)
         kv_context, kv_generation = derive_attention(data, root, engine, ratios, "fp8")
         if kv_context is not None:
             extra = {"kv_fp8_context_attention": kv_context,
                      "kv_fp8_generation_attention": kv_generation}
     anomalies = [*gemm.pop("anomalies", []), *((moe or {}).pop("anomalies", []))]
+    ep_anomalies = (moe or {}).pop("ep_anomalies", [])
     doc = {"format": FORMAT, "source": "aiconfigurator-core", "version": package_version(),
            "license": "Apache-2.0 (NVIDIA); derived by scripts/derive_kernel_tables.py",
            "gpu": gpu, "device": device, "engine": engine, "dtype": dtype,
@@ -530,6 +807,11 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
            **derive_mla(data, root, engine, dtype)}
     if anomalies:
         doc["anomalies"] = anomalies
+    # issue 36 (EP, all-to-all): new keys only, so the older files' keys stay as they were
+    doc["moe_alltoall"] = derive_alltoall(pkg, data, root, gpu, engine, dtype,
+                                          moe_shapes(catalog))
+    if ep_anomalies:
+        doc["moe_ep_anomalies"] = ep_anomalies
     return doc
 
 
