@@ -179,6 +179,25 @@ class ModelSpec:
         return self.params_b * 1e9 * self.bytes_per_value
 
     @property
+    def routed_expert_params_b(self) -> float:
+        """Billions of parameters in the routed experts (0 for a dense model): what expert
+        parallelism divides; the rest (attention, shared experts, dense layers, embeddings)
+        is held by every attention rank."""
+        if not self.is_moe:
+            return 0.0
+        matrices = 3 if self.mlp_gated else 2
+        return (self.moe_layers * self.experts * matrices * self.hidden
+                * self.expert_intermediate_size) / 1e9
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of the routed experts: their share of the parameters, of the weight bytes (so
+        a stated size, e.g. gpt-oss's MXFP4 experts, is divided alike)."""
+        if not self.is_moe or not self.params_b:
+            return 0.0
+        return self.weight_bytes * min(1.0, self.routed_expert_params_b / self.params_b)
+
+    @property
     def flops_params_b(self) -> float:
         """Parameters touched per token (all of them, or the active experts of a MoE)."""
         return self.active_params_b if self.active_params_b is not None else self.params_b
@@ -206,44 +225,96 @@ _NEW_MODEL_FIELDS = ("shared_experts", "dense_layers", "kv_lora_rank", "q_lora_r
 
 @dataclass(frozen=True, order=True)
 class Layout:
-    """How one pool's machines run the model: instances of `tp` GPUs of one machine (tensor
-    parallel), each spanning `pp` machines (pipeline stages, for a model one machine cannot
-    hold). A machine of G GPUs holds G / tp instances; a pool of N machines, (N // pp) x G / tp."""
+    """How one pool's machines run the model.
+
+    Dense layers (and a mixture of experts whose experts split like dense columns, `ep` = 1):
+    instances of `tp` GPUs of one machine (tensor parallel), each spanning `pp` machines
+    (pipeline stages, for a model one machine cannot hold). A machine of G GPUs holds G / tp
+    instances; a pool of N machines, (N // pp) x G / tp.
+
+    Expert parallelism (`ep` > 1, issue 36): the MoE layers' experts are spread over an
+    expert-parallel group of `ep` GPUs (each holds experts / ep of them, whole), and attention
+    runs on `dp` = ep / tp ranks of `tp` GPUs each: `dp` = 1 is tensor-parallel attention
+    over the group (the "TEP" layout engines offer), `dp` > 1 data-parallel attention (DP
+    attention, "DEP"), every rank with its own requests and KV cache. The simulators see each
+    attention rank as an instance; a group spans ep / G machines when it is larger than one
+    machine (an NVLink domain: 8 GPUs of an HGX machine, 72 of an NVL72 rack), and a machine
+    holds G // ep groups when it is smaller (GPUs left over stay idle)."""
     tp: int
     pp: int = 1
+    ep: int = 1
+    dp: int = 1
 
     def __post_init__(self):
-        for name in ("tp", "pp"):
+        for name in ("tp", "pp", "ep", "dp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
                 raise InputError(f"{name} must be a whole number from 1 to {MAX_GPUS}, "
                                  f"got {value!r}")
+        if self.ep > 1 and (self.pp > 1 or self.tp * self.dp != self.ep):
+            raise InputError(f"an expert-parallel layout runs EP {self.ep} as TP x DP ranks "
+                             f"without a pipeline; got TP {self.tp}, DP {self.dp}, PP {self.pp}")
+        if self.ep == 1 and self.dp > 1:
+            raise InputError("data-parallel attention (DP > 1) needs expert parallelism (EP > 1)")
+
+    @property
+    def is_expert_parallel(self) -> bool:
+        return self.ep > 1
 
     @property
     def gpus(self) -> int:
-        """GPUs of one instance."""
+        """GPUs of one instance (one attention rank of an expert-parallel group)."""
         return self.tp * self.pp
 
-    def instances_per_machine(self, machine: "MachineSku") -> int:
-        """Instances per machine (per pipeline group of `pp` machines when pp > 1)."""
+    def span(self, machine: "MachineSku") -> int:
+        """Machines one group spans: the pipeline's stages, or an expert-parallel group
+        larger than one machine."""
+        if self.ep > 1:
+            return max(1, -(-self.ep // machine.gpus))
+        return self.pp
+
+    def instances_per_span(self, machine: "MachineSku") -> int:
+        """Instances on the `span` machines of one group (several groups on one machine
+        when a group is smaller than it)."""
+        if self.ep > 1:
+            if self.ep >= machine.gpus:
+                return self.dp
+            return (machine.gpus // self.ep) * self.dp
         return machine.gpus // self.tp
 
+    def instances_per_machine(self, machine: "MachineSku") -> int:
+        """Instances per machine (per group of `span` machines when a group spans several)."""
+        return self.instances_per_span(machine)
+
     def instances(self, machine: "MachineSku", machines: int) -> int:
-        return (machines // self.pp) * self.instances_per_machine(machine)
+        return (machines // self.span(machine)) * self.instances_per_span(machine)
 
     def problem(self, machine: "MachineSku") -> str:
         """Why the layout cannot run on the machine ("" when it can)."""
         if machine.gpus % self.tp:
             return (f"TP {self.tp} does not divide the {machine.gpus} GPUs of "
                     f"'{machine.name}'")
+        if self.ep > machine.gpus and self.ep % machine.gpus:
+            return (f"EP {self.ep} is not a whole number of '{machine.name}' machines "
+                    f"({machine.gpus} GPUs each)")
         return ""
 
     @property
     def label(self) -> str:
+        """TP8, TP4xPP2; an expert-parallel layout names its attention, then its experts:
+        TP8/EP8 (tensor-parallel attention), DP32/EP32 (data-parallel attention of one GPU
+        per rank), TP2xDP8/EP16."""
+        if self.ep > 1:
+            attention = (f"TP{self.tp}" if self.dp == 1 else
+                         f"DP{self.dp}" if self.tp == 1 else f"TP{self.tp}xDP{self.dp}")
+            return f"{attention}/EP{self.ep}"
         return f"TP{self.tp}" + (f"xPP{self.pp}" if self.pp > 1 else "")
 
     def as_dict(self) -> dict[str, int]:
-        return {"tp": self.tp, "pp": self.pp}
+        record = {"tp": self.tp, "pp": self.pp}
+        if self.ep > 1:   # dense layouts echo as they always did
+            record.update(ep=self.ep, dp=self.dp)
+        return record
 
 
 PREFILL_POLICIES = ("whole", "chunked")
@@ -287,6 +358,17 @@ class Pool:
     def phrase(self) -> str:
         """The pool in a sentence: "the pool", "the prompt pool"."""
         return "the pool" if self.is_mixed else f"the {self.role} pool"
+
+    @property
+    def size_key(self) -> str:
+        """Its size in report.json: "machines" (colocated), "prompt_machines", "token_machines"."""
+        return "machines" if self.is_mixed else f"{self.role}_machines"
+
+    def count_text(self, machines: int) -> str:
+        """`machines` of its SKU in a sentence: "12 x dgx-h100" (colocated), "3 dgx-h100
+        prompt"."""
+        return (f"{machines} x {self.sku.name}" if self.is_mixed
+                else f"{machines} {self.sku.name} {self.role}")
 
 
 @dataclass(frozen=True)
@@ -395,6 +477,40 @@ class Design:
         if self.token_layout is not None:
             record["token_layout"] = self.token_layout.as_dict()
         return record
+
+    def pool(self, role: str) -> Pool | None:
+        """Its pool of `role` ("prompt", "token" or "mixed"), None when it has none."""
+        return next((pool for pool in self.pools if pool.role == role), None)
+
+    @property
+    def lends_work(self) -> bool:
+        """Splitwise pools that lend each other work (the mixed pool); colocated: False."""
+        return self.token is not None and self.mixed_pool
+
+    def each_pool(self, machines: int) -> tuple[int, int]:
+        """`machines` in every pool, as (prompt, token) counts: (N, 0) colocated."""
+        return machines, (machines if self.token is not None else 0)
+
+    def counts(self, prompt: int, token: int = 0) -> tuple[tuple[Pool, int], ...]:
+        """A cluster's machines per pool, in `pools` order: the token count is dropped for a
+        colocated design (its one pool holds `prompt` machines)."""
+        return tuple(zip(self.pools, (prompt, token)))
+
+    def pool_sizes(self, prompt: int, token: int = 0) -> dict[str, int]:
+        """A cluster's pools as report.json keys them: {"machines": N} (colocated) or
+        {"prompt_machines": P, "token_machines": T}."""
+        return {pool.size_key: n for pool, n in self.counts(prompt, token)}
+
+    def pools_text(self, prompt: int, token: int = 0, form: str = "short") -> str:
+        """A cluster's pools in words, in one of three forms: "short" ("12", "3P+9T"),
+        "machines" ("12 machines", "3P+9T") and "skus" ("12 x dgx-h100", "3 dgx-h100 prompt
+        + 9 dgx-a100 token")."""
+        counts = self.counts(prompt, token)
+        if form == "skus":
+            return " + ".join(pool.count_text(n) for pool, n in counts)
+        if counts[0][0].is_mixed:
+            return f"{prompt} machines" if form == "machines" else f"{prompt}"
+        return "+".join(f"{n}{pool.role[0].upper()}" for pool, n in counts)
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,7 @@ def machine_rates(study: Study, machine: MachineSku, layout: Layout, shape: Work
     curves = layouts.curves(perf, study.model, machine, layout)
     capacity = layouts.kv_capacity(study.model, machine, layout,
                                    study.sim_options.memory_reserve_fraction)
-    per_machine = layout.instances_per_machine(machine) / layout.pp
+    per_machine = layout.instances_per_span(machine) / layout.span(machine)
     return (_prefill_rate(curves) * per_machine,
             _decode_rate(curves, capacity, shape) * per_machine)
 
@@ -286,7 +286,7 @@ def capacity(study: Study, design: Design, shape: WorkloadShape,
     rates = [machine_rates(study, m, layout, shape, perf) for m, layout in pooled]
     prompt_load = shape.mean_prompt          # per request per second of rate
     decode_load = max(shape.mean_output - 1.0, 0.0)
-    floor = sum(unit(m) * layout.pp for m, layout in pooled)   # one instance per pool
+    floor = sum(unit(m) * layout.span(m) for m, layout in pooled)   # one group per pool
     if design.is_baseline:
         per_rate = unit(design.prompt) * (prompt_load / rates[0][0] + decode_load / rates[0][1])
         floors = (int(shape.rate_rps * prompt_load / rates[0][0]
@@ -302,7 +302,7 @@ def capacity(study: Study, design: Design, shape: WorkloadShape,
     if goal.name == "max-rate":
         bound = goal.budget.value / per_rate if goal.budget.value >= floor else 0.0
         return bound, (1, 0 if design.is_baseline else 1)
-    floors = tuple(max(layout.pp, f) for (_, layout), f in zip(pooled, floors)) + (
+    floors = tuple(max(layout.span(m), f) for (m, layout), f in zip(pooled, floors)) + (
         (0,) if design.is_baseline else ())
     return max(floor, per_rate * shape.rate_rps), floors
 
@@ -318,11 +318,20 @@ def layout_record(design: Design, model, reserve: float) -> dict:
     """Each pool's layout as reports give it: tp, pp, instances per machine, KV per instance."""
     from simcore.cluster import pool_layouts
     chosen = pool_layouts(design, model, reserve)
-    return {pool.label: {"tp": layout.tp, "pp": layout.pp,
-                         "instances_per_machine": layout.instances_per_machine(pool.sku),
-                         "kv_tokens_per_instance": layouts.kv_capacity(model, pool.sku, layout,
-                                                                       reserve)}
+    return {pool.label: _pool_layout_record(model, pool.sku, layout, reserve)
             for pool, layout in zip(design.pools, chosen)}
+
+
+def _pool_layout_record(model, machine: MachineSku, layout: Layout, reserve: float) -> dict:
+    record = {"tp": layout.tp, "pp": layout.pp,
+              "instances_per_machine": layout.instances_per_machine(machine),
+              "kv_tokens_per_instance": layouts.kv_capacity(model, machine, layout, reserve)}
+    if layout.ep > 1:   # dense layouts' records stay as they were
+        record.update(ep=layout.ep, dp=layout.dp, label=layout.label,
+                      machines_per_group=layout.span(machine),
+                      instances_per_machine=layout.instances_per_span(machine)
+                      // layout.span(machine))
+    return record
 
 
 def pinned_design(design: Design, options, model, reserve_fraction: float, longest: int,

@@ -194,23 +194,26 @@ def pool_problem(cluster: Cluster, pool_layout: tuple[Layout, ...]) -> str:
     """Why a pool holds no instance at all ("" when every pool holds one)."""
     sizes = (cluster.prompt_machines, cluster.token_machines)
     names = ("machines",) if cluster.design.is_baseline else ("prompt machines", "token machines")
-    for size, name, chosen in zip(sizes, names, pool_layout):
-        if size < chosen.pp:
+    machines = (cluster.design.prompt, cluster.design.token)
+    for size, name, chosen, machine in zip(sizes, names, pool_layout, machines):
+        if size < chosen.span(machine):
             return (f"{size} {name} cannot hold one instance of {chosen.label}: it spans "
-                    f"{chosen.pp} machines")
+                    f"{chosen.span(machine)} machines")
     return ""
 
 
 def instance_spans(cluster: Cluster, pool_layout: tuple[Layout, ...]):
     """(pool of each instance, machines each spans): instances in machine order, a pool's
-    pipeline groups of pp machines each holding gpus / tp instances (leftover machines idle)."""
+    groups of `span` machines (a pipeline's stages, an expert-parallel group's machines) each
+    holding `instances_per_span` instances (leftover machines idle)."""
     pools, spans, first = [], [], 0
     sizes = (cluster.prompt_machines, cluster.token_machines)
     machines = (cluster.design.prompt, cluster.design.token)
     for pool, (size, chosen) in enumerate(zip(sizes, pool_layout)):
-        per_group = chosen.instances_per_machine(machines[pool])
-        for group in range(size // chosen.pp):
-            members = tuple(range(first + group * chosen.pp, first + (group + 1) * chosen.pp))
+        per_group = chosen.instances_per_span(machines[pool])
+        span = chosen.span(machines[pool])
+        for group in range(size // span):
+            members = tuple(range(first + group * span, first + (group + 1) * span))
             pools += [pool] * per_group
             spans += [members] * per_group
         first += size

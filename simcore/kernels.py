@@ -81,18 +81,27 @@ __all__ = ["KERNEL_DIR", "GPU_OF_MACHINE", "KernelTables", "load_tables", "avail
            "Chunk", "iteration_time", "ModelShapes", "KernelPerformanceModel",
            "kernel_curves", "CUDA_GRAPH_TOKENS", "EnginePerformanceModel", "tables_sha256",
            "kernel_data_version", "kv_fp8_available", "coverage", "GPU_NAMES",
-           "machine_latency_source"]
+           "machine_latency_source", "ExpertParallel", "expert_placement"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "data" / "kernels"
 TABLE_FORMAT = "provision-kernel-tables/1"
 # catalog `gpu` of a machine -> the aiconfigurator system whose kernels it runs
 GPU_OF_MACHINE = {"A100-SXM4-80GB": "a100_sxm", "H100-SXM5-80GB": "h100_sxm",
                   "H100-SXM5-80GB (power-capped)": "h100_sxm", "H200-SXM-141GB": "h200_sxm",
-                  "B200-180GB": "b200_sxm", "B300-288GB": "b300_sxm", "L40S-48GB": "l40s"}
+                  "B200-180GB": "b200_sxm", "B300-288GB": "b300_sxm", "L40S-48GB": "l40s",
+                  "GB200-186GB": "gb200", "GB300-288GB": "gb300"}
 GPU_NAMES = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
-             "b300_sxm": "B300", "l40s": "L40S"}
+             "b300_sxm": "B300", "l40s": "L40S", "gb200": "GB200", "gb300": "GB300"}
 CUDA_GRAPH_TOKENS = 512     # vLLM's largest captured batch (max_capture_size)
 BF16_BYTES = 2
+# Expert-parallel all-to-all across machines (KernelTables.alltoall). DeepEP's published
+# low-latency kernels on H800 with 400 Gb/s InfiniBand (github.com/deepseek-ai/DeepEP,
+# README, 128 tokens per GPU, hidden 7168, top-8, fp8 dispatch, bf16 combine) reach 43-46 GB/s
+# of the 50 GB/s link, and their times fit a ~30 us fixed cost plus bytes at that rate (EP 16
+# dispatch 118 us, combine 195 us; EP 64: 173 us, 314 us; this model: 112, 193, 173, 315).
+RDMA_LATENCY_S = 30e-6
+RDMA_EFFICIENCY = 0.9
+DISPATCH_BYTES = 1          # tokens are dispatched in fp8 (DeepEP, engines' fp8 paths)
 
 
 def available_tables() -> list[tuple[str, str, str]]:
@@ -528,6 +537,92 @@ class KernelTables:
         return np.where(tokens > 0, np.maximum(compute, self.memory_op(weight_bytes)), 0.0)
 
 
+    # --- expert parallelism (issue 36) --------------------------------------------------
+    def moe_ep_sizes(self, model: ModelSpec, balanced: bool = False) -> list[int]:
+        """The EP sizes (moe_tp 1) at which the model's MoE layer is measured."""
+        shape = self.moe.get(_moe_key(model), {})
+        return sorted(int(e) for e in shape.get("ep_balanced" if balanced else "ep", {}))
+
+    def moe_layer_ep(self, tokens, model: ModelSpec, ep: int,
+                     balanced: bool = False) -> np.ndarray:
+        """Seconds of one MoE layer on one GPU of an expert-parallel group of `ep` GPUs
+        (experts / ep whole experts each, moe_tp 1) when the group's attention ranks send it
+        `tokens` tokens in all, as measured (routing skewed as the tables' power law, or
+        `balanced`: expert load balancing). Refused where the EP size is not measured."""
+        key = _moe_key(model)
+        table = self.moe.get(key, {}).get("ep_balanced" if balanced else "ep", {})
+        row = table.get(str(ep))
+        if row is None:
+            have = ", ".join(str(e) for e in self.moe_ep_sizes(model, balanced)) or "none"
+            raise InputError(f"no measured MoE layer of {model.name} ({key}) at EP {ep} in "
+                             f"the {self.what()} kernel tables; measured EP sizes: {have}")
+        tokens = np.asarray(tokens, dtype=float)
+        xs, ys = np.array(row["tokens"], float), np.array(row["us"], float) * 1e-6
+        out = _loglog(np.maximum(tokens, xs[0]), xs, ys, 1.0)
+        return np.where(tokens > 0, out, 0.0)
+
+    def _alltoall_entry(self, model: ModelSpec) -> tuple[dict, str, float]:
+        """(measured all-to-all of one node, where from, bytes factor): this file's, or the same
+        GPU's under another engine; the model's (hidden, top-k) shape, else the nearest
+        measured hidden size of its top-k, scaled by the bytes a token carries."""
+        documents = [self.document] + [_document(g, e, d) for g, e, d in available_tables()
+                                       if g == self.gpu and (e, d) != (self.engine, self.dtype)]
+        for document in documents:
+            table = document.get("moe_alltoall")
+            if not table or not table.get("shapes"):
+                continue
+            shapes = {tuple(int(x) for x in k.split("/")): v for k, v in table["shapes"].items()}
+            same = [k for k in shapes if k[1] == model.experts_per_token] or list(shapes)
+            best = min(same, key=lambda k: (abs(k[0] - model.hidden), abs(k[2] - model.experts)))
+            factor = (model.hidden * model.experts_per_token) / (best[0] * best[1])
+            where = (f"{document['engine']} {table.get('kernel_source', 'all-to-all')} "
+                     f"{'/'.join(str(x) for x in best)}")
+            return shapes[best], where, factor
+        raise InputError(f"no measured MoE all-to-all for {self.gpu} in the kernel tables: "
+                         "data-parallel attention with expert parallelism cannot be priced")
+
+    def alltoall(self, tokens, model: ModelSpec, placement: "ExpertParallel",
+                 phase: str) -> np.ndarray:
+        """Seconds of one MoE layer's dispatch plus combine when every GPU of the group sends
+        `tokens` tokens: measured within one node (its EP size, per token count; prompt
+        iterations with the engine's high-throughput kernels, decodes with its low-latency
+        ones), the part above the one-token latency scaled by the share of a GPU's
+        destinations that are other GPUs of its machine (an NVL72 rack's 72 GPUs are one
+        NVLink domain); a group spanning machines also sends the tokens bound for other
+        machines over each GPU's link, RDMA_LATENCY_S plus their bytes at RDMA_EFFICIENCY of
+        the link, and pays the slower of the two paths."""
+        tokens = np.asarray(tokens, dtype=float)
+        entry, _, factor = self._alltoall_entry(model)
+        sizes = sorted(int(e) for e in entry)
+        measured_ep = sizes[-1]
+        rows = entry[str(measured_ep)].get(phase) or next(iter(entry[str(measured_ep)].values()))
+        # the share of a GPU's destinations that are other GPUs of its machine, against the
+        # measured node's (its bandwidth term scales with the bytes; the latency does not)
+        inside = min(placement.ep, placement.machine_gpus)
+        share = ((inside - 1.0) / placement.ep) / ((measured_ep - 1.0) / measured_ep)
+        total = np.zeros_like(tokens)
+        remote = max(0.0, 1.0 - placement.machine_gpus / placement.ep)
+        for kind, value_bytes in (("dispatch", DISPATCH_BYTES), ("combine", BF16_BYTES)):
+            xs = np.array(rows[kind]["tokens"], float)
+            ys = np.array(rows[kind]["us"], float) * 1e-6
+            measured = _loglog(np.maximum(tokens, xs[0]), xs, ys, 1.0)
+            local = ys[0] + np.maximum(measured * factor - ys[0], 0.0) * share
+            if remote:
+                sent = (tokens * model.experts_per_token * remote * model.hidden * value_bytes)
+                rdma = RDMA_LATENCY_S + sent / (RDMA_EFFICIENCY * placement.link_bytes_per_s)
+                local = np.maximum(local, rdma)
+            total = total + local
+        return np.where(tokens > 0, total, 0.0)
+
+    def alltoall_source(self, model: ModelSpec) -> str:
+        try:
+            _, where, factor = self._alltoall_entry(model)
+        except InputError as err:
+            return str(err)
+        return f"all-to-all measured in one node ({where}" + (
+            f", scaled x{factor:.2f} to the model's token bytes)" if abs(factor - 1) > 1e-9 else ")")
+
+
 def _moe_key(model: ModelSpec) -> str:
     return (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"
             f"{model.experts_per_token}")
@@ -649,10 +744,27 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class ExpertParallel:
+    """Where an expert-parallel layout's MoE layers run (issue 36): a group of `ep` GPUs, each
+    holding experts / ep whole experts, fed by `dp` attention ranks (dp = 1: tensor-parallel
+    attention over the group, every GPU holds every token and the experts' outputs are
+    all-reduced as a dense layer's; dp > 1: data-parallel attention, tokens dispatched to
+    their experts' GPUs and combined back by all-to-all). `machine_gpus` is one machine's
+    NVLink domain, `link_bytes_per_s` one GPU's link to other machines."""
+    ep: int
+    dp: int
+    machine_gpus: int
+    link_bytes_per_s: float
+    balanced: bool = False     # expert load balancing: the measured balanced routing
+
+
+@dataclass(frozen=True)
 class ModelShapes:
-    """Per-GPU shapes of a model at tensor parallelism `tp`."""
+    """Per-GPU shapes of a model at tensor parallelism `tp` (of one attention rank when the
+    experts are expert-parallel, `experts`)."""
     model: ModelSpec
     tp: int
+    experts: ExpertParallel | None = None
 
     def __post_init__(self):
         m = self.model
@@ -703,16 +815,19 @@ class ModelShapes:
                 + (2 if self.tp > 1 else 0))
 
 
-def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, graph: bool):
-    """Per-layer seconds of everything but attention, for iterations of `tokens` tokens."""
+def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, graph: bool,
+                         phase: str = "context"):
+    """Per-layer seconds of everything but attention, for iterations of `tokens` tokens
+    (`phase`: "context" for prompt iterations, "generation" for decodes, which use different
+    all-to-all kernels under expert parallelism)."""
     m = shapes.model
     tokens = np.asarray(tokens, dtype=float)
     if m.is_mla or m.shared_experts or m.dense_layers:
-        t = _modern_layer_seconds(tables, shapes, tokens)
+        t = _modern_layer_seconds(tables, shapes, tokens, phase)
         act_width = 0
     elif m.is_moe:
         t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
-        t = t + tables.moe_layer(tokens, m, shapes.tp)
+        t = t + _experts_seconds(tables, shapes, tokens, phase)
         act_width = 0
     else:
         t = sum(tables.gemm(tokens, n, k) for n, k in shapes.gemms())
@@ -725,7 +840,8 @@ def _layer_dense_seconds(tables: KernelTables, shapes: ModelShapes, tokens, grap
     return t
 
 
-def _modern_layer_seconds(tables: KernelTables, shapes: ModelShapes, tokens):
+def _modern_layer_seconds(tables: KernelTables, shapes: ModelShapes, tokens,
+                          phase: str = "context"):
     """Per layer (mean over the layers), DeepSeek-style: the attention GEMMs (none for MLA:
     its projections are in the measured MLA module), and the MLP: in the first
     `dense_layers` layers a dense gated MLP, in the others the router, the measured routed
@@ -736,7 +852,7 @@ def _modern_layer_seconds(tables: KernelTables, shapes: ModelShapes, tokens):
     attention = 0 if m.is_mla else 2     # the QKV and output GEMMs come first
     t = sum(tables.gemm(tokens, n, k) for n, k in gemms[:attention])
     moe = (sum(tables.gemm(tokens, n, k) for n, k in gemms[attention:])
-           + tables.moe_layer(tokens, m, shapes.tp))
+           + _experts_seconds(tables, shapes, tokens, phase))
     if m.shared_experts:
         width = m.shared_experts * m.expert_intermediate_size // shapes.tp
         moe = moe + tables.memory_op(tokens * 3 * width * BF16_BYTES)
@@ -745,6 +861,27 @@ def _modern_layer_seconds(tables: KernelTables, shapes: ModelShapes, tokens):
     dense = (sum(tables.gemm(tokens, n, k) for n, k in shapes.dense_mlp_gemms())
              + tables.memory_op(tokens * 3 * (m.intermediate_size // shapes.tp) * BF16_BYTES))
     return t + (m.moe_layers * moe + m.dense_layers * dense) / m.layers
+
+
+def _experts_seconds(tables: KernelTables, shapes: ModelShapes, tokens, phase: str):
+    """Seconds of one MoE layer's routed experts for an iteration of `tokens` tokens on one
+    attention rank: split by TP (`KernelTables.moe_layer`), or expert-parallel: the measured
+    MoE layer at the group's EP over the group's tokens, plus, under data-parallel attention,
+    the dispatch and combine all-to-all (`KernelTables.alltoall`).
+
+    The group's tokens are the rank's times its `dp` ranks: every rank is taken to carry as
+    many tokens as this one (engines balance requests over the ranks; a rank with fewer
+    tokens still waits for the group's MoE layer). This is exact for balanced ranks and
+    pessimistic for a lone request (its rank is priced as if the group were as busy)."""
+    placement = shapes.experts
+    if placement is None:
+        return tables.moe_layer(tokens, shapes.model, shapes.tp)
+    tokens = np.asarray(tokens, dtype=float)
+    t = tables.moe_layer_ep(tokens * placement.dp, shapes.model, placement.ep,
+                            placement.balanced)
+    if placement.dp > 1:
+        t = t + tables.alltoall(tokens / shapes.tp, shapes.model, placement, phase)
+    return t
 
 
 def _once_seconds(tables: KernelTables, shapes: ModelShapes, tokens, sequences, graph: bool):
@@ -767,11 +904,12 @@ def _finish(tables: KernelTables, shapes: ModelShapes, kernels, tokens, step_ove
 
 def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
                    prompts: Iterable[Chunk | int] = (), decode_contexts: Sequence[float] = (),
-                   step_overhead_s: float = 0.0) -> float:
+                   step_overhead_s: float = 0.0,
+                   experts: ExpertParallel | None = None) -> float:
     """Seconds of one iteration (see the module docstring): `prompts` are whole prompts (ints,
     token counts) or `Chunk`s with their cached prefix; `decode_contexts` the context length
     of every decode request in the batch."""
-    shapes = ModelShapes(model, tp)
+    shapes = ModelShapes(model, tp, experts)
     chunks = [c if isinstance(c, Chunk) else Chunk(int(c)) for c in prompts]
     chunks = [c for c in chunks if c.tokens > 0]
     decodes = [float(x) for x in decode_contexts]
@@ -779,7 +917,8 @@ def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
     if tokens == 0:
         return 0.0
     graph = tokens <= CUDA_GRAPH_TOKENS
-    layer = float(_layer_dense_seconds(tables, shapes, tokens, graph))
+    layer = float(_layer_dense_seconds(tables, shapes, tokens, graph,
+                                       "context" if chunks else "generation"))
     if chunks:
         s_eq = [math.sqrt(c.tokens ** 2 + 2.0 * c.tokens * c.cached) for c in chunks]
         rms = math.sqrt(sum(s * s for s in s_eq) / len(s_eq))
@@ -798,15 +937,17 @@ def _monotone(values: np.ndarray) -> np.ndarray:
 
 
 def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
-                  step_overhead_s: float = 0.0) -> LatencyCurves:
-    """`LatencyCurves` of the composition for one model instance at TP `tp` (uncapped)."""
-    shapes = ModelShapes(model, tp)
+                  step_overhead_s: float = 0.0,
+                  experts: ExpertParallel | None = None) -> LatencyCurves:
+    """`LatencyCurves` of the composition for one model instance at TP `tp` (uncapped; one
+    attention rank of an expert-parallel group when `experts` is given)."""
+    shapes = ModelShapes(model, tp, experts)
     layers = model.layers
     # prompt: one prompt of T tokens
     t = PROMPT_KNOTS
     graph = t <= CUDA_GRAPH_TOKENS
-    dense = np.where(graph, _layer_dense_seconds(tables, shapes, t, True),
-                     _layer_dense_seconds(tables, shapes, t, False))
+    dense = np.where(graph, _layer_dense_seconds(tables, shapes, t, True, "context"),
+                     _layer_dense_seconds(tables, shapes, t, False, "context"))
     attention = _context_attention(tables, shapes, 1, t)
     once = np.where(graph, _once_seconds(tables, shapes, t, 1, True),
                     _once_seconds(tables, shapes, t, 1, False))
@@ -816,8 +957,8 @@ def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
     kv0 = _shortest_kv(tables, model)
     gen = _generation_attention_grid(tables, shapes, b, kv0)
     graph_b = b <= CUDA_GRAPH_TOKENS
-    dense_b = np.where(graph_b, _layer_dense_seconds(tables, shapes, b, True),
-                       _layer_dense_seconds(tables, shapes, b, False))
+    dense_b = np.where(graph_b, _layer_dense_seconds(tables, shapes, b, True, "generation"),
+                       _layer_dense_seconds(tables, shapes, b, False, "generation"))
     once_b = np.where(graph_b, _once_seconds(tables, shapes, b, b, True),
                       _once_seconds(tables, shapes, b, b, False))
     decode = _finish(tables, shapes, layers * (dense_b + gen) + once_b, b, step_overhead_s)
@@ -887,6 +1028,29 @@ class KernelPerformanceModel(PerformanceModel):
             curves = kernel_curves(model, self.tables(machine), tp, self.step_overhead_s)
             self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
         return self._cache[key]
+
+    def prices_expert_parallelism(self, model: ModelSpec, machine: MachineSku) -> bool:
+        return model.is_moe and self.is_calibrated(model, machine)
+
+    def expert_parallel_curves(self, model: ModelSpec, machine: MachineSku,
+                               layout) -> LatencyCurves:
+        """Latency curves of one attention rank of an expert-parallel layout
+        (`hardware_catalog.Layout` with ep > 1), the power cap applied to prompts."""
+        key = (model, machine, layout)
+        if key not in self._cache:
+            tables = self.tables(machine)
+            if not model.is_moe:
+                raise InputError(f"{model.name} has no experts to spread (EP {layout.ep})")
+            curves = kernel_curves(model, tables, layout.tp, self.step_overhead_s,
+                                   expert_placement(machine, layout))
+            self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
+        return self._cache[key]
+
+
+def expert_placement(machine: MachineSku, layout, balanced: bool = False) -> ExpertParallel:
+    """The `ExpertParallel` record of an expert-parallel layout on a machine."""
+    return ExpertParallel(layout.ep, layout.dp, machine.gpus,
+                          machine.kv_link_gbps * 1e9 / 8.0, balanced)
 
 
 def machine_latency_source(machine: MachineSku) -> dict:
@@ -974,3 +1138,14 @@ class EnginePerformanceModel(PerformanceModel):
 
     def is_calibrated(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
         return self.covers(model, machine, tp)
+
+    def prices_expert_parallelism(self, model: ModelSpec, machine: MachineSku) -> bool:
+        return self.kernels.prices_expert_parallelism(model, machine)
+
+    def expert_parallel_curves(self, model: ModelSpec, machine: MachineSku,
+                               layout) -> LatencyCurves:
+        """Only the kernel tables measure expert-parallel MoE layers and their all-to-all."""
+        if not self.kernels.is_calibrated(model, machine):
+            raise InputError(f"expert parallelism on '{machine.name}' needs the {self.engine} "
+                             f"{self.dtype} kernel tables of its GPU, which do not exist")
+        return self.kernels.expert_parallel_curves(model, machine, layout)

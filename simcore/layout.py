@@ -28,6 +28,11 @@ from dataclasses import replace
 from hardware_catalog import InputError, Layout, MachineSku, ModelSpec
 from simcore.latency import LatencyCurves
 
+# The expert-parallel groups a search tries (issue 36): tensor-parallel attention over the
+# group at each TP of a machine (TEP), and one-GPU data-parallel attention ranks (DEP) over
+# groups of these sizes, within a machine or across machines (engines' common deployments:
+# DEP 8 to 64; DeepSeek's published decode runs EP 144, prefill EP 32).
+EXPERT_PARALLEL_SIZES = (8, 16, 32, 64)
 PIPELINE_HOP_S = 20e-6        # one stage hop's fixed latency (an RDMA send and its completion)
 ACTIVATION_BYTES = 2          # bf16 hidden states between stages
 MAX_PIPELINE = 8              # the deepest pipeline a search tries
@@ -57,11 +62,21 @@ def window_reserve_bytes(model: ModelSpec, layout: Layout) -> float:
     return WINDOW_SEQUENCES * model.window_kv_bytes * kv_replicas(model, layout)
 
 
+def instance_weight_bytes(model: ModelSpec, layout: Layout) -> float:
+    """Weights one instance's GPUs hold: all of them, split over its GPUs; under expert
+    parallelism, an attention rank's GPUs each hold the non-expert weights split by TP (every
+    rank has a copy) and experts / ep whole experts."""
+    if layout.ep == 1:
+        return model.weight_bytes
+    experts = model.expert_weight_bytes
+    return (model.weight_bytes - experts) + experts * layout.tp / layout.ep
+
+
 def kv_capacity(model: ModelSpec, machine: MachineSku, layout: Layout,
                 reserve_fraction: float) -> int:
     """KV tokens one instance holds beside its share of the weights."""
     hbm = layout.gpus * machine.hbm_gib * 2**30
-    free = hbm * (1.0 - reserve_fraction) - model.weight_bytes
+    free = hbm * (1.0 - reserve_fraction) - instance_weight_bytes(model, layout)
     if model.sliding_layers:
         free -= window_reserve_bytes(model, layout)
     return max(0, int(free // kv_bytes_per_token(model, layout)))
@@ -75,9 +90,13 @@ def fit_problem(model: ModelSpec, machine: MachineSku, layout: Layout, reserve_f
         return problem
     if layout.tp > 1 and model.heads % layout.tp:
         return f"{model.heads} attention heads do not split over TP {layout.tp}"
+    if layout.ep > 1 and not model.is_moe:
+        return f"{model.name} has no experts to spread over EP {layout.ep}"
+    if layout.ep > 1 and model.experts % layout.ep:
+        return f"{model.experts} experts do not split over EP {layout.ep}"
     capacity = kv_capacity(model, machine, layout, reserve_fraction)
     if capacity < max(1, longest_request):
-        per_gpu = model.weight_bytes / layout.gpus / 1e9
+        per_gpu = instance_weight_bytes(model, layout) / layout.gpus / 1e9
         return (f"{per_gpu:.1f} GB of weights per GPU leave room for {capacity} KV tokens, "
                 f"fewer than the longest request's {longest_request}")
     return ""
@@ -102,7 +121,10 @@ def default_layout(model: ModelSpec, machine: MachineSku, reserve_fraction: floa
 
 def curves(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> LatencyCurves:
     """The instance's iteration latencies: the performance model's at the layout's TP, plus
-    the pipeline's stage hops (linear in the iteration's tokens, so exact on the knots)."""
+    the pipeline's stage hops (linear in the iteration's tokens, so exact on the knots); an
+    expert-parallel layout's, the performance model's for one attention rank."""
+    if layout.ep > 1:
+        return perf.expert_parallel_curves(model, machine, layout)
     base = perf.curves(model, machine, layout.tp)
     if layout.pp == 1:
         return base
@@ -133,7 +155,10 @@ def _with_hops(base: LatencyCurves, model: ModelSpec, machine: MachineSku,
 def latency_problem(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> str:
     """Why the performance model cannot price the layout ("" when it can)."""
     try:
-        perf.curves(model, machine, layout.tp)
+        if layout.ep > 1:
+            perf.expert_parallel_curves(model, machine, layout)
+        else:
+            perf.curves(model, machine, layout.tp)
     except InputError as err:
         return str(err)
     return ""
@@ -167,10 +192,49 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
         chosen.append(layout)
         if layout != first:   # say why the one-machine instance does not do
             skipped.append((first, f"{why}; runs as {layout.label}"))
+    if not pp:   # expert parallelism holds a MoE model without a pipeline
+        experts, why_not = expert_parallel_layouts(model, machine, perf, reserve_fraction,
+                                                   longest_request, tp)
+        chosen += experts
+        skipped += why_not
     if not pp and any(layout.pp == 1 for layout in chosen):
         for layout in [c for c in chosen if c.pp > 1]:
             chosen.remove(layout)
             skipped = [(s, why.replace(f"; runs as {layout.label}", "; a pipeline is only "
                                        "searched for a model one machine cannot hold"))
                        if s.tp == layout.tp else (s, why) for s, why in skipped]
+    return chosen, skipped
+
+
+def expert_parallel_candidates(model: ModelSpec, machine: MachineSku,
+                               tp: int | None = None) -> list[Layout]:
+    """The expert-parallel layouts a search tries for a MoE model (none for a dense one):
+    TEP at every TP of the machine above 1, DEP of one-GPU ranks (of `tp`-GPU ranks when TP
+    is pinned) over EXPERT_PARALLEL_SIZES; each where the experts split evenly."""
+    if not model.is_moe:
+        return []
+    tps = [tp] if tp else [t for t in range(2, machine.gpus + 1) if machine.gpus % t == 0]
+    tep = [Layout(t, ep=t) for t in tps if t > 1]
+    rank = tp or 1
+    dep = [Layout(rank, ep=e, dp=e // rank) for e in EXPERT_PARALLEL_SIZES
+           if e > rank and e % rank == 0]
+    return [layout for layout in tep + dep if model.experts % layout.ep == 0
+            and not layout.problem(machine)]
+
+
+def expert_parallel_layouts(model: ModelSpec, machine: MachineSku, perf,
+                            reserve_fraction: float, longest_request: int,
+                            tp: int | None = None):
+    """(expert-parallel layouts to search, [(layout, why it is skipped)]); none where the
+    performance model cannot price expert parallelism at all."""
+    chosen, skipped = [], []
+    if not perf.prices_expert_parallelism(model, machine):
+        return chosen, skipped
+    for layout in expert_parallel_candidates(model, machine, tp):
+        problem = (fit_problem(model, machine, layout, reserve_fraction, longest_request)
+                   or latency_problem(perf, model, machine, layout))
+        if problem:
+            skipped.append((layout, problem))
+        else:
+            chosen.append(layout)
     return chosen, skipped

@@ -46,3 +46,18 @@ class PerformanceModel(Protocol):
         fitted to this pair) rather than scaled from another pair by datasheet ratios; the
         report marks the others uncalibrated."""
         ...
+
+    def prices_expert_parallelism(self, model: ModelSpec, machine: MachineSku) -> bool:
+        """Whether `expert_parallel_curves` can answer for the pair at all (the search tries
+        expert-parallel layouts only then, and says nothing of them otherwise)."""
+        return False
+
+    def expert_parallel_curves(self, model: ModelSpec, machine: MachineSku,
+                               layout) -> LatencyCurves:
+        """The latency curves of one attention rank of an expert-parallel layout
+        (`hardware_catalog.Layout` with ep > 1). Only models with measured MoE layers at
+        expert parallelism and measured all-to-all (the kernel tables) can; the others
+        refuse, and the search skips the layout with this reason."""
+        from hardware_catalog import InputError
+        raise InputError(f"the {type(self).__name__} latencies cannot price expert "
+                         f"parallelism ({layout.label}); the kernel tables (--engine) can")
