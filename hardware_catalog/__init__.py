@@ -33,6 +33,7 @@ MAX_DOCUMENT_NODES = 2_000_000       # values in a YAML/JSON document (aliases c
 # Sane ranges of catalog numbers: a machine has at most this many GPUs (a model's tensor
 # parallelism too); the other fields' ranges are written where they are read.
 MAX_GPUS = 1024
+MAX_INSTANCE_TP = 8   # MachineSku.instance_tp
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,17 @@ class MachineSku:
     @property
     def hbm_bytes(self) -> float:
         return self.gpus * self.hbm_gib * 2**30
+
+    @property
+    def instance_tp(self) -> int:
+        """Tensor parallelism of a whole-machine instance (a design whose layout is not given,
+        the largest TP a search tries): every GPU of a machine of up to MAX_INSTANCE_TP GPUs;
+        on a larger one (a 72-GPU NVL72 rack) the largest TP of at most MAX_INSTANCE_TP that
+        divides its GPUs: the kernel data measure all-reduce over 2 to 8 GPUs, and a rack's
+        larger groups are expert-parallel."""
+        if self.gpus <= MAX_INSTANCE_TP:
+            return self.gpus
+        return max(t for t in range(1, MAX_INSTANCE_TP + 1) if self.gpus % t == 0)
 
     @property
     def kv_link_bytes_per_s(self) -> float:

@@ -346,11 +346,11 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
         tp, pp = pinned(options, pool)
         name = "tp" if pool.is_mixed or tp == options.tp else f"tp_{pool.role}"
         if pp is not None:
-            layout = Layout(tp or machine.gpus, pp)
+            layout = Layout(tp or machine.instance_tp, pp)
         else:   # the fewest machines that hold it at this TP (the whole machine's by default)
-            layout = (layouts.fewest_machines(model, machine, tp or machine.gpus,
+            layout = (layouts.fewest_machines(model, machine, tp or machine.instance_tp,
                                               reserve_fraction, longest)
-                      or Layout(tp or machine.gpus, 1))
+                      or Layout(tp or machine.instance_tp, 1))
         problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
         if problem:
             field_name = name if tp is not None else ("pp" if pp else "model")

@@ -36,7 +36,7 @@ REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
 ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (README: Where latencies come from)
 LEGACY_ENGINE = "splitwise-2023"   # the model fitted to the 2023 Splitwise profiles
-DTYPES = ("bf16", "fp8")
+DTYPES = ("bf16", "fp8", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp8")   # --kv-dtype; auto: as the engine does (study.KV_DEFAULT)
 BACKENDS = ("threads", "loky", "dask", "ray")
 LOCAL_BACKENDS = ("threads", "loky")   # on this machine: no --address
@@ -112,8 +112,10 @@ class StudyOptions:
                 "profiles.", OneOf(ENGINES), outcome=True)
     dtype: str = option(
         "bf16", "Data type of the weights: fp8 halves their bytes and uses the engine's fp8 "
-                "kernel tables (not with --engine splitwise-2023; refused on GPUs without "
-                "them, naming those that have them).", OneOf(DTYPES), outcome=True)
+                "kernel tables; fp4 (NVFP4, 0.5625 bytes per value with its scales) uses the "
+                "nvfp4 tables of Blackwell GPUs (not with --engine splitwise-2023; refused on "
+                "GPUs without them, naming those that have them).", OneOf(DTYPES),
+        outcome=True)
     kv_dtype: str = option(
         "auto", "Data type of the KV cache: fp8 halves its bytes per token and uses the "
                 "fp8-KV attention tables; auto does as the engine does: bf16 under vLLM and "

@@ -137,7 +137,10 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     return WorkloadSource(name, "trace", file_sha256(path), str(path))
 
 
-DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}   # bytes per value of a KV cache, and of bf16/fp8 weights
+# NVFP4 weights: a 4-bit value plus one fp8 scale per block of 16 values (NVIDIA's
+# TensorRT Model Optimizer NVFP4 format) = 0.5625 bytes per value
+FP4_WEIGHT_BYTES = 0.5 + 1.0 / 16
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
@@ -146,9 +149,10 @@ ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # bf16 also with fp8 weights (docs.vllm.ai: Engine Arguments, Quantized KV Cache; SGLang docs:
 # Quantized KV Cache); fp8 KV is opt-in. TensorRT-LLM: `KvCacheConfig(dtype="auto")` follows
 # the checkpoint's kv_cache_quant_algo (NVIDIA/TensorRT-LLM#16240), FP8 in NVIDIA's ModelOpt
-# fp8 checkpoints (AIConfigurator assumes the same for fp8 checkpoints).
+# fp8 and fp4 checkpoints (AIConfigurator assumes the same for fp8 checkpoints).
 KV_DEFAULT = {"vllm": lambda dtype: "bf16", "sglang": lambda dtype: "bf16",
-              "trtllm": lambda dtype: dtype, LEGACY_ENGINE: lambda dtype: "bf16"}
+              "trtllm": lambda dtype: "bf16" if dtype == "bf16" else "fp8",
+              LEGACY_ENGINE: lambda dtype: "bf16"}
 
 
 def kv_dtype_of(engine: str, dtype: str, kv_dtype: str) -> str:
@@ -158,15 +162,19 @@ def kv_dtype_of(engine: str, dtype: str, kv_dtype: str) -> str:
 
 def model_in_dtype(model: ModelSpec, dtype: str, kv_dtype: str | None = None) -> ModelSpec:
     """The model record with its weights in `dtype` and its KV cache in `kv_dtype` (default:
-    `dtype`); bf16: as the catalog states it, fp8: one byte per value (a stated weight size
-    scaled alike)."""
-    kv_size = model.bytes_per_value if (kv_dtype or dtype) == "bf16" \
-        else DTYPE_BYTES[kv_dtype or dtype]
-    size = DTYPE_BYTES[dtype]
+    `dtype`, fp8 for fp4 weights); bf16: as the catalog states it, fp8: one byte per value,
+    fp4: FP4_WEIGHT_BYTES per value (a stated weight size scaled alike; the record's
+    bytes_per_value says 1, what its activations and an fp4 checkpoint's other tensors use)."""
+    kv = kv_dtype or ("fp8" if dtype == "fp4" else dtype)
+    kv_size = model.bytes_per_value if kv == "bf16" else DTYPE_BYTES[kv]
+    size = FP4_WEIGHT_BYTES if dtype == "fp4" else DTYPE_BYTES[dtype]
     if dtype != "bf16" and model.bytes_per_value != size:
-        weights = (None if model.weights_bytes is None
-                   else model.weights_bytes * size / model.bytes_per_value)
-        model = replace(model, bytes_per_value=size, weights_bytes=weights)
+        weights = (model.params_b * 1e9 if model.weights_bytes is None
+                   else model.weights_bytes / model.bytes_per_value) * size
+        if dtype != "fp4" and model.weights_bytes is None:
+            weights = None      # fp8: params x bytes per value, as before
+        model = replace(model, bytes_per_value=min(int(size) or 1, model.bytes_per_value),
+                        weights_bytes=weights)
     if kv_size != model.bytes_per_value:
         model = replace(model, kv_bytes_per_value=kv_size)
     return model
@@ -347,8 +355,7 @@ class Point:
     rate_rps: float | None
 
     def __repr__(self) -> str:   # the design's name, not its whole record (notebooks)
-        pools = (f"{self.prompt_machines}" if self.design.is_baseline
-                 else f"{self.prompt_machines}P+{self.token_machines}T")
+        pools = self.design.pools_text(self.prompt_machines, self.token_machines)
         rate = "trace" if self.rate_rps is None else f"{self.rate_rps:g} req/s"
         return f"Point({self.design.name} {pools} at {rate})"
 

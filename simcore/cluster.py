@@ -178,7 +178,8 @@ class MachineArrays:
 def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float,
                        layout: Layout | None = None) -> int:
     """KV tokens one instance holds beside the weights (the whole machine by default)."""
-    return layouts.kv_capacity(model, machine, layout or Layout(machine.gpus), reserve_fraction)
+    return layouts.kv_capacity(model, machine, layout or Layout(machine.instance_tp),
+                               reserve_fraction)
 
 
 def pool_layouts(design: Design, model: ModelSpec, reserve_fraction: float) -> tuple[Layout, ...]:

@@ -1009,7 +1009,7 @@ class KernelPerformanceModel(PerformanceModel):
         return load_tables(gpu, self.engine, self.dtype, self.kv_dtype)
 
     def tensor_parallel(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> int:
-        tp = self.tp or tp or machine.gpus
+        tp = self.tp or tp or machine.instance_tp
         if tp > machine.gpus:
             raise InputError(f"TP {tp} exceeds the {machine.gpus} GPUs of '{machine.name}'")
         return tp
@@ -1112,7 +1112,7 @@ class EnginePerformanceModel(PerformanceModel):
         self._covers: dict = {}
 
     def covers(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> bool:
-        key = (model, machine, tp or machine.gpus)
+        key = (model, machine, tp or machine.instance_tp)
         if key not in self._covers:
             covered = self.kernels.is_calibrated(model, machine)
             if covered and _modern(model):

@@ -113,10 +113,11 @@ def fewest_machines(model: ModelSpec, machine: MachineSku, tp: int, reserve_frac
 
 def default_layout(model: ModelSpec, machine: MachineSku, reserve_fraction: float,
                    longest_request: int = 1) -> Layout:
-    """The whole machine per instance (tp = its GPUs), on as few machines as hold the model:
+    """The whole machine per instance (tp = its `instance_tp`: all its GPUs up to 8), on as few machines as hold the model:
     the layout of a design whose layout is not given (and of the SLO reference machine)."""
-    return (fewest_machines(model, machine, machine.gpus, reserve_fraction, longest_request)
-            or Layout(machine.gpus, 1))   # nothing fits: the simulation reports why
+    return (fewest_machines(model, machine, machine.instance_tp, reserve_fraction,
+                            longest_request)
+            or Layout(machine.instance_tp, 1))   # nothing fits: the simulation reports why
 
 
 def curves(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> LatencyCurves:
@@ -168,12 +169,14 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
                       longest_request: int, tp: int | None = None, pp: int | None = None):
     """(layouts to search, [(layout, why it is skipped)]) for one pool.
 
-    Every TP that divides the machine's GPUs (or the pinned one) within one machine; only when
+    Every TP that divides the machine's GPUs up to its `instance_tp` (or the pinned one)
+    within one machine, and for a mixture of experts its expert-parallel layouts
+    (`expert_parallel_layouts`); only when
     the model fits no instance of one machine, each TP at the smallest pipeline depth that
     holds it (or the pinned depth). A pipeline adds hops and its bubble to every iteration, so
     it is a way to hold a model, not to serve one faster.
     """
-    tps = [tp] if tp else [t for t in range(1, machine.gpus + 1) if machine.gpus % t == 0]
+    tps = [tp] if tp else [t for t in range(1, machine.instance_tp + 1) if machine.gpus % t == 0]
     chosen, skipped = [], []
     for t in tps:
         first = Layout(t, pp or 1)
@@ -213,7 +216,8 @@ def expert_parallel_candidates(model: ModelSpec, machine: MachineSku,
     is pinned) over EXPERT_PARALLEL_SIZES; each where the experts split evenly."""
     if not model.is_moe:
         return []
-    tps = [tp] if tp else [t for t in range(2, machine.gpus + 1) if machine.gpus % t == 0]
+    tps = [tp] if tp else [t for t in range(2, machine.instance_tp + 1)
+                           if machine.gpus % t == 0]
     tep = [Layout(t, ep=t) for t in tps if t > 1]
     rank = tp or 1
     dep = [Layout(rank, ep=e, dp=e // rank) for e in EXPERT_PARALLEL_SIZES
