@@ -26,6 +26,7 @@ from provisioner.study import DesignResult, Goal, Study
 from simcore import layout as layouts
 
 MAX_DECODE_BATCH = 4096   # the decode curves' last knot
+LAYOUT_PINS = ("tp", "tp_prompt", "tp_token", "pp", "ep", "ep_prompt", "ep_token")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,16 @@ def pinned(options, pool: Pool) -> tuple[int | None, int | None]:
     return tp, options.pp
 
 
+def pinned_ep(options, pool: Pool) -> int | None:
+    """The expert parallelism the options pin for a pool (--ep-prompt / --ep-token before
+    --ep, as for TP)."""
+    if options is None:
+        return None
+    if pool.is_mixed:
+        return options.ep
+    return (options.ep_prompt if pool.role == "prompt" else options.ep_token) or options.ep
+
+
 def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
     """Per pool (prompt, then token for Splitwise): (layouts, skipped entries)."""
     reserve = study.sim_options.memory_reserve_fraction
@@ -89,7 +100,8 @@ def pool_choices(study: Study, design: Design, shape: WorkloadShape, perf):
             continue
         tp, pp = pinned(study.layout, pool)
         chosen, skipped = layouts.candidate_layouts(study.model, pool.sku, perf, reserve,
-                                                    shape.longest, tp, pp)
+                                                    shape.longest, tp, pp,
+                                                    pinned_ep(study.layout, pool))
         per_pool.append((chosen, [{"pool": pool.label, "layout": layout.label,
                                    "reason": reason} for layout, reason in skipped]))
     return per_pool
@@ -135,8 +147,7 @@ def check_fits(study: Study, designs) -> None:
         return
     first = next(iter(skipped[::-1]), None)   # the largest TP tried first
     pins = study.layout is not None and any(
-        getattr(study.layout, name) is not None for name in ("tp", "tp_prompt", "tp_token",
-                                                             "pp"))
+        getattr(study.layout, name) is not None for name in LAYOUT_PINS)
     what = ("the pinned layout fits none of the designs" if pins
             else f"{study.model.name} fits no design's machines at any layout")
     detail = f"{first['layout']} {first['reason']}" if first else "no layout"
@@ -166,12 +177,13 @@ def request_too_long(workload, why: str) -> InputError | None:
 
 
 def _first_pin(study: Study) -> str:
-    return next(name for name in ("tp", "tp_prompt", "tp_token", "pp")
-                if getattr(study.layout, name) is not None)
+    return next(name for name in LAYOUT_PINS if getattr(study.layout, name) is not None)
 
 
 def check_pins(options, catalog, designs) -> None:
-    """Before any simulation: a pinned TP must divide the GPUs of some pool it applies to."""
+    """Before any simulation: a pinned TP must divide the GPUs of some pool it applies to; a
+    pinned EP runs without a pipeline, on ranks whose TP divides it."""
+    _check_expert_pins(options)
     for name in ("tp", "tp_prompt", "tp_token"):
         tp = getattr(options, name)
         if tp is None:
@@ -182,6 +194,22 @@ def check_pins(options, catalog, designs) -> None:
             raise InputError(f"{option_ref(name)} {tp} does not divide the GPUs of any machine "
                              f"it applies to ({', '.join(map(str, gpus))} GPUs); use a divisor",
                              field=name)
+
+
+def _check_expert_pins(options) -> None:
+    """A pinned EP runs without a pipeline, on attention ranks whose TP divides it (whether
+    the model has experts to spread is the layout's fit, `simcore.layout.fit_problem`)."""
+    for name in ("ep", "ep_prompt", "ep_token"):
+        ep = getattr(options, name, None)
+        if ep is None or ep == 1:
+            continue
+        if options.pp is not None and options.pp > 1:
+            raise InputError(f"{option_ref(name)} cannot be used with {option_ref('pp')}: an "
+                             "expert-parallel group runs without a pipeline", field=name)
+        tp = (getattr(options, name.replace("ep", "tp"), None) or options.tp or 1)
+        if ep % tp:
+            raise InputError(f"{option_ref(name)} {ep} is not a whole number of TP {tp} "
+                             "attention ranks; give an EP that TP divides", field=name)
 
 
 def _pools_of(design: Design, name: str) -> list[MachineSku]:
@@ -344,8 +372,14 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
     for pool, size in zip(design.pools, machines):
         machine = pool.sku
         tp, pp = pinned(options, pool)
+        ep = pinned_ep(options, pool)
         name = "tp" if pool.is_mixed or tp == options.tp else f"tp_{pool.role}"
-        if pp is not None:
+        if ep is not None and ep > 1:
+            rank = tp or 1
+            layout = Layout(rank, ep=ep, dp=ep // rank)
+            name = "ep" if pool.is_mixed or ep == options.ep else f"ep_{pool.role}"
+            tp = ep   # a pinned layout: its problems name the EP option
+        elif pp is not None:
             layout = Layout(tp or machine.instance_tp, pp)
         else:   # the fewest machines that hold it at this TP (the whole machine's by default)
             layout = (layouts.fewest_machines(model, machine, tp or machine.instance_tp,
@@ -364,14 +398,16 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
                     if tp is None and model.heads % layout.tp else "")
             raise InputError(f"{layout.label} on {machine.name}: {problem}{hint}",
                              field=field_name)
-        if layout.pp > size:
+        span = layout.span(machine)
+        if span > size:
             count, where = pool.size_option, pool.phrase
             if pp:
-                raise InputError(f"an instance spans {layout.pp} machines, {where} has {size}",
+                raise InputError(f"an instance spans {span} machines, {where} has {size}",
                                  field="pp")
-            raise InputError(f"{model.name} at {layout.label} spans {layout.pp} {machine.name} "
-                             f"machines per instance, {where} has {size}: give "
-                             f"{option_ref(count)} {layout.pp} or more", field=count)
+            raise InputError(f"{model.name} at {layout.label} spans {span} {machine.name} "
+                             f"machines per {'group' if layout.ep > 1 else 'instance'}, "
+                             f"{where} has {size}: give {option_ref(count)} {span} or more",
+                             field=count)
         chosen.append(layout)
     return design.with_layouts(*chosen)
 

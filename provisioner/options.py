@@ -56,6 +56,7 @@ MAX_BUDGET = 1e9            # kW or $/h
 CHUNK_BUDGETS = (256, 512, 1024, 2048)  # --chunk-tokens auto: Sarathi-Serve's range of budgets
 MAX_GPUS_PER_INSTANCE = 1024   # a machine's GPUs (the catalog's bound)
 MAX_PIPELINE = 8               # machines one instance spans (simcore.layout.MAX_PIPELINE)
+MAX_EXPERT_PARALLEL = 256      # GPUs of one expert-parallel group (the MoE data's largest EP)
 
 
 def option(default: Any, help: str, check: Any, *, short: str | None = None,
@@ -209,7 +210,8 @@ class QuestionOptions:
 
 @dataclass(frozen=True)
 class LayoutOptions:
-    """Instance layouts: pin a pool's tensor / pipeline parallelism (README: Layouts)."""
+    """Instance layouts: pin a pool's tensor / pipeline / expert parallelism (README:
+    Layouts)."""
     tp: Optional[int] = option(
         None, "Tensor parallelism of every pool (the one pool of colocated designs; Splitwise "
               "pools without --tp-prompt / --tp-token): GPUs per instance, dividing the "
@@ -225,6 +227,19 @@ class LayoutOptions:
         None, "Pipeline parallelism of every pool: machines one instance spans.",
         count(1, MAX_PIPELINE), metavar="N",
         default_text="the fewest machines that hold the model", outcome=False)
+    ep: Optional[int] = option(
+        None, "Expert parallelism of every pool (a mixture-of-experts model): GPUs of one "
+              "expert-parallel group, each holding experts / N whole experts; attention runs "
+              "on N / --tp data-parallel ranks of --tp GPUs (--tp 1, the default: DEP; --tp "
+              "N: TEP). 1: experts split by TP, no expert parallelism.",
+        count(1, MAX_EXPERT_PARALLEL), metavar="N",
+        default_text="searched (TEP at each TP, DEP 8-64; simulate: none)", outcome=False)
+    ep_prompt: Optional[int] = option(
+        None, "Expert parallelism of Splitwise prompt pools.", count(1, MAX_EXPERT_PARALLEL),
+        metavar="N", default_text="searched", outcome=False)
+    ep_token: Optional[int] = option(
+        None, "Expert parallelism of Splitwise token pools.", count(1, MAX_EXPERT_PARALLEL),
+        metavar="N", default_text="searched", outcome=False)
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,8 @@ def latency_problem(perf, model: ModelSpec, machine: MachineSku, layout: Layout)
 
 
 def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fraction: float,
-                      longest_request: int, tp: int | None = None, pp: int | None = None):
+                      longest_request: int, tp: int | None = None, pp: int | None = None,
+                      ep: int | None = None):
     """(layouts to search, [(layout, why it is skipped)]) for one pool.
 
     Every TP that divides the machine's GPUs up to its `instance_tp` (or the pinned one)
@@ -174,8 +175,17 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
     (`expert_parallel_layouts`); only when
     the model fits no instance of one machine, each TP at the smallest pipeline depth that
     holds it (or the pinned depth). A pipeline adds hops and its bubble to every iteration, so
-    it is a way to hold a model, not to serve one faster.
+    it is a way to hold a model, not to serve one faster. A pinned `ep` > 1 is the one
+    expert-parallel layout of `tp`-GPU attention ranks (1 GPU when TP is not pinned); `ep` 1,
+    the TP and PP layouts only.
     """
+    if ep is not None and ep > 1:
+        rank = tp or 1
+        layout = Layout(rank, ep=ep, dp=ep // rank)
+        problem = (layout.problem(machine)
+                   or fit_problem(model, machine, layout, reserve_fraction, longest_request)
+                   or latency_problem(perf, model, machine, layout))
+        return ([], [(layout, problem)]) if problem else ([layout], [])
     tps = [tp] if tp else [t for t in range(1, machine.instance_tp + 1) if machine.gpus % t == 0]
     chosen, skipped = [], []
     for t in tps:
@@ -195,7 +205,7 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
         chosen.append(layout)
         if layout != first:   # say why the one-machine instance does not do
             skipped.append((first, f"{why}; runs as {layout.label}"))
-    if not pp:   # expert parallelism holds a MoE model without a pipeline
+    if not pp and ep is None:   # expert parallelism holds a MoE model without a pipeline
         experts, why_not = expert_parallel_layouts(model, machine, perf, reserve_fraction,
                                                    longest_request, tp)
         chosen += experts

@@ -140,3 +140,41 @@ def test_both_simulators_agree_on_expert_parallel_instances():
     np.testing.assert_allclose(fast.ttft_s, ref.ttft_s, rtol=1e-9)
     np.testing.assert_allclose(fast.e2e_s, ref.e2e_s, rtol=1e-9)
     assert len(set(fast.token_instance)) > 8               # the ranks share the decodes
+
+
+# ------------------------------------------------------------------ pinned from the command line
+def test_simulate_pins_an_expert_parallel_token_pool(cli):
+    _tables()
+    run = cli(["simulate", "--design", "b200/b200", "--prompt", "1", "--token", "2",
+               "--model", "deepseek-r1", "--dtype", "fp8", "--ep-token", "16", "--rate", "2",
+               "--duration", "5", "--json"])
+    assert run.returncode == 0, run.stderr
+    assert '"ep": 16' in run.stdout or '"ep":16' in run.stdout, run.stdout[-800:]
+
+
+def test_pinned_expert_parallelism_refusals(cli, bad_input):
+    base = ["simulate", "--design", "b200/b200", "--prompt", "1", "--token", "4",
+            "--rate", "2", "--duration", "5"]
+    bad_input(cli(base + ["--model", "llama2-70b", "--ep-token", "32"]), "no experts")
+    two = [a if a != "4" else "2" for a in base]      # a DEP32 group spans 4 machines
+    bad_input(cli(two + ["--model", "deepseek-r1", "--dtype", "fp8", "--ep-token", "32"]),
+              "--token")
+    bad_input(cli(["search", "--model", "deepseek-r1", "--dtype", "fp8", "--ep", "16",
+                   "--pp", "2", "--hardware", "b200"]), "--ep", "--pp")
+    bad_input(cli(["search", "--model", "deepseek-r1", "--dtype", "fp8", "--ep", "12",
+                   "--tp", "8", "--hardware", "b200"]), "--ep")
+
+
+def test_search_keeps_a_pinned_ep_and_names_it(cli, tmp_path):
+    _tables()
+    out = tmp_path / "out"
+    run = cli(["search", "--model", "deepseek-r1", "--dtype", "fp8",
+               "--designs", "b200/b200", "--ep-token", "8", "--tp-prompt", "8", "--ep-prompt",
+               "1", "--duration", "10", "--verify-seeds", "2", "--no-cache", "--quiet",
+               "--out", out])
+    assert run.returncode == 0, run.stderr
+    import json
+    (design,) = json.loads((out / "report.json").read_text())["designs"]
+    layout = design["optimum"]["layout"]
+    assert layout["token"]["ep"] == 8 and layout["token"]["label"] == "DP8/EP8"
+    assert "ep" not in layout["prompt"] and layout["prompt"]["tp"] == 8
