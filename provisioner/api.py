@@ -27,7 +27,7 @@ from provisioner.evaluate import SimulationEvaluator
 from provisioner.files import check_output_dir
 from provisioner.frontier import drive, search_designs
 from provisioner.hardware import HARDWARE_PROGRESS, hardware_search, hardware_summary
-from provisioner.loadcurve import curve_report
+from provisioner import loadcurve
 from provisioner.sparing import FLEET_MTBF_HOURS, down_fraction, spare_record, spares_for
 from provisioner.layouts import layout_choices, layout_record, no_layout_result
 from provisioner.options import (LEGACY_ENGINE, Execution,
@@ -323,8 +323,10 @@ def _run_study(study: Study, execution: Execution, on_batch: OnBatch | None,
     if study.survive_failures and resilience:
         price_of_resilience(study, execution, results, on_batch)
     plan = None
-    if study.load_curve is not None:
-        plan, more = load_plan(study, execution, results, on_batch)
+    if study.load_curve is not None:   # every other window rate searched, then the plans
+        plan, more = loadcurve.load_plan(study, partial(run_study, execution=execution,
+                                                        on_batch=on_batch, resilience=False),
+                                         results)
         stats = add_stats(stats, *more)
     moved = None
     if study.settings.sensitivity:
@@ -360,12 +362,6 @@ def choose_spares(study: Study, execution: Execution,
     return replace(study, survive_failures=k, survive_auto=False), choice, runs
 
 
-def _other_rates(study: Study) -> list[float]:
-    """--load-curve: the window rates searched after the busiest (the study's own) rate."""
-    rates = {w.rate_rps for w in study.load_curve[0]} - {0.0, study.goal.rate_rps}
-    return sorted(rates, reverse=True)
-
-
 def planned_searches(study: Study) -> int:
     """How many searches `run_study` runs for `study`: its own and the auxiliary ones of
     --survive-failures, --load-curve and --sensitivity (the progress ETA's whole; `auto`
@@ -376,42 +372,10 @@ def planned_searches(study: Study) -> int:
     elif study.survive_failures:
         count += 1 + sum(p != study.sim_options.recovery for p in ("restart", "replicate"))
     if study.load_curve is not None:
-        count += len(_other_rates(study))
+        count += len(loadcurve.other_rates(study))
     if study.settings.sensitivity:
         count += len(sensitivity_variants(study.auxiliary()))
     return count
-
-
-def load_plan(study: Study, execution: Execution, results: list[DesignResult],
-              on_batch: OnBatch | None = None) -> tuple[dict, list[RunStats]]:
-    """--load-curve: every other window rate searched as the busiest one was (the same
-    designs, verification and rules), then each design's plan and what it saves."""
-    optima = {study.goal.rate_rps: {r.design.name: r for r in results}}
-    runs = []
-    for rate in _other_rates(study):
-        at_rate = study.auxiliary(goal=replace(study.goal, rate_rps=rate))
-        found = run_study(at_rate, execution, on_batch, resilience=False)
-        optima[rate] = {r.design.name: r for r in found.designs}
-        runs.append(found.stats)
-    return curve_report(study, optima, partial(check_whole_curve, study)), runs
-
-
-def check_whole_curve(study: Study, static: DesignResult, options, plan, replan):
-    """--load-curve: the static cluster and the plan, each run over the whole curve
-    (`provisioner.curverun`); the plan stepped up where a window misses."""
-    from provisioner.curverun import run_curve, verified_plan
-    design, o = static.design, static.optimum
-    record = {"static": run_curve(study, Cluster(design, o.prompt_machines, o.token_machines),
-                                  None),
-              # a Splitwise design's static cluster with its mixed pool: the paper's answer
-              # to bursts, beside the plan's
-              "static_mixed_pool": (not design.is_baseline) and design.mixed_pool}
-
-    def cluster_of(pools):
-        return Cluster(design, max(p for p, _ in pools), max(t for _, t in pools))
-    plan, record["plan"], stepped = verified_plan(study, cluster_of, options, plan, replan)
-    record["stepped_up_windows"] = stepped
-    return plan, record
 
 
 def add_stats(*runs: RunStats) -> RunStats:
@@ -487,7 +451,7 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
         for label in ("plain", "restart", "replicate"):
             o = optima[label].get(name)
             entry[label] = None if o is None else {
-                **machines_of(o, result.design.is_baseline), "rate_rps": o.rate_rps,
+                **machines_of(o), "rate_rps": o.rate_rps,
                 "cost_per_hour": o.cost_per_hour, "power_kw": o.power_kw}
             if label != "plain" and o is not None and base is not None:
                 entry[label]["cost_ratio"] = o.cost_per_hour / base.cost_per_hour
@@ -540,8 +504,7 @@ class SimulationRun:
 
     def __repr__(self) -> str:   # one line, not the workload's and results' arrays
         c = self.cluster
-        pools = (f"{c.prompt_machines} machines" if c.design.is_baseline
-                 else f"{c.prompt_machines}P+{c.token_machines}T")
+        pools = c.design.pools_text(c.prompt_machines, c.token_machines, "machines")
         passed = "SLOs met" if self.report.passed else "SLOs missed"
         return (f"SimulationRun({c.design.name} {pools}, {self.model.name}, "
                 f"{self.workload.name}, {len(self.workload):,} requests; {passed})")
@@ -608,25 +571,10 @@ class CurveSimulation:
 
 
 def _simulate_curve(q: SimulateQuestion) -> CurveSimulation:
-    """simulate --load-curve: the workload's sizes under arrivals following the curve
-    (`simcore.longrun.curve_chunks`), all of it in one streamed run, the SLOs per
-    --curve-window and over the whole curve."""
-    from simcore.longrun import simulate_curve
-    curve, spans = q.curve, q.windows
-    edges = [w.start_s for w in spans] + [spans[-1].end_s]
-    run = simulate_curve(q.cluster, q.sizes, curve.times, curve.rates, curve.end_s, edges,
-                         q.seed, q.model, q.perf_model, q.reference, q.sim_options,
-                         linear=curve.linear)
-    reports = ([(w, evaluate_slos(run.window(k), q.slo) if n else None)
-                for k, (w, n) in enumerate(zip(spans, run.window_requests))]
-               if run.feasible else [(w, None) for w in spans])
-    whole = evaluate_slos(run.latencies if run.feasible else run, q.slo)
+    """simulate --load-curve: the run (`provisioner.loadcurve.run_asked_curve`), the SLOs per
+    --curve-window and over the whole curve, packed with what the run was priced on."""
+    run, whole, reports, notes = loadcurve.run_asked_curve(q)
     reserve = q.sim_options.memory_reserve_fraction
-    process = ("poisson arrivals" if q.workload.kind == "builtin"
-               else "arrivals with the trace's gaps")
-    notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
-             f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "
-             "in one streamed run",)
     return CurveSimulation(q.cluster, q.model, q.workload.name, run, whole, reports,
                            uncalibrated_skus(q.cluster.design, q.model, q.perf_model), q.slo,
                            latency_source(q.perf, q.perf_model, q.model,

@@ -246,10 +246,7 @@ def _side(r: DesignResult | None) -> dict | None:
         return None
     o, d = r.optimum, r.design
     side = {"design": d.name}
-    if d.is_baseline:
-        side["machines"] = o.prompt_machines
-    else:
-        side.update(prompt_machines=o.prompt_machines, token_machines=o.token_machines)
+    side.update(d.pool_sizes(o.prompt_machines, o.token_machines))
     if d.is_chunked:
         side["chunk_tokens"] = d.chunk_tokens
     side.update(rate_rps=o.rate_rps, cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,

@@ -4,6 +4,9 @@ autoscaling plan, each simulated in one streamed run of every request of the cur
 at fleet rates throughout; the SLOs are checked per planning window and over the whole curve.
 Where a window of the plan misses an SLO, the plan is stepped up there (that window, then also
 the one before it, since a backlog carries over) and checked again.
+
+The simulation part of `provisioner.loadcurve`, which owns the load-curve glue and is the only
+caller outside the tests.
 """
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ def warm_up(study: Study) -> None:
     design = replace(first, name="warm-up", prompt=reference,
                      token=None if first.is_baseline else reference,
                      prompt_layout=None, token_layout=None)
-    cluster = Cluster(design, 1, 0 if design.is_baseline else 1)
+    cluster = Cluster(design, *design.each_pool(1))
     tiny = Workload("warm-up", np.zeros(1), np.array([16]), np.array([2]))
     simulate(cluster, tiny, study.model, study.perf.load(study.catalog), study.reference,
              study.sim_options)

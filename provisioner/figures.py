@@ -515,9 +515,7 @@ def pareto_front(results: Sequence[DesignResult]) -> list[DesignResult]:
 
 def _hardware_hover(result: DesignResult) -> str:
     o, d = result.optimum, result.design
-    pools = (f"{o.prompt_machines} x {d.prompt.name}" if d.is_baseline else
-             f"{o.prompt_machines} {d.prompt.name} prompt + {o.token_machines} {d.token.name} "
-             "token")
+    pools = d.pools_text(o.prompt_machines, o.token_machines, "skus")
     note = f"<br>uncalibrated: {', '.join(result.uncalibrated)}" if result.uncalibrated else ""
     return (f"<b>{html.escape(d.name)}</b><br>{pools}<br>${o.cost_per_hour:,.2f}/h, "
             f"{o.power_kw:,.1f} kW, {o.gpus} GPUs{note}")

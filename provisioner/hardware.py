@@ -147,7 +147,4 @@ def hardware_summary(results: Sequence[DesignResult], goal: Goal,
 
 def _pools(result: DesignResult) -> str:
     o = result.optimum
-    if result.design.is_baseline:
-        return f"{o.prompt_machines} x {result.design.prompt.name}"
-    return (f"{o.prompt_machines} {result.design.prompt.name} prompt + {o.token_machines} "
-            f"{result.design.token.name} token")
+    return result.design.pools_text(o.prompt_machines, o.token_machines, "skus")

@@ -1,4 +1,16 @@
-"""Sizing for a load curve (issue 29, first part): the static cluster for the busiest
+"""Everything `--load-curve` does, from the curve to the plan: the one module the rest of
+the code calls for a load curve.
+
+It owns reading the curve (`asked_curve`, `read_load_curve`) and cutting it into windows
+(`planning_curve`, `windows`); for `provision search`, the searches at every other window rate
+(`load_plan`, `other_rates`), the plan (`plan_pools`), what it saves (`curve_report`) and the
+check of the static cluster and the plan over the whole curve (`check_whole_curve`, run by
+`provisioner.curverun`, its simulation part); writing the plan (`plan_csv`, plan.csv) and
+reading one back (`read_plan`); and `provision simulate --load-curve`'s streamed run
+(`run_asked_curve`). `provisioner.question` resolves the options with it, `provisioner.api`
+calls it and packs the results, `provisioner.reports` writes what it renders.
+
+Sizing for a load curve (issue 29, first part): the static cluster for the busiest
 planning window and a per-window autoscaling plan, with what the plan saves.
 
 A curve is a CSV with columns time_s and rate_rps, read by name (`csvschema.LOAD_CURVE`;
@@ -22,18 +34,25 @@ failing at fleet rates; the plan is stepped up where a window misses an SLO.
 """
 from __future__ import annotations
 
+import csv
+import io
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 import numpy as np
 
-from hardware_catalog import InputError, option_ref
+from hardware_catalog import Design, InputError, check_path, option_ref
 from hardware_catalog.csvschema import LOAD_CURVE, PLAN, read_table
+from provisioner.curverun import (curve_sizes, longest_request,  # noqa: F401 (question's)
+                                  run_curve, verified_plan)
+from simcore import Cluster, evaluate_slos
 from simcore.workload import MAX_TRACE_SECONDS
 
 RATE_STEP = 0.02   # window rates are rounded up to powers of (1 + RATE_STEP): the rate tolerance
 MAX_WINDOWS = 10_000
+PLAN_FILE = "plan.csv"   # each design's pools per window, beside report.json
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,23 @@ def read_load_curve(path: str) -> LoadCurve:
     return LoadCurve(path, tuple(t - start for t in times), tuple(rates), tail)
 
 
+def asked_curve(path: str, rate: float | None) -> LoadCurve:
+    """The `--load-curve` file (search or simulate), refused beside a `--rate`."""
+    if rate is not None:
+        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
+                         f"{option_ref('rate')}", field="rate")
+    check_path(path, "load_curve")
+    return read_load_curve(path)
+
+
+def planning_curve(path: str, rate: float | None, peak_rate: float | None, shape: str,
+                   window_s: float, scale_up_minutes: float, min_machines: int):
+    """`provision search --load-curve`: (its planning windows, the plan's rules, the curve)."""
+    curve = asked_curve(path, rate).scaled(peak_rate).shaped(shape)
+    return (tuple(windows(curve, window_s)), PlanRules(scale_up_minutes * 60.0, min_machines),
+            curve)
+
+
 def expected_requests(curve: LoadCurve) -> float:
     """How many requests the curve asks for in all (its rate's integral over its length)."""
     times, rates = curve.knots()
@@ -111,7 +147,7 @@ def expected_requests(curve: LoadCurve) -> float:
 PLAN_COLUMNS = ("start_s", "prompt_machines", "token_machines")
 
 
-def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int, int], ...]:
+def read_plan(path: str, design: Design) -> tuple[tuple[float, int, int], ...]:
     """A pool plan: rows start_s, prompt_machines, token_machines by name (`PLAN`: a search's
     plan.csv, whose rows of other designs are skipped by its `design` column, or a planner's
     own), each the pools serving from that time on, by start time. One line naming the file,
@@ -120,12 +156,12 @@ def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int,
     designs = table.values.get("design")
     rows: list[tuple[float, int, int]] = []
     for index in range(len(table)):
-        if designs is not None and designs[index] and designs[index] != design:
+        if designs is not None and designs[index] and designs[index] != design.name:
             continue
         start = float(table["start_s"][index])
         pools = [int(table[name][index]) for name in PLAN_COLUMNS[1:]]
-        for name, machines in zip(PLAN_COLUMNS[1:], pools):
-            least = 0 if baseline and name == "token_machines" else 1
+        # at least one machine a pool (a colocated design's token column: 0)
+        for name, machines, least in zip(PLAN_COLUMNS[1:], pools, design.each_pool(1)):
             if machines < least:
                 raise table.error(index, name, f"{machines} is not a whole number of machines "
                                   f">= {least}")
@@ -134,7 +170,7 @@ def read_plan(path: str, design: str, baseline: bool) -> tuple[tuple[float, int,
                               "sort the plan by time, one row per start")
         rows.append((start, pools[0], pools[1]))
     if not rows:
-        raise InputError(f"has no rows for design '{design}'", source=path)
+        raise InputError(f"has no rows for design '{design.name}'", source=path)
     return tuple(rows)
 
 
@@ -298,7 +334,7 @@ def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
     options = []
     for k, window in enumerate(spans):
         if window.rate_rps == 0:
-            options.append([(rules.floor, 0 if design.is_baseline else rules.floor)])
+            options.append([design.each_pool(rules.floor)])
             continue
         # more load never needs fewer machines: a cluster verified at a higher window rate
         # serves this one too (the searches at different rates draw different samples and
@@ -329,3 +365,87 @@ def _design_plan(name: str, spans, rules: PlanRules, optima, peak: float,
             **figures,
             "saves": round(1.0 - saved["plan"] / saved["static"], 6) if saved["static"] else 0.0,
             **({} if checked is None else {"whole_curve": checked})}
+
+
+# ------------------------------------------------------------- provision search --load-curve
+def other_rates(study) -> list[float]:
+    """The window rates searched after the busiest (the study's own) rate."""
+    rates = {w.rate_rps for w in study.load_curve[0]} - {0.0, study.goal.rate_rps}
+    return sorted(rates, reverse=True)
+
+
+def load_plan(study, search: Callable, results) -> tuple[dict, list]:
+    """Every other window rate searched as the busiest one was (`search(study)`: a search's
+    SearchResult, the same designs, verification and rules), then each design's plan and
+    what it saves, checked over the whole curve: (report.json's `load_curve`, the searches'
+    counts)."""
+    optima = {study.goal.rate_rps: {r.design.name: r for r in results}}
+    runs = []
+    for rate in other_rates(study):
+        found = search(study.auxiliary(goal=replace(study.goal, rate_rps=rate)))
+        optima[rate] = {r.design.name: r for r in found.designs}
+        runs.append(found.stats)
+    return curve_report(study, optima, partial(check_whole_curve, study)), runs
+
+
+def check_whole_curve(study, static, options, plan, replan):
+    """The static cluster and the plan, each run over the whole curve
+    (`provisioner.curverun`); the plan stepped up where a window misses."""
+    design, o = static.design, static.optimum
+    record = {"static": run_curve(study, Cluster(design, o.prompt_machines, o.token_machines),
+                                  None),
+              # a Splitwise design's static cluster with its mixed pool: the paper's answer
+              # to bursts, beside the plan's
+              "static_mixed_pool": design.lends_work}
+
+    def cluster_of(pools):
+        return Cluster(design, max(p for p, _ in pools), max(t for _, t in pools))
+    plan, record["plan"], stepped = verified_plan(study, cluster_of, options, plan, replan)
+    record["stepped_up_windows"] = stepped
+    return plan, record
+
+
+def plan_csv(document: dict) -> str:
+    """plan.csv: one row per window and design: its rates, the plan's pools and the
+    window's worst SLO margin in the plan's whole-curve run (below 0: missed; empty: no run
+    or no request in the window)."""
+    curve = document["load_curve"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
+                     "prompt_machines", "token_machines", "static_prompt", "static_token",
+                     "whole_curve_margin"))
+    for name, entry in curve["designs"].items():
+        if not entry["feasible"]:
+            continue
+        run = (entry.get("whole_curve") or {}).get("plan") or {}
+        margins = run.get("window_margins") or [None] * len(entry["plan"])
+        for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
+            writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
+                             window["mean_rps"], window["rate_rps"], name, *pools,
+                             *entry["static"], "" if margins[k] is None else margins[k]))
+    return buffer.getvalue()
+
+
+# ----------------------------------------------------------- provision simulate --load-curve
+def run_asked_curve(q):
+    """The simulate question's cluster (resized by its plan, if any) over its curve: the
+    workload's sizes under arrivals following the curve (`simcore.longrun.curve_chunks`), all
+    of it in one streamed run. Returns (the run, the SLOs over the whole curve, each
+    --curve-window with its SLOs or None when no request arrived in it, the notes)."""
+    from simcore.longrun import simulate_curve
+    curve, spans = q.curve, q.windows
+    edges = [w.start_s for w in spans] + [spans[-1].end_s]
+    run = simulate_curve(q.cluster, q.sizes, curve.times, curve.rates, curve.end_s, edges,
+                         q.seed, q.model, q.perf_model, q.reference, q.sim_options,
+                         linear=curve.linear)
+    reports = ([(w, evaluate_slos(run.window(k), q.slo) if n else None)
+                for k, (w, n) in enumerate(zip(spans, run.window_requests))]
+               if run.feasible else [(w, None) for w in spans])
+    whole = evaluate_slos(run.latencies if run.feasible else run, q.slo)
+    process = ("poisson arrivals" if q.workload.kind == "builtin"
+               else "arrivals with the trace's gaps")
+    notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
+             f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "
+             "in one streamed run",)
+    return run, whole, reports, notes

@@ -196,14 +196,12 @@ def resolve_load_curve(options: SearchOptions):
                              ("window", "peak_rate", "scale_up_minutes", "min_machines",
                               "curve_shape"))
         return None
-    from provisioner.loadcurve import PlanRules, windows
+    from provisioner.loadcurve import planning_curve
     if q.goal == "max-rate":
         raise InputError(f"{option_ref('load_curve')} sizes for the curve's load: use "
                          f"{option_ref('goal')} min-cost or min-power", field="goal")
-    curve = read_asked_curve(q.load_curve, options.study.rate).scaled(
-        q.peak_rate).shaped(q.curve_shape)
-    return (tuple(windows(curve, q.window)),
-            PlanRules(q.scale_up_minutes * 60.0, q.min_machines), curve)
+    return planning_curve(q.load_curve, options.study.rate, q.peak_rate, q.curve_shape,
+                          q.window, q.scale_up_minutes, q.min_machines)
 
 
 def refuse_curve_options(given, defaults, names: tuple[str, ...]) -> None:
@@ -231,10 +229,10 @@ def refuse_unused_pins(layout, designs: Sequence[Design], designs_option: str) -
     the question has one (colocated and chunked designs have one pool, which --tp pins). With
     several designs, a pin that applies to some of them is kept (the others ignore it, as its
     help says)."""
-    if layout is None or not designs or any(not d.is_baseline for d in designs):
+    if layout is None or not designs:
         return
     for name, pool in SEPARATE_POOL_PINS.items():
-        if getattr(layout, name) is not None:
+        if getattr(layout, name) is not None and not any(d.pool(pool) for d in designs):
             which = ", ".join(d.name for d in designs)
             raise InputError(f"{option_ref(name)} cannot be used with "
                              f"{option_ref(designs_option)} {which}: "
@@ -251,7 +249,7 @@ def with_mixed_pool(designs: Sequence[Design], mixed_pool: bool | None,
     designs as they are (None: each its own). Refused when no design has separate pools."""
     if mixed_pool is None:
         return tuple(designs)
-    if designs and all(d.is_baseline for d in designs):
+    if designs and not any(d.pool("token") for d in designs):
         which = ", ".join(d.name for d in designs)
         raise InputError(f"{option_ref('mixed_pool')} cannot be used with "
                          f"{option_ref(designs_option)} {which}: "
@@ -259,17 +257,7 @@ def with_mixed_pool(designs: Sequence[Design], mixed_pool: bool | None,
                          f"one pool, no separate prompt and token pools to lend each other "
                          f"work (the Splitwise mixed pool); drop {option_ref('mixed_pool')}",
                          field="mixed_pool")
-    return tuple(d if d.is_baseline else replace(d, mixed_pool=mixed_pool) for d in designs)
-
-
-def read_asked_curve(path: str, rate: float | None):
-    """The `--load-curve` file (search or simulate), refused beside a `--rate`."""
-    from provisioner.loadcurve import read_load_curve
-    if rate is not None:
-        raise InputError(f"{option_ref('load_curve')} gives the rates: drop "
-                         f"{option_ref('rate')}", field="rate")
-    check_path(path, "load_curve")
-    return read_load_curve(path)
+    return tuple(replace(d, mixed_pool=mixed_pool) if d.pool("token") else d for d in designs)
 
 
 def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog,
@@ -438,15 +426,14 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
               "reference": catalog.machine(SLO_REFERENCE_SKU)}
     pools = (cluster.prompt_machines, cluster.token_machines)
     if c.load_curve is not None:
-        from provisioner.curverun import curve_sizes, longest_request
-        from provisioner.loadcurve import windows
+        from provisioner.loadcurve import asked_curve, curve_sizes, longest_request, windows
         refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
                       ("duration",))
         if c.requests_csv is not None:
             raise InputError(f"{option_ref('requests_csv')} writes one row per request: a load "
                              "curve's run keeps no per-request rows; drop it",
                              field="requests_csv")
-        curve = read_asked_curve(c.load_curve, s.rate).shaped(c.curve_shape)
+        curve = asked_curve(c.load_curve, s.rate).shaped(c.curve_shape)
         spans = windows(curve, c.curve_window, "curve_window")
         used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
                        mixed_pool=c.mixed_pool, pool_plan=plan)
@@ -480,7 +467,7 @@ def _asked_plan(c: ClusterOptions, design: Design):
                          f"{option_ref('load_curve')} FILE, or drop it", field="plan")
     from provisioner.loadcurve import read_plan
     check_path(c.plan, "plan")
-    return read_plan(c.plan, design.name, design.is_baseline)
+    return read_plan(c.plan, design)
 
 
 def _failure_rows(c: ClusterOptions, cluster: Cluster) -> tuple:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from provisioner.files import write_files_atomically
 from provisioner.chunked import best_of, comparison
+from provisioner.loadcurve import PLAN_FILE, plan_csv   # --load-curve: its plan.csv
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
@@ -22,7 +23,6 @@ SCHEMA_VERSION = 4  # 2: verification, headroom, assumptions, warnings, sensitiv
 #                       3: inputs.options, the question as asked (what `check` reads);
 #                       4: layouts (optimum.layout, designs[].layouts, layouts_skipped)
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
-PLAN_FILE = "plan.csv"   # --load-curve: each design's pools per window
 WRITTEN_FILES = REPORT_FILES + (PLAN_FILE,)   # every file a search may write in --out
 
 
@@ -37,33 +37,32 @@ def num(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------- report.json
-def machines_of(m: Metrics, baseline: bool) -> dict:
-    if baseline:
-        return {"machines": m.prompt_machines}
-    return {"prompt_machines": m.prompt_machines, "token_machines": m.token_machines}
+def machines_of(m: Metrics) -> dict:
+    """Its pools' sizes, keyed by pool: {"machines": N} colocated, else prompt and token."""
+    return m.point.design.pool_sizes(m.prompt_machines, m.token_machines)
 
 
-def optimum_dict(m: Metrics, baseline: bool) -> dict:
-    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps),
+def optimum_dict(m: Metrics) -> dict:
+    return {**machines_of(m), "rate_rps": num(m.rate_rps),
             "cost_per_hour": num(m.cost_per_hour), "power_kw": num(m.power_kw), "gpus": m.gpus,
             "worst_margin": num(m.outcome.worst_margin),
             "slo": {key: {"value": num(value), "limit": num(limit)}
                     for key, value, limit in m.outcome.slo}}
 
 
-def point_dict(m: Metrics, baseline: bool) -> dict:
+def point_dict(m: Metrics) -> dict:
     o = m.outcome
-    return {**machines_of(m, baseline), "rate_rps": num(m.rate_rps), "feasible": o.meets_slos,
+    return {**machines_of(m), "rate_rps": num(m.rate_rps), "feasible": o.meets_slos,
             "completed": o.completed, "cost_per_hour": num(m.cost_per_hour),
             "power_kw": num(m.power_kw), "gpus": m.gpus, "worst_margin": num(o.worst_margin),
             "slo": {key: num(value) for key, value, _ in o.slo}, "reason": o.reason}
 
 
 def design_dict(result: DesignResult) -> dict:
-    d, baseline = result.design, result.design.is_baseline
+    d = result.design
     optimum = None
     if result.optimum:
-        optimum = {**optimum_dict(result.optimum, baseline),
+        optimum = {**optimum_dict(result.optimum),
                    **({"layout": result.layout} if result.layout else {}),
                    "headroom_rps": num(result.headroom_rps),
                    **verification_dict(result.verification)}
@@ -89,7 +88,7 @@ def design_dict(result: DesignResult) -> dict:
             **({"resilience": _rounded_tree(result.resilience)}
                if result.resilience is not None else {}),
             "evaluations": len(result.points),
-            "evaluated": [point_dict(m, baseline) for m in result.points]}
+            "evaluated": [point_dict(m) for m in result.points]}
 
 
 def _rounded_tree(value):
@@ -222,28 +221,6 @@ def render_reports(document: dict, results: Sequence[DesignResult]) -> dict[str,
     if document.get("load_curve") is not None:
         texts[PLAN_FILE] = plan_csv(document)
     return texts
-
-
-def plan_csv(document: dict) -> str:
-    """--load-curve: one row per window and design: its rates, the plan's pools and the
-    window's worst SLO margin in the plan's whole-curve run (below 0: missed; empty: no run
-    or no request in the window)."""
-    curve = document["load_curve"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
-                     "prompt_machines", "token_machines", "static_prompt", "static_token",
-                     "whole_curve_margin"))
-    for name, entry in curve["designs"].items():
-        if not entry["feasible"]:
-            continue
-        run = (entry.get("whole_curve") or {}).get("plan") or {}
-        margins = run.get("window_margins") or [None] * len(entry["plan"])
-        for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
-            writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
-                             window["mean_rps"], window["rate_rps"], name, *pools,
-                             *entry["static"], "" if margins[k] is None else margins[k]))
-    return buffer.getvalue()
 
 
 def write_reports(out_dir: Path, texts: dict[str, str]) -> list[Path]:

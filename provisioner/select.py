@@ -72,9 +72,9 @@ def _limits(candidates, c: Constraints, design: Design) -> list[tuple[list[int],
         limits.append(([m.prompt_machines + m.token_machines for m in candidates], c.max_machines))
     if c.max_gpus:
         limits.append(([m.gpus for m in candidates], c.max_gpus))
-    if not design.is_baseline and c.max_prompt:
+    if c.max_prompt and design.pool("prompt"):
         limits.append(([m.prompt_machines for m in candidates], c.max_prompt))
-    if not design.is_baseline and c.max_token:
+    if c.max_token and design.pool("token"):
         limits.append(([m.token_machines for m in candidates], c.max_token))
     return limits
 
