@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from hardware_catalog import (Catalog, Design, InputError, MachineSku, ModelSpec, check_path,
-                              load_catalog, parse_design)
+from hardware_catalog import (Catalog, Design, InputError, Layout, MachineSku, ModelSpec,
+                              check_path, load_catalog, parse_design)
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins, pinned_design
@@ -221,17 +221,19 @@ def refuse_beside(option: str, why: str, given, defaults, names: tuple[str, ...]
                              f"{why}", field=name)
 
 
-SEPARATE_POOL_PINS = {"tp_prompt": "prompt", "tp_token": "token"}
+SEPARATE_POOL_PINS = {"tp_prompt": ("prompt", "tp"), "tp_token": ("token", "tp"),
+                      "ep_prompt": ("prompt", "ep"), "ep_token": ("token", "ep")}
 
 
 def refuse_unused_pins(layout, designs: Sequence[Design], designs_option: str) -> None:
-    """--tp-prompt / --tp-token pin a Splitwise design's own pool: refused when no design of
-    the question has one (colocated and chunked designs have one pool, which --tp pins). With
+    """--tp-prompt / --tp-token (--ep-prompt / --ep-token) pin a Splitwise design's own pool:
+    refused when no design of the question has one (colocated and chunked designs have one
+    pool, which --tp / --ep pins). With
     several designs, a pin that applies to some of them is kept (the others ignore it, as its
     help says)."""
     if layout is None or not designs:
         return
-    for name, pool in SEPARATE_POOL_PINS.items():
+    for name, (pool, every_pool) in SEPARATE_POOL_PINS.items():
         if getattr(layout, name) is not None and not any(d.pool(pool) for d in designs):
             which = ", ".join(d.name for d in designs)
             raise InputError(f"{option_ref(name)} cannot be used with "
@@ -239,7 +241,7 @@ def refuse_unused_pins(layout, designs: Sequence[Design], designs_option: str) -
                              f"{'a colocated design has' if len(designs) == 1 else 'each has'} "
                              f"one pool, no separate {pool} pool; pin "
                              f"{'it' if len(designs) == 1 else 'them'} with "
-                             f"{option_ref('tp')}", field=name)
+                             f"{option_ref(every_pool)}", field=name)
 
 
 def with_mixed_pool(designs: Sequence[Design], mixed_pool: bool | None,
@@ -580,15 +582,15 @@ def refuse_uncovered(perf: PerfSource, loaded: Any, model: ModelSpec, machines: 
                     else "fp8-KV attention")
             raise InputError(
                 f"{option_ref('engine')} {perf.engine} {asked}: no {engine} {what} data for "
-                f"'{m.name}' ({m.gpu}), and the {LEGACY_ENGINE} model has no fp8; kernel "
-                f"data ({'none for this GPU; ' if gpu is None else ''}aiconfigurator-core): "
+                f"'{m.name}' ({m.gpu}), and the {LEGACY_ENGINE} model has no {perf.dtype}; "
+                f"kernel data ({'none for this GPU; ' if gpu is None else ''}aiconfigurator-core): "
                 f"{kernel_data_summary()}; choose designs on those GPUs or another "
                 f"{option_ref('engine')}/{option_ref(field)}", field=field)
         raise InputError(
             f"{option_ref('engine')} {perf.engine} {asked}: the kernel tables cannot size "
             f"model '{model.name}' on '{m.name}' (it lacks intermediate_size or vocab_size, or "
             f"its {model.heads} heads do not split over {m.gpus} GPUs), and the "
-            f"{LEGACY_ENGINE} model has no fp8; use {option_ref('dtype')} bf16 "
+            f"{LEGACY_ENGINE} model has no {perf.dtype}; use {option_ref('dtype')} bf16 "
             f"{option_ref('kv_dtype')} bf16", field=field)
 
 
@@ -685,10 +687,11 @@ def sim_options_echo(study: Study) -> dict:
 
 
 def kv_capacities(study: Study) -> dict[str, int]:
-    """KV tokens one machine of each SKU holds beside the weights (what admission checks)."""
+    """KV tokens one machine of each SKU holds beside the weights (what admission checks) at
+    its whole-machine layout: one instance, or the TP8 instances of a rack-scale machine."""
     skus = {m.name: m for d in study.designs for m in d.machines()}
     return {name: kv_capacity_tokens(m, study.model, study.sim_options.memory_reserve_fraction)
-            for name, m in skus.items()}
+            * Layout(m.instance_tp).instances_per_machine(m) for name, m in skus.items()}
 
 
 # ---------------------------------------------------------------------------- its inverse

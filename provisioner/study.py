@@ -276,6 +276,13 @@ class _Scaled(PerformanceModel):
     def is_calibrated(self, model, machine, tp=None) -> bool:
         return self.model.is_calibrated(model, machine, tp)
 
+    def prices_expert_parallelism(self, model, machine) -> bool:
+        return self.model.prices_expert_parallelism(model, machine)
+
+    def expert_parallel_curves(self, model, machine, layout):
+        return self.model.expert_parallel_curves(model, machine, layout).scaled(self.factor,
+                                                                                self.factor)
+
 
 def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LEGACY_ENGINE,
                 dtype: str = "bf16", kv_dtype: str = "bf16") -> PerfSource:

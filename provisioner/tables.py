@@ -82,10 +82,18 @@ def layout_label(record: dict | None) -> str | None:
     """'TP2' for one pool, 'TP2 / TP8' for a prompt and a token pool (terminal, `check`)."""
     if not record:
         return None
-    return " / ".join(f"TP{entry['tp']}" + (f"xPP{entry['pp']}" if entry["pp"] > 1 else "")
-                      + (f" x{entry['instances_per_machine']}"
-                         if entry["instances_per_machine"] > 1 else "")
-                      for entry in record.values())
+    return " / ".join(_pool_layout_label(entry) for entry in record.values())
+
+
+def _pool_layout_label(entry: dict) -> str:
+    """TP4 x2 (two instances per machine), TP8xPP2; an expert-parallel pool by its label and
+    the machines one group spans: DP8/EP8, DP32/EP32 on 4."""
+    if "label" in entry:
+        span = entry.get("machines_per_group", 1)
+        return entry["label"] + (f" on {span}" if span > 1 else "")
+    return (f"TP{entry['tp']}" + (f"xPP{entry['pp']}" if entry["pp"] > 1 else "")
+            + (f" x{entry['instances_per_machine']}" if entry["instances_per_machine"] > 1
+               else ""))
 
 
 def answer_sentence(document: dict) -> str:

@@ -177,6 +177,7 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
                         "* best", caption="P prompt / T token machines (baselines: P machines); "
                         "under each design its layout: TP (xPP machines per instance) and "
                         "instances per machine (prompt / token); "
+                        f"{_expert_parallel_legend(document)}"
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
                         "margin 1 - value/limit over the samples; headroom: highest rate the "
                         "optimum sustains on the base sample")
@@ -802,3 +803,14 @@ def _slo_table(report) -> Table:
                       f"{check.limit:g}{check.unit}", f"{check.margin:+.1%}",
                       "[green]pass[/]" if check.passed else "[bold red]FAIL[/]")
     return table
+
+
+def _expert_parallel_legend(document: dict) -> str:
+    """The legend of expert-parallel layouts, when an optimum has one: attention ranks / EP
+    group, and the machines a group spans."""
+    for design in document.get("designs", []):
+        layout = (design.get("optimum") or {}).get("layout") or {}
+        if any("ep" in pool for pool in layout.values()):
+            return ("expert-parallel pools: attention (TP, or DP ranks) / EP group, 'on N': the "
+                    "machines a group spans; ")
+    return ""

@@ -79,6 +79,10 @@ def test_alltoall_across_machines_pays_the_link():
         t_in = tables.alltoall(tokens, FP8_R1, inside, phase)
         t_across = tables.alltoall(tokens, FP8_R1, across, phase)
         assert np.all(t_across > t_in) and np.all(t_across > t_node)
+    # a larger group across machines sends more of every GPU's tokens over its link
+    by_ep = [float(tables.alltoall(512.0, FP8_R1, kernels.expert_placement(
+        B200, Layout(1, ep=ep, dp=ep)), "generation")) for ep in (16, 32, 64)]
+    assert by_ep[0] < by_ep[1] < by_ep[2]
     # the link model against DeepEP's published low-latency figures (H800, 400 Gb/s IB,
     # 128 tokens per GPU): EP 16 dispatch + combine 118 + 195 us, EP 64 173 + 314 us
     h800 = kernels.ExpertParallel(64, 64, 8, 400e9 / 8, False)

@@ -157,6 +157,7 @@ OTHER_CHANGES = {   # options that change the search or its points, never a samp
     "max_prompt": 3, "max_token": 3, "exhaustive": True, "search_limit": 32,
     "rate_tolerance": 0.1, "verify_seeds": 3, "verify_margin": 0.0, "sensitivity": True,
     "start_rate": 2.0, "load_sweep": (0.9,), "tp": 8, "tp_prompt": 8, "tp_token": 8, "pp": 1,
+    "ep": 1, "ep_prompt": 1, "ep_token": 1,
     "price": (("dgx-h100", 30.0),), "hardware": ("dgx-h100",),
     "load_curve": str(REPO / "examples" / "load-curves" / "azure-coding-2024-05-13.csv"),
     "window": 1800.0, "peak_rate": 50.0, "scale_up_minutes": 5.0, "min_machines": 2,
