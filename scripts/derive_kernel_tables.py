@@ -503,16 +503,8 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
         per_tp = {}
         for tp in MOE_TP:
             table = rows[rows.moe_tp_size == tp].groupby("num_tokens").latency.min()
-            spikes = spike_mask(table.values.astype(float), axis=0)
-            if spikes.any():
-                out.setdefault("anomalies", []).append({
-                    "table": "moe", "shape": f"{hidden}/{inter}/{experts}/{topk}", "tp": tp,
-                    "kind": "not monotone in tokens", "points": int(spikes.sum()),
-                    "of": int(len(table)),
-                    "note": (f"tokens {', '.join(str(int(t)) for t in table.index[spikes])}: "
-                             f"more than {SPIKE:g}x the latency of more tokens, left out"),
-                    "fallback": "interpolated between the other token counts"})
-                table = table[~spikes]
+            table = _without_spikes(table, out, "anomalies", {
+                "table": "moe", "shape": f"{hidden}/{inter}/{experts}/{topk}", "tp": tp})
             if len(table) >= 2:
                 per_tp[str(tp)] = {"tokens": [int(t) for t in table.index], "us": us(table.values)}
         if per_tp:
@@ -536,6 +528,20 @@ def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict 
     return out
 
 
+def _without_spikes(table, out: dict, key: str, where: dict):
+    """A MoE latency series (by token count) without its not-monotone points, each left-out
+    set noted in out[key] with `where` (table, shape, tp or ep) it was found."""
+    spikes = spike_mask(table.values.astype(float), axis=0)
+    if not spikes.any():
+        return table
+    out.setdefault(key, []).append({**where, "kind": "not monotone in tokens", "points": int(spikes.sum()),
+                  "of": int(len(table)),
+                  "note": (f"tokens {', '.join(str(int(t)) for t in table.index[spikes])}: "
+                           f"more than {SPIKE:g}x the latency of more tokens, left out"),
+                  "fallback": "interpolated between the other token counts"})
+    return table[~spikes]
+
+
 def derive_moe_ep(rows, source: str, shape: str, dist: str, out: dict) -> tuple[dict, str]:
     """The MoE layer at moe_tp 1, moe_ep MOE_EP (per GPU, its num_experts / ep experts), thinned
     to MOE_EP_TOKENS; num_tokens is the token count entering the MoE layer of the whole EP
@@ -550,16 +556,8 @@ def derive_moe_ep(rows, source: str, shape: str, dist: str, out: dict) -> tuple[
     per_ep = {}
     for ep in MOE_EP:
         table = rows[rows.moe_ep_size == ep].groupby("num_tokens").latency.min()
-        spikes = spike_mask(table.values.astype(float), axis=0)
-        if spikes.any():
-            out.setdefault("ep_anomalies", []).append({
-                "table": "moe_ep", "shape": shape, "ep": ep, "distribution": dist,
-                "kind": "not monotone in tokens", "points": int(spikes.sum()),
-                "of": int(len(table)),
-                "note": (f"tokens {', '.join(str(int(t)) for t in table.index[spikes])}: "
-                         f"more than {SPIKE:g}x the latency of more tokens, left out"),
-                "fallback": "interpolated between the other token counts"})
-            table = table[~spikes]
+        table = _without_spikes(table, out, "ep_anomalies", {
+            "table": "moe_ep", "shape": shape, "ep": ep, "distribution": dist})
         if len(table) >= 2:
             per_ep[str(ep)] = {"tokens": [int(t) for t in table.index], "us": us(table.values)}
     return per_ep, source
