@@ -196,10 +196,12 @@ class Reference:
     hbm_bytes_per_s: float     # machine total
 
     @classmethod
-    def of(cls, model: ModelSpec, machine: MachineSku) -> "Reference":
+    def of(cls, model: ModelSpec, machine: MachineSku, gpus: int | None = None) -> "Reference":
+        """The figures of `gpus` GPUs of the machine (all of them by default: an instance)."""
+        gpus = gpus or machine.gpus
         return cls(model.layers, model.flops_params_b, model.weight_bytes,
-                   float(model.kv_bytes_per_token), machine.gpus * machine.fp16_tflops * 1e12,
-                   machine.gpus * machine.hbm_bandwidth_gbs * 1e9)
+                   float(model.kv_bytes_per_token), gpus * machine.fp16_tflops * 1e12,
+                   gpus * machine.hbm_bandwidth_gbs * 1e9)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ class PairCoefficients:
 
     def transferred(self, model: ModelSpec, machine: MachineSku, tp: int) -> "PairCoefficients":
         """These coefficients scaled to another model/machine by datasheet ratios (see module doc)."""
-        ref, new = self.reference, Reference.of(model, machine)
+        ref, new = self.reference, Reference.of(model, machine, tp)
         per_flop = (new.flops_params_b / new.peak_flops) / (ref.flops_params_b / ref.peak_flops)
         weights = (new.weight_bytes / new.hbm_bytes_per_s) / (ref.weight_bytes / ref.hbm_bytes_per_s)
         per_request = ((new.flops_params_b / new.hbm_bytes_per_s)
@@ -274,7 +276,7 @@ class FittedPerformanceModel(PerformanceModel):
     def curves(self, model: ModelSpec, machine: MachineSku,
                tp: int | None = None) -> LatencyCurves:
         """Latency curves in seconds, the power cap applied to prompt latencies only."""
-        tp = tp or machine.gpus
+        tp = tp or machine.instance_tp
         key = (model.name, machine.name, tp)
         if key not in self._cache:
             attention_s, kv_read_s = self.chunk_terms(model, machine, tp)
@@ -300,7 +302,7 @@ class FittedPerformanceModel(PerformanceModel):
         except InputError:
             pair = None
         if pair is None:
-            reference = Reference.of(model, machine)
+            reference = Reference.of(model, machine, tp)
             return (4.0 * model.layers * model.hidden / reference.peak_flops,
                     reference.kv_bytes_per_token / reference.hbm_bytes_per_s)
         attention = (pair.prompt.compute_s_per_token * 2.0 * model.layers * model.hidden
@@ -348,13 +350,13 @@ class FittedPerformanceModel(PerformanceModel):
 
     @staticmethod
     def _missing(model: ModelSpec, machine: MachineSku, tp: int | None) -> InputError:
-        at = f" at TP {tp}" if tp and tp != machine.gpus else ""
+        at = f" at TP {tp}" if tp and tp != machine.instance_tp else ""
         return InputError(f"no performance data for model '{model.name}' on machine "
                           f"'{machine.name}' (perf_profile '{machine.perf_profile}'){at}")
 
     def _table(self, model: ModelSpec, machine: MachineSku,
                tp: int | None = None) -> LatencyCurves | None:
-        if (tp or machine.gpus) != machine.gpus:
+        if (tp or machine.instance_tp) != machine.gpus:
             return None   # a latency table measures the whole machine
         return self.tables.get((machine.name, model.name)) or self.tables.get((machine.name, None))
 
@@ -365,7 +367,7 @@ class FittedPerformanceModel(PerformanceModel):
         for hardware in (machine.name, machine.perf_profile if machine.calibrated else None):
             for group in self.groups:
                 if (group.hardware == hardware and group.model in models
-                        and group.tensor_parallel == (tp or machine.gpus)):
+                        and group.tensor_parallel == (tp or machine.instance_tp)):
                     return group
         return None
 
@@ -374,13 +376,13 @@ class FittedPerformanceModel(PerformanceModel):
         """The closest calibrated pair on the machine's perf_profile hardware, scaled."""
         candidates = [g for g in self.groups if g.reference is not None
                       and g.hardware == machine.perf_profile
-                      and g.tensor_parallel == (tp or machine.gpus)]
+                      and g.tensor_parallel == (tp or machine.instance_tp)]
         if not candidates:
             return None
         same = [g for g in candidates if g.model == model.perf_profile]
         closest = same[0] if same else min(candidates, key=lambda g: abs(
             math.log(g.reference.flops_params_b / model.flops_params_b)))
-        return closest.transferred(model, machine, tp or machine.gpus)
+        return closest.transferred(model, machine, tp or machine.instance_tp)
 
 
 @lru_cache(maxsize=None)

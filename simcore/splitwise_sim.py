@@ -69,7 +69,7 @@ def splitwise_sim_curves(model: ModelSpec, machine: MachineSku,
         return None
     groups = _groups()
     for name in (model.perf_profile, model.name):
-        group = groups.get((name, machine.perf_profile, tp or machine.gpus))
+        group = groups.get((name, machine.perf_profile, tp or machine.instance_tp))
         if group is not None:
             break
     else:
@@ -90,7 +90,7 @@ class SplitwiseSimPerformance(PerformanceModel):
         self._cache: dict[tuple[str, str], LatencyCurves] = {}
 
     def curves(self, model: ModelSpec, machine: MachineSku, tp: int | None = None) -> LatencyCurves:
-        key = (model.name, machine.name, tp or machine.gpus)
+        key = (model.name, machine.name, tp or machine.instance_tp)
         if key not in self._cache:
             own = splitwise_sim_curves(model, machine, tp)
             if own is None:

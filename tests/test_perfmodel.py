@@ -308,7 +308,8 @@ def test_every_performance_model_satisfies_the_protocol(tmp_path):
     from simcore.performance import PerformanceModel
     calls = [name for name, member in vars(PerformanceModel).items()
              if inspect.isfunction(member) and not name.startswith("_")]
-    assert calls == ["curves", "is_calibrated"]
+    assert calls == ["curves", "is_calibrated", "prices_expert_parallelism",
+                     "expert_parallel_curves"]
     model, machine = CATALOG.model("llama2-70b"), CATALOG.machine("dgx-h100")
     for name, perf in _implementations(tmp_path).items():
         assert isinstance(perf, PerformanceModel), name
@@ -319,6 +320,7 @@ def test_every_performance_model_satisfies_the_protocol(tmp_path):
                 (name, call)
         assert isinstance(perf.curves(model, machine, 8), LatencyCurves), name
         assert isinstance(perf.is_calibrated(model, machine, 8), bool), name
+        assert perf.prices_expert_parallelism(model, machine) is False, name   # dense
 
 
 def test_an_object_without_the_calls_is_not_a_performance_model():
