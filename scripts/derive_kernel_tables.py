@@ -265,8 +265,8 @@ def _on_grid(table: dict, grid: dict) -> np.ndarray:
             for a in ("m", "n", "k")]
     for i, ti in axes[0]:
         for j, tj in axes[1]:
-            for l, tl in axes[2]:
-                out[i, j, l] = values[ti, tj, tl]
+            for k, tk in axes[2]:
+                out[i, j, k] = values[ti, tj, tk]
     return out.ravel()
 
 
