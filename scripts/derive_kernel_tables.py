@@ -34,6 +34,10 @@ engine, data type), and writes one JSON file each with its source and versions n
   the element-wise ops (norms, activation, embedding) that have no table;
 - fp8 files also carry kv_fp8_context_attention / kv_fp8_generation_attention: the same
   attention tables with an fp8 KV cache (bf16 queries), for --kv-dtype fp8.
+- fp8 and fp4 files with those also carry kv_fp8_mla_context / kv_fp8_mla_generation (issue
+  36 follow-up; added last, the other keys unchanged): the MLA module tables measured with
+  kv_cache_dtype fp8 and bf16 queries (mla_dtype bfloat16), GEMMs as the file's mla_context,
+  where the engine's collection has them (not L40S).
 
 Issue 36, second part (keys added only: the older files' other keys are unchanged):
 - moe.shapes[<hidden>/<inter>/<experts>/<topk>].ep / .ep_balanced: {"<ep>": {"tokens",
@@ -375,12 +379,16 @@ MLA_GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_block",   # DeepSeek's fp8 is 
                   "fp4": "nvfp4"}
 
 
-def derive_mla(data: Path, root: Path, engine: str, dtype: str) -> dict:
+def derive_mla(data: Path, root: Path, engine: str, dtype: str,
+               kv: str = "bfloat16") -> dict:
     """MLA attention blocks (the whole attention module of DeepSeek-V3's shapes: query and KV
     latent projections, attention, output projection) per GPU heads, bf16 KV, the module's
-    GEMMs in bf16 or (fp8 files) fp8_block."""
+    GEMMs in bf16 or (fp8 files) fp8_block. With kv "fp8": the same module measured with an
+    fp8 KV cache and bf16 queries (mla_dtype bfloat16, as the kv_fp8 attention tables), keys
+    kv_fp8_mla_context / kv_fp8_mla_generation."""
     import pandas as pd
     out = {}
+    prefix = "" if kv == "bfloat16" else f"kv_{kv}_"
     base = data / "mla" / engine
     for kind, filename, x_column in (
             ("context", "mla_context_module_perf.parquet", "isl"),
@@ -390,7 +398,9 @@ def derive_mla(data: Path, root: Path, engine: str, dtype: str) -> dict:
             return {}
         frame = pd.read_parquet(path)
         frame = frame[(frame.gemm_type == MLA_GEMM_DTYPE[dtype])
-                      & (frame.kv_cache_dtype == "bfloat16") & (frame.tp_size == 1)]
+                      & (frame.kv_cache_dtype == kv) & (frame.tp_size == 1)]
+        if kv != "bfloat16":                          # bf16 queries, as with a bf16 KV cache
+            frame = frame[frame.mla_dtype == "bfloat16"]
         if frame.empty:
             return {}
         # every kernel the engine picks by length (vLLM: the absorbed MLA kernel for short
@@ -406,10 +416,11 @@ def derive_mla(data: Path, root: Path, engine: str, dtype: str) -> dict:
             for (b, x), v in values.items():
                 grid[batches.index(b), xs.index(x)] = v
             pairs[f"{heads}/1"] = us(grid)
-        out[f"mla_{kind}"] = {
+        out[f"{prefix}mla_{kind}"] = {
             "file": _rel(path, root), "engine_version": path.parent.name,
             "kernel_source": source, "model": str(frame.model.iloc[0]),
-            "gemm_dtype": MLA_GEMM_DTYPE[dtype], "kv_cache_dtype": "bfloat16",
+            "gemm_dtype": MLA_GEMM_DTYPE[dtype], "kv_cache_dtype": kv,
+            **({} if kv == "bfloat16" else {"mla_dtype": "bfloat16"}),
             "batch": batches, ("isl" if x_column == "isl" else "kv_tokens"): xs,
             "pairs": pairs}
     return out
@@ -810,6 +821,10 @@ def derive(gpu: str, engine: str, dtype: str, catalog) -> dict | None:
                                           moe_shapes(catalog))
     if ep_anomalies:
         doc["moe_ep_anomalies"] = ep_anomalies
+    # MLA with an fp8 KV cache (issue 36 follow-up): new keys only, in the files that carry
+    # the kv_fp8 attention tables, where the engine's collection measures them
+    if extra:
+        doc.update(derive_mla(data, root, engine, dtype, "fp8"))
     return doc
 
 

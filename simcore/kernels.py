@@ -48,9 +48,10 @@ unless given.
 
 KV cache data type: the attention tables are measured with a bf16 KV cache; with
 `kv_dtype="fp8"` the context and generation attention come from the same GPU's and engine's
-fp8-KV measurements (kept in its fp8 file, `kv_fp8_*_attention`). The derivation leaves out
-database anomalies (docs/kernel-data.md); each file's `anomalies` names them and the fallback
-used (`KernelTables.anomalies`).
+fp8-KV measurements (kept in its fp8 file, `kv_fp8_*_attention`); an MLA model's attention
+module from the weights' file's `kv_fp8_mla_*` (its GEMMs in the weights' data type). The
+derivation leaves out database anomalies (docs/kernel-data.md); each file's `anomalies` names
+them and the fallback used (`KernelTables.anomalies`).
 
 `KernelPerformanceModel` tabulates `LatencyCurves` per (model, machine) for the simulator, like
 `simcore.perfmodel.FittedPerformanceModel`: the prompt curve is a single prompt of T tokens on the
@@ -294,9 +295,13 @@ class KernelTables:
         self.nccl = ({int(g): np.array(v, dtype=float) * 1e-6 for g, v in nccl["graph"].items()}
                      if nccl else {})
         self.moe = (document.get("moe") or {}).get("shapes", {})
-        self.mla = ((_AttentionGrid(document["mla_context"], "isl", 2.0),
-                     _AttentionGrid(document["mla_generation"], "kv_tokens", 1.0))
-                    if "mla_context" in document and kv_dtype == "bf16" else None)
+        # MLA: the module tables of the file's GEMM data type; with an fp8 KV cache its
+        # kv_fp8_mla_* (fp8 weights: the fp8 file, kv_document; fp4: its own nvfp4 module)
+        self.mla_keys = (("mla_context", "mla_generation") if kv_dtype == "bf16"
+                         else (f"kv_{kv_dtype}_mla_context", f"kv_{kv_dtype}_mla_generation"))
+        self.mla = ((_AttentionGrid(document[self.mla_keys[0]], "isl", 2.0),
+                     _AttentionGrid(document[self.mla_keys[1]], "kv_tokens", 1.0))
+                    if self.mla_keys[0] in document else None)
         self._variants: dict[str, _AttentionGrid] = {}
         mem = document["memory"]
         self.mem_bytes_per_s = mem["hbm_bytes_per_s"] * mem["bandwidth_scaling"]
@@ -469,9 +474,9 @@ class KernelTables:
             return ""
         parts = []
         if model.is_mla and self.mla is not None:
-            table = self.document["mla_context"]
+            table = self.document[self.mla_keys[0]]
             parts.append(f"MLA module of {table['model']} ({table['kernel_source']}, "
-                         f"{table['gemm_dtype']} GEMMs, bf16 KV)")
+                         f"{table['gemm_dtype']} GEMMs, {self.kv_dtype} KV)")
         elif model.head_dim != 128 or model.sliding_layers:
             keys = [_variant_key("context", model.head_dim, w)
                     for w in (0, model.sliding_window or 0) if w or
@@ -643,10 +648,13 @@ def _attention_kinds(tables: "KernelTables", model: ModelSpec):
     hold where the model's attention is not measured."""
     if model.is_mla:
         if tables.mla is None:
+            key = tables.mla_keys[0]
             have = [f"{g}/{e}/{d}" for g, e, d in available_tables()
-                    if "mla_context" in _document(g, e, d)]
+                    if key in _document(g, e, d)]
+            held = ("(bf16 KV only); MLA tables" if tables.kv_dtype == "bf16" else
+                    f"({key}); {tables.kv_dtype}-KV MLA tables (in the weights' file)")
             raise InputError(f"no measured MLA attention for {model.name} in the "
-                             f"{tables.what()} kernel tables (bf16 KV only); MLA tables: "
+                             f"{tables.what()} kernel tables {held}: "
                              f"{', '.join(have) or 'none'}")
         return [(tables.mla[0], tables.mla[1], 1.0, None)]
     if model.head_dim == 128 and not model.sliding_layers:
