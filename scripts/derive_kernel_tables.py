@@ -490,12 +490,33 @@ def moe_shapes(catalog) -> list[tuple[int, int, int, int]]:
                    for m in catalog.models.values() if m.is_moe})
 
 
-def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict | None:
+def moe_collection(base: Path, shapes, dtype: str):
+    """(path, frame) of the newest MoE collection under `base` that measures any catalog shape
+    in the file's MoE data types: a newer collection may measure other models only
+    (TensorRT-LLM 1.3.0rc23 holds none of the catalog's MoE shapes; 1.3.0rc20 holds DeepSeek's
+    and the others)."""
     import pandas as pd
-    path = newest(data / "moe" / engine, "moe_perf.parquet")
+    if not base.is_dir():
+        return None, None
+    wanted = {tuple(shape) for shape in shapes}
+    versions = sorted((d for d in base.iterdir() if (d / "moe_perf.parquet").is_file()),
+                      key=lambda d: _version_key(d.name), reverse=True)
+    for version in versions:
+        frame = pd.read_parquet(version / "moe_perf.parquet")
+        rows = frame[frame.moe_dtype.isin(MOE_DTYPES[dtype])]
+        measured = {tuple(int(x) for x in row) for row in rows[
+            ["hidden_size", "inter_size", "num_experts", "topk"]].drop_duplicates().values}
+        if measured & wanted:
+            return version / "moe_perf.parquet", frame
+    if not versions:
+        return None, None
+    return versions[0] / "moe_perf.parquet", pd.read_parquet(versions[0] / "moe_perf.parquet")
+
+
+def derive_moe(data: Path, root: Path, engine: str, dtype: str, shapes) -> dict | None:
+    path, full = moe_collection(data / "moe" / engine, shapes, dtype)
     if path is None:
         return None
-    full = pd.read_parquet(path)
     frame = full[full.moe_ep_size == 1]
     expert_parallel = full[(full.moe_tp_size == 1) & (full.moe_ep_size > 1)]
     out = {"file": _rel(path, root), "engine_version": path.parent.name, "shapes": {}}
