@@ -641,15 +641,7 @@ def moe_fp8_against_bf16(fp8: dict | None, bf16: dict | None,
         reference = bf16["shapes"].get(key, {}).get("tp", {})
         tables = {}
         for tp, table in shape["tp"].items():
-            base = dict(zip(reference.get(tp, {}).get("tokens", []),
-                            reference.get(tp, {}).get("us", [])))
-            values, slow = [], []
-            for tokens, value in zip(table["tokens"], table["us"]):
-                ref = base.get(tokens)
-                if ref is not None and value is not None and value > ref * (1 + FP8_TOLERANCE):
-                    slow.append((tokens, value, ref))
-                    value = ref
-                values.append(value)
+            values, slow = _against(table, reference.get(tp, {}))
             tables[tp] = {"tokens": table["tokens"], "us": values}
             if slow:
                 ratios = [v / r for _, v, r in slow]
