@@ -619,14 +619,6 @@ class KernelTables:
             total = total + local
         return np.where(tokens > 0, total, 0.0)
 
-    def alltoall_source(self, model: ModelSpec) -> str:
-        try:
-            _, where, factor = self._alltoall_entry(model)
-        except InputError as err:
-            return str(err)
-        return f"all-to-all measured in one node ({where}" + (
-            f", scaled x{factor:.2f} to the model's token bytes)" if abs(factor - 1) > 1e-9 else ")")
-
 
 def _moe_key(model: ModelSpec) -> str:
     return (f"{model.hidden}/{model.expert_intermediate_size}/{model.experts}/"

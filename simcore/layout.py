@@ -156,10 +156,7 @@ def _with_hops(base: LatencyCurves, model: ModelSpec, machine: MachineSku,
 def latency_problem(perf, model: ModelSpec, machine: MachineSku, layout: Layout) -> str:
     """Why the performance model cannot price the layout ("" when it can)."""
     try:
-        if layout.ep > 1:
-            perf.expert_parallel_curves(model, machine, layout)
-        else:
-            perf.curves(model, machine, layout.tp)
+        curves(perf, model, machine, layout)
     except InputError as err:
         return str(err)
     return ""
@@ -182,8 +179,7 @@ def candidate_layouts(model: ModelSpec, machine: MachineSku, perf, reserve_fract
     if ep is not None and ep > 1:
         rank = tp or 1
         layout = Layout(rank, ep=ep, dp=ep // rank)
-        problem = (layout.problem(machine)
-                   or fit_problem(model, machine, layout, reserve_fraction, longest_request)
+        problem = (fit_problem(model, machine, layout, reserve_fraction, longest_request)
                    or latency_problem(perf, model, machine, layout))
         return ([], [(layout, problem)]) if problem else ([layout], [])
     tps = [tp] if tp else [t for t in range(1, machine.instance_tp + 1) if machine.gpus % t == 0]
