@@ -368,17 +368,18 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
     whole machine), checked: TP divides the GPUs, the layout holds the model and the longest
     request, the pipeline fits the pool (InputError naming the option otherwise; a request
     of the trace `workload` that the layout holds the model but not: naming its row)."""
+    _check_expert_pins(options)
     chosen = []
     for pool, size in zip(design.pools, machines):
         machine = pool.sku
         tp, pp = pinned(options, pool)
         ep = pinned_ep(options, pool)
+        expert = ep is not None and ep > 1
         name = "tp" if pool.is_mixed or tp == options.tp else f"tp_{pool.role}"
-        if ep is not None and ep > 1:
+        if expert:
             rank = tp or 1
             layout = Layout(rank, ep=ep, dp=ep // rank)
             name = "ep" if pool.is_mixed or ep == options.ep else f"ep_{pool.role}"
-            tp = ep   # a pinned layout: its problems name the EP option
         elif pp is not None:
             layout = Layout(tp or machine.instance_tp, pp)
         else:   # the fewest machines that hold it at this TP (the whole machine's by default)
@@ -387,7 +388,8 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
                       or Layout(tp or machine.instance_tp, 1))
         problem = layouts.fit_problem(model, machine, layout, reserve_fraction, longest)
         if problem:
-            field_name = name if tp is not None else ("pp" if pp else "model")
+            pinned_by = name if tp is not None or expert else None   # the option to blame
+            field_name = pinned_by or ("pp" if pp else "model")
             if longest > 1 and not layouts.fit_problem(
                     model, machine, layout, reserve_fraction, 1):
                 blame = request_too_long(workload, f"{model.name} has room for on "
@@ -395,7 +397,7 @@ def pinned_design(design: Design, options, model, reserve_fraction: float, longe
                 if blame is not None:
                     raise blame
             hint = (f"; pin a smaller layout with {option_ref(name)}"
-                    if tp is None and model.heads % layout.tp else "")
+                    if pinned_by is None and model.heads % layout.tp else "")
             raise InputError(f"{layout.label} on {machine.name}: {problem}{hint}",
                              field=field_name)
         span = layout.span(machine)

@@ -165,6 +165,12 @@ def test_pinned_expert_parallelism_refusals(cli, bad_input):
               "--token")
     bad_input(cli(["search", "--model", "deepseek-r1", "--dtype", "fp8", "--ep", "16",
                    "--pp", "2", "--hardware", "b200"]), "--ep", "--pp")
+    # simulate refuses them too, naming the option, instead of dropping --pp for the pool
+    two_prompt = [a if a != "1" else "2" for a in base]
+    bad_input(cli(two_prompt + ["--model", "deepseek-r1", "--dtype", "fp8", "--ep-token", "16",
+                                "--pp", "2"]), "--ep-token", "--pp")
+    bad_input(cli(base + ["--model", "deepseek-r1", "--dtype", "fp8", "--ep-token", "12",
+                          "--tp", "8"]), "--ep-token")
     bad_input(cli(["search", "--model", "deepseek-r1", "--dtype", "fp8", "--ep", "12",
                    "--tp", "8", "--hardware", "b200"]), "--ep")
 
