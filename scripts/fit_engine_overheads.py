@@ -12,14 +12,20 @@ Method (docs/engine-overheads.md): every aggregated, TP-only run (attention DP 1
 parallelism 1, pipeline 1) of a catalog model on a catalog machine whose kernel tables exist is
 priced with `KernelPerformanceModel(engine, dtype, kv_dtype=engine default).curves(model,
 machine, tp)` (SGLang runs without SGLang tables: vLLM's, KERNEL_FALLBACK): a decode step
-D = token_time(c, C), C = c x (isl + osl/2), and a prefill P = prompt_time(isl). A closed loop
-of c users starts c prompts per osl decode steps, each inside a decode iteration, so the kernel
-TPOT is D + c/osl x (mixed_time(isl, c, C) - D) (INTERFERENCE). Per engine, a robust (soft-L1
-on relative residuals) non-negative least squares fits TPOT_measured = that + iteration_s +
-sequence_s x c, and, over the runs at c <= 4, TTFT_measured = P + iteration_s + sequence_s +
-first_token (first_token a constant or first_token_s_per_layer x layers: the form with the
-smaller held-out error; the other is 0). TensorRT-LLM's MoE runs are left out (EXCLUDE_MOE).
-Held-out errors: leave one (model, system) group out, refit on the rest, predict the group.
+D = token_time(c, C), C = c x (isl + osl/2), a prefill P = prompt_time(isl) and what a prompt
+adds to a decode step, M = mixed_time(isl, c, C) - D. A closed loop of c users starts c prompts
+per osl decode steps: a share f = min(1, c/osl) of the steps carries n = max(1, c/osl) prompts
+(INTERFERENCE), so the kernel TPOT is D + c/osl x M. The engine's host time per step is
+h = iteration_s + sequence_s x sequences, and a step costs combine(kernels, h): kernels + h
+("serial") or max(kernels, h) ("overlap": the engine prepares step n + 1 while step n runs).
+Per engine and composition, a robust (soft-L1 on relative residuals) non-negative fit of
+TPOT_measured = (1 - f) x combine(D, h(c)) + f x combine(D + n x M, h(c + n)) over the runs with
+little predicted interference (FIT_MAX_INTERFERENCE), and, over the runs at c <= 4,
+TTFT_measured = combine(P, h(1)) + first_token (first_token a constant or
+first_token_s_per_layer x layers: the form with the smaller held-out error; the other is 0).
+The composition with the smaller held-out TPOT error is kept. TensorRT-LLM's MoE runs are left
+out (EXCLUDE_MOE). Held-out errors: leave one (model, system) group out, refit on the rest,
+predict the group.
 
 `python scripts/fit_engine_overheads.py --silicon PATH` writes simcore/data/engine_overheads.json;
 `--check` re-derives it and compares with the shipped file (writes nothing, exit 1 on a
@@ -76,6 +82,12 @@ KERNEL_FALLBACK = {"sglang": "vllm"}
 # LatencyCurves.mixed_time - token_time) ("mixed"), or c/osl x P ("alone").
 INTERFERENCE = "mixed"
 TPOT_FIT_MAX_C = None      # fit the iteration terms on runs with at most this many users
+# ... and on runs whose predicted prefill interference c/osl x M is below this share of the
+# decode step D: where it dominates, wave-started closed loops (equal isl/osl, users starting
+# together: all prefills, then all decodes) measure far less of it than the steady state predicts
+FIT_MAX_INTERFERENCE = 0.25
+COMPOSITIONS = ("serial", "overlap")
+OVERLAP_REFINEMENTS = 3     # finer grids after the first in the overlap fit
 SOFT_L1_SCALE = 0.1         # relative residual where the robust loss turns linear
 RTOL = 1e-3                 # --check: relative tolerance of a re-derived constant
 
@@ -89,7 +101,9 @@ class Run:
     group: str              # "model@system": the held-out unit
     moe: bool
     c: float                # concurrency (closed-loop users)
+    isl: float
     osl: float
+    tp: int
     layers: int
     decode: float           # D: one decode step of c requests
     prefill: float          # P: one prompt-only iteration of isl tokens
@@ -175,8 +189,8 @@ def price(row: dict, catalog, kernel_models: dict) -> Run:
     context = c * (isl + osl / 2)
     decode = float(curves.token_time(c, context))
     return Run(engine, row["backend_version"] or "unrecorded", tables,
-               f"{MODELS[row['model_path']]}@{row['system']}", model.is_moe, c, osl,
-               model.layers, decode, float(curves.prompt_time(isl)),
+               f"{MODELS[row['model_path']]}@{row['system']}", model.is_moe, c, isl, osl,
+               int(float(row["tp_size"])), model.layers, decode, float(curves.prompt_time(isl)),
                float(curves.mixed_time(isl, c, context)) - decode,
                float(row["silicon_tpot_ms"]) / 1e3, float(row["silicon_ttft_ms"]) / 1e3)
 
@@ -203,13 +217,39 @@ def kernel_tpot(run: Run) -> float:
     return run.decode + run.c / run.osl * each
 
 
-def tpot_after(run: Run, terms: dict) -> float:
-    return kernel_tpot(run) + terms["iteration_s"] + terms["sequence_s"] * run.c
+def interference_share(run: Run) -> float:
+    """The predicted prefill interference relative to the decode step, c/osl x M / D."""
+    return run.c / run.osl * run.mixed / run.decode
 
 
-def ttft_after(run: Run, terms: dict) -> float:
-    return (run.prefill + terms["iteration_s"] + terms["sequence_s"] + terms["first_token_s"]
-            + terms["first_token_s_per_layer"] * run.layers)
+def host(terms: dict, sequences: float) -> float:
+    return terms["iteration_s"] + terms["sequence_s"] * sequences
+
+
+def combine(composition: str, kernels, host_s):
+    """One iteration: host work after the kernels (serial) or beside them (overlap)."""
+    if composition == "overlap":
+        return np.maximum(kernels, host_s)
+    return kernels + host_s
+
+
+def tpot_after(run: Run, terms: dict, composition: str) -> float:
+    """TPOT with the host terms: a share f = min(1, c/osl) of the steps carries the prompts
+    (n = max(1, c/osl) of them: D + n x M, c + n sequences), the others are plain decode steps
+    (D, c sequences); each step is combine(kernels, host). Without host time both compositions
+    give kernel_tpot."""
+    each = run.mixed if INTERFERENCE == "mixed" else run.prefill
+    share, prompts = min(1.0, run.c / run.osl), max(1.0, run.c / run.osl)
+    decode = combine(composition, run.decode, host(terms, run.c))
+    mixed = combine(composition, run.decode + prompts * each, host(terms, run.c + prompts))
+    return float((1.0 - share) * decode + share * mixed)
+
+
+def ttft_after(run: Run, terms: dict, composition: str) -> float:
+    """TTFT at low concurrency: the prompt's own iteration, combine(P, host of 1 sequence),
+    and the first-token term."""
+    return float(combine(composition, run.prefill, host(terms, 1.0)) + terms["first_token_s"]
+                 + terms["first_token_s_per_layer"] * run.layers)
 
 
 def robust_nonneg(features: np.ndarray, base: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -229,10 +269,64 @@ def robust_nonneg(features: np.ndarray, base: np.ndarray, measured: np.ndarray) 
     return fit.x / scale
 
 
-def fit_iteration_terms(runs: list[Run]) -> tuple[float, float]:
-    """iteration_s, sequence_s from the TPOT of the runs (at most TPOT_FIT_MAX_C users)."""
-    runs = [r for r in runs if TPOT_FIT_MAX_C is None or r.c <= TPOT_FIT_MAX_C]
-    features = np.array([[1.0, r.c] for r in runs]).reshape(-1, 2)
+def soft_l1(residuals: np.ndarray) -> np.ndarray:
+    """scipy's soft_l1 loss at SOFT_L1_SCALE, summed over the last axis."""
+    z = (residuals / SOFT_L1_SCALE) ** 2
+    return (2.0 * (np.sqrt(1.0 + z) - 1.0)).sum(axis=-1)
+
+
+def overlap_tpot_grid(runs: list[Run], iteration_s: np.ndarray,
+                      sequence_s: np.ndarray) -> np.ndarray:
+    """tpot_after(..., "overlap") over a grid of terms (axis 0, 1) for every run (axis 2)."""
+    each = np.array([r.mixed if INTERFERENCE == "mixed" else r.prefill for r in runs])
+    c = np.array([r.c for r in runs])
+    ratio = c / np.array([r.osl for r in runs])
+    share, prompts = np.minimum(1.0, ratio), np.maximum(1.0, ratio)
+    decode = np.array([r.decode for r in runs])
+    a, b = iteration_s[:, None, None], sequence_s[None, :, None]
+    return ((1.0 - share) * np.maximum(decode, a + b * c)
+            + share * np.maximum(decode + prompts * each, a + b * (c + prompts)))
+
+
+def fit_overlap_terms(runs: list[Run]) -> tuple[float, float]:
+    """iteration_s, sequence_s >= 0 minimising the soft-L1 loss of the relative TPOT residuals
+    under max(kernels, host). The loss is flat wherever the host is hidden, so a gradient
+    method started at small terms does not move: a grid over both terms (0, and 0.1 us-30 ms
+    per iteration, 1 ns-1 ms per sequence, log-spaced), then finer grids between the best
+    point's neighbours."""
+    if not runs:
+        return 0.0, 0.0
+    measured = np.array([r.tpot for r in runs])
+    iteration = np.concatenate([[0.0], np.geomspace(1e-7, 3e-2, 80)])
+    sequence = np.concatenate([[0.0], np.geomspace(1e-9, 1e-3, 80)])
+    for _ in range(OVERLAP_REFINEMENTS + 1):
+        loss = soft_l1(overlap_tpot_grid(runs, iteration, sequence) / measured - 1.0)
+        i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
+        best = float(iteration[i]), float(sequence[j])
+        iteration = np.linspace(iteration[max(i - 1, 0)],
+                                iteration[min(i + 1, len(iteration) - 1)], 41)
+        sequence = np.linspace(sequence[max(j - 1, 0)],
+                               sequence[min(j + 1, len(sequence) - 1)], 41)
+    return best
+
+
+def in_iteration_fit(run: Run) -> bool:
+    """Whether the iteration terms are fitted on the run: its predicted prefill interference is
+    below FIT_MAX_INTERFERENCE of the decode step (and it has at most TPOT_FIT_MAX_C users)."""
+    return ((TPOT_FIT_MAX_C is None or run.c <= TPOT_FIT_MAX_C)
+            and interference_share(run) < FIT_MAX_INTERFERENCE)
+
+
+def iteration_fit_runs(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if in_iteration_fit(r)]
+
+
+def fit_iteration_terms(runs: list[Run], composition: str) -> tuple[float, float]:
+    """iteration_s, sequence_s from the TPOT of the runs with little predicted interference."""
+    runs = iteration_fit_runs(runs)
+    if composition == "overlap":
+        return fit_overlap_terms(runs)
+    features = np.array([[1.0, r.c + r.c / r.osl] for r in runs]).reshape(-1, 2)
     base = np.array([kernel_tpot(r) for r in runs])
     measured = np.array([r.tpot for r in runs])
     x = robust_nonneg(features, base, measured)
@@ -240,29 +334,32 @@ def fit_iteration_terms(runs: list[Run]) -> tuple[float, float]:
 
 
 def fit_first_token(runs: list[Run], iteration_s: float, sequence_s: float,
-                    per_layer: bool) -> float:
+                    per_layer: bool, composition: str) -> float:
     """The first-token term (a constant, or per layer) from the TTFT of low-concurrency runs."""
     low = [r for r in runs if r.c <= LOW_CONCURRENCY]
     if not low:
         return 0.0
+    terms = {"iteration_s": iteration_s, "sequence_s": sequence_s, "first_token_s": 0.0,
+             "first_token_s_per_layer": 0.0}
     features = np.array([[float(r.layers) if per_layer else 1.0] for r in low]).reshape(-1, 1)
-    base = np.array([r.prefill + iteration_s + sequence_s for r in low])
+    base = np.array([ttft_after(r, terms, composition) for r in low])
     measured = np.array([r.ttft for r in low])
     return float(robust_nonneg(features, base, measured)[0])
 
 
-def fit_terms(runs: list[Run], per_layer: bool) -> dict:
-    iteration_s, sequence_s = fit_iteration_terms(runs)
-    first = fit_first_token(runs, iteration_s, sequence_s, per_layer)
+def fit_terms(runs: list[Run], per_layer: bool, composition: str) -> dict:
+    iteration_s, sequence_s = fit_iteration_terms(runs, composition)
+    first = fit_first_token(runs, iteration_s, sequence_s, per_layer, composition)
     return {"iteration_s": iteration_s, "sequence_s": sequence_s,
             "first_token_s": 0.0 if per_layer else first,
             "first_token_s_per_layer": first if per_layer else 0.0}
 
 
-def held_out_terms(runs: list[Run], per_layer: bool) -> list[dict]:
+def held_out_terms(runs: list[Run], per_layer: bool, composition: str) -> list[dict]:
     """Per run, the terms fitted without its (model, system) group."""
     groups = sorted({r.group for r in runs})
-    fitted = {g: fit_terms([r for r in runs if r.group != g], per_layer) for g in groups}
+    fitted = {g: fit_terms([r for r in runs if r.group != g], per_layer, composition)
+              for g in groups}
     return [fitted[r.group] for r in runs]
 
 
@@ -274,17 +371,17 @@ def error_stats(predicted, measured) -> dict:
             "p90": round(float(np.percentile(errors, 90)), 3)}
 
 
-def errors(runs: list[Run], terms: list[dict]) -> dict:
+def errors(runs: list[Run], terms: list[dict], composition: str) -> dict:
     """Before (kernels only) and after (with the held-out terms): TPOT over all runs, TTFT over
     the low-concurrency runs."""
     low = [i for i, r in enumerate(runs) if r.c <= LOW_CONCURRENCY]
     return {
         "tpot": {"before": error_stats([kernel_tpot(r) for r in runs], [r.tpot for r in runs]),
-                 "after": error_stats([tpot_after(r, t) for r, t in zip(runs, terms)],
-                                      [r.tpot for r in runs])},
+                 "after": error_stats([tpot_after(r, t, composition)
+                                       for r, t in zip(runs, terms)], [r.tpot for r in runs])},
         "ttft": {"before": error_stats([runs[i].prefill for i in low],
                                        [runs[i].ttft for i in low]),
-                 "after": error_stats([ttft_after(runs[i], terms[i]) for i in low],
+                 "after": error_stats([ttft_after(runs[i], terms[i], composition) for i in low],
                                       [runs[i].ttft for i in low])}}
 
 
@@ -306,22 +403,47 @@ def sig(x: float, digits: int = 3) -> float:
     return 0.0 if abs(x) < RESOLUTION_S else float(f"{x:.{digits}g}")
 
 
-def fit_engine(runs: list[Run]) -> tuple[dict, dict]:
-    """The engine's JSON entry, and its per-version held-out errors."""
-    held = {form: held_out_terms(runs, form) for form in (False, True)}
-    ttft_error = {form: errors(runs, held[form])["ttft"]["after"]["median"] or 0.0
+def tpot_score(err: dict) -> float:
+    """What the composition is chosen by: the held-out TPOT error after the terms, median +
+    P90 (both matter: the host floor moves a minority of the runs, the tail)."""
+    return err["tpot"]["after"]["median"] + err["tpot"]["after"]["p90"]
+
+
+def fit_composition(runs: list[Run], composition: str) -> dict:
+    """Terms and held-out errors of one composition (the first-token form with the smaller
+    held-out median TTFT error)."""
+    held = {form: held_out_terms(runs, form, composition) for form in (False, True)}
+    ttft_error = {form: errors(runs, held[form], composition)["ttft"]["after"]["median"] or 0.0
                   for form in held}
     per_layer = ttft_error[True] < ttft_error[False]
-    terms = fit_terms(runs, per_layer)
-    entry = {"versions": version_range(runs), **{k: sig(v) for k, v in terms.items()},
-             "runs": len(runs), "held_out": errors(runs, held[per_layer])}
+    fit = [i for i, r in enumerate(runs) if in_iteration_fit(r)]
+    return {"terms": fit_terms(runs, per_layer, composition), "held": held[per_layer],
+            "errors": errors(runs, held[per_layer], composition),
+            "fit_rows": errors([runs[i] for i in fit], [held[per_layer][i] for i in fit],
+                               composition)}
+
+
+def fit_engine(runs: list[Run]) -> tuple[dict, dict]:
+    """The engine's JSON entry, and what the summary and the docs report besides: per
+    composition its terms and held-out errors (all runs, and the iteration fit's runs), the
+    rows the iteration terms are fitted on, and the chosen composition's per-version errors."""
+    fits = {composition: fit_composition(runs, composition) for composition in COMPOSITIONS}
+    composition = min(COMPOSITIONS, key=lambda k: tpot_score(fits[k]["errors"]))
+    chosen = fits[composition]
+    entry = {"versions": version_range(runs), "composition": composition,
+             **{k: sig(v) for k, v in chosen["terms"].items()},
+             "runs": len(runs), "held_out": chosen["errors"]}
     by_version = {}
     for version in sorted({r.version for r in runs}, key=version_key):
         idx = [i for i, r in enumerate(runs) if r.version == version]
         if len(idx) >= MIN_VERSION_RUNS:
             by_version[version] = (len(idx), errors([runs[i] for i in idx],
-                                                    [held[per_layer][i] for i in idx]))
-    return entry, by_version
+                                                    [chosen["held"][i] for i in idx],
+                                                    composition))
+    report = {"versions": by_version, "fit_rows": len(iteration_fit_runs(runs)),
+              "compositions": {k: {"terms": v["terms"], "errors": v["errors"],
+                                   "fit_rows": v["fit_rows"]} for k, v in fits.items()}}
+    return entry, report
 
 
 def engine_runs(runs: list[Run], engine: str) -> list[Run]:
@@ -334,45 +456,67 @@ METHOD = (
     "model on a catalog machine is priced with KernelPerformanceModel(engine, dtype, "
     "kv_dtype=the engine's default) at the run's TP (SGLang runs its tables do not cover: on "
     "vLLM's tables of the same GPU and dtype): decode step D = token_time(c, C) with C = c x "
-    "(isl + osl/2), prefill P = prompt_time(isl). A closed loop of c users starts c prompts per "
-    "osl decode steps, each run inside a decode iteration, so the kernel-only TPOT is D + c/osl "
-    "x (mixed_time(isl, c, C) - D) (with c/osl x P instead, held-out TPOT errors are slightly "
-    "worse). Per engine, robust (soft-L1 on relative residuals) non-negative least squares fits "
-    "TPOT = that + iteration_s + sequence_s x c over its runs, then over its runs at c <= 4 "
-    "TTFT = P + iteration_s + sequence_s + first_token, first_token a constant (first_token_s) "
-    "or first_token_s_per_layer x layers, whichever has the smaller held-out median TTFT error "
-    "(the other is 0). TensorRT-LLM: dense models only (its DeepSeek runs are 1.5-2.5x faster "
-    "than the kernel model; with them the held-out errors grow). held_out: leave one (model, "
-    "system) group out, refit, predict it; absolute relative errors, TPOT over all runs, TTFT "
-    "over runs at c <= 4; before = kernels only. Versions 'unrecorded': corpus rows without a "
+    "(isl + osl/2), prefill P = prompt_time(isl), M = mixed_time(isl, c, C) - D what a prompt "
+    "adds to a decode step. A closed loop of c users starts c prompts per osl decode steps: a "
+    "share f = min(1, c/osl) of the steps carries n = max(1, c/osl) prompts (kernels D + n x M, "
+    "c + n sequences), the others are decode steps (D, c sequences); the kernel-only TPOT is "
+    "D + c/osl x M. Host time per step h = iteration_s + sequence_s x sequences, and an "
+    "iteration is combine(kernels, h): 'serial' kernels + h, or 'overlap' max(kernels, h) (an "
+    "engine preparing step n + 1 while step n runs); TPOT = (1 - f) x combine(D, h(c)) + f x "
+    "combine(D + n x M, h(c + n)). Per engine and composition, iteration_s and sequence_s >= 0 "
+    "minimise a soft-L1 loss of the relative TPOT residuals (serial: non-negative least "
+    "squares; overlap: a grid search, the loss being flat where the host is hidden) over the "
+    "engine's runs whose predicted interference c/osl x M is below 25% of D (where it "
+    "dominates, wave-started closed loops measure far less of it); then over its runs at c <= "
+    "4 TTFT = combine(P, h(1)) + first_token, first_token a constant (first_token_s) or "
+    "first_token_s_per_layer x layers, whichever has the smaller held-out median TTFT error "
+    "(the other is 0). 'composition' is the one with the smaller held-out TPOT error (median + "
+    "P90 over all the engine's runs); the terms and held_out are that composition's. "
+    "TensorRT-LLM: dense models only (its DeepSeek runs are 1.5-2.5x faster than the kernel "
+    "model; with them the held-out errors grow). held_out: leave one (model, system) group "
+    "out, refit, predict it; absolute relative errors, TPOT over all runs, TTFT over runs at c "
+    "<= 4; before = kernels only. Versions 'unrecorded': corpus rows without a "
     "backend_version. scripts/fit_engine_overheads.py, docs/engine-overheads.md.")
 
 
 def build(path: Path) -> tuple[dict, dict, Counter]:
-    """The JSON document, per-engine per-version errors, and the skipped-row counts."""
+    """The JSON document, per-engine reports (fit_engine), and the skipped-row counts."""
     runs, skipped = load_runs(path)
-    engines, versions, used = {}, {}, 0
+    engines, reports, used = {}, {}, 0
     for engine in ENGINES:
         selected = engine_runs(runs, engine)
         skipped["MoE left out of this engine's fit"] += len(
             [r for r in runs if r.engine == engine]) - len(selected)
-        engines[engine], versions[engine] = fit_engine(selected)
+        engines[engine], reports[engine] = fit_engine(selected)
         used += len(selected)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     source = (f"{REPO} commit {COMMIT}, {CORPUS_PATH} (Apache-2.0; sha256 {digest}); "
               f"{used} measured serving runs used")
-    return {"source": source, "method": METHOD, "engines": engines}, versions, skipped
+    return {"source": source, "method": METHOD, "engines": engines}, reports, skipped
 
 
-def summary(document: dict, versions: dict, skipped: Counter) -> str:
-    lines = [f"{'engine':8} {'runs':>5} {'iter ms':>8} {'seq us':>7} {'1st ms':>7} "
-             f"{'1st/layer ms':>12}  TPOT med/p90 before->after   TTFT med/p90 before->after"]
+def summary(document: dict, reports: dict, skipped: Counter) -> str:
+    lines = [f"{'engine':8} {'runs':>5} {'compos.':>8} {'iter ms':>8} {'seq us':>7} "
+             f"{'1st ms':>7} {'1st/layer ms':>12}  TPOT med/p90 before->after   "
+             f"TTFT med/p90 before->after"]
     for engine, e in document["engines"].items():
-        lines.append(f"{engine:8} {e['runs']:5d} {e['iteration_s'] * 1e3:8.3f} "
-                     f"{e['sequence_s'] * 1e6:7.1f} {e['first_token_s'] * 1e3:7.2f} "
-                     f"{e['first_token_s_per_layer'] * 1e3:12.3f}  {_pair(e['held_out'])}")
-        for version, (n, err) in versions[engine].items():
-            lines.append(f"  {version:28} {n:4d} runs    {' ' * 28}{_pair(err)}")
+        report = reports[engine]
+        for composition, fit in report["compositions"].items():
+            t = fit["terms"]
+            mark = "*" if composition == e["composition"] else " "
+            lines.append(f"{engine:8} {e['runs']:5d} {composition + mark:>8} "
+                         f"{t['iteration_s'] * 1e3:8.3f} {t['sequence_s'] * 1e6:7.1f} "
+                         f"{t['first_token_s'] * 1e3:7.2f} "
+                         f"{t['first_token_s_per_layer'] * 1e3:12.3f}  {_pair(fit['errors'])}")
+            lines.append(f"  {'iteration-fit runs':>38} {report['fit_rows']:4d} {' ' * 28}"
+                         f"{_pair(fit['fit_rows'])}")
+        scores = {k: tpot_score(v["errors"]) for k, v in report["compositions"].items()}
+        other = next(k for k in scores if k != e["composition"])
+        lines.append(f"  -> {e['composition']}: held-out TPOT median + P90 "
+                     f"{scores[e['composition']]:.3f} vs {other} {scores[other]:.3f} "
+                     f"({scores[other] - scores[e['composition']]:.3f} better)")
+        for version, (n, err) in report["versions"].items():
+            lines.append(f"  {version:28} {n:4d} runs {' ' * 37}{_pair(err)}")
     lines.append("skipped rows: " + ", ".join(f"{k} {v}" for k, v in skipped.most_common() if v))
     return "\n".join(lines)
 
@@ -410,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.silicon is None or not args.silicon.is_file():
         parser.error("--silicon PATH: aiconfigurator's silicon_sample.csv "
                      "(docs/engine-overheads.md)")
-    document, versions, skipped = build(args.silicon)
-    print(summary(document, versions, skipped))
+    document, reports, skipped = build(args.silicon)
+    print(summary(document, reports, skipped))
     if args.check:
         diff = differences(document, json.loads(OUT.read_text()))
         print("\n".join(diff) if diff else f"{OUT.relative_to(ROOT)} is up to date")

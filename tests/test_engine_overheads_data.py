@@ -1,4 +1,5 @@
-"""simcore/data/engine_overheads.json: its shape, finite non-negative terms, and (when
+"""simcore/data/engine_overheads.json: its shape, finite non-negative terms, the composition
+(serial or overlap) of each engine's host time with its kernels, and (when
 aiconfigurator's silicon corpus is at $PROVISION_SILICON_CSV or /tmp/silicon.csv) that
 `scripts/fit_engine_overheads.py --check` re-derives it (docs/engine-overheads.md)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ DATA = ROOT / "simcore" / "data" / "engine_overheads.json"
 SCRIPT = ROOT / "scripts" / "fit_engine_overheads.py"
 ENGINES = ("vllm", "sglang", "trtllm")
 TERMS = ("iteration_s", "sequence_s", "first_token_s", "first_token_s_per_layer")
+COMPOSITIONS = ("serial", "overlap")
 
 
 def document() -> dict:
@@ -41,7 +43,8 @@ def test_top_level_shape():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engine_terms_finite_and_non_negative(engine):
     entry = document()["engines"][engine]
-    assert set(entry) == {"versions", *TERMS, "runs", "held_out"}
+    assert set(entry) == {"versions", "composition", *TERMS, "runs", "held_out"}
+    assert entry["composition"] in COMPOSITIONS
     for term in TERMS:
         value = entry[term]
         assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, term
@@ -59,6 +62,12 @@ def test_held_out_errors_shape(engine):
         for stats in metric.values():
             assert set(stats) == {"median", "p90"}
             assert 0 <= stats["median"] <= stats["p90"]
+
+
+def test_method_describes_the_composition_choice():
+    method = document()["method"]
+    for word in ("serial", "overlap", "max(kernels, h)", "composition"):
+        assert word in method, word
 
 
 def test_runs_add_up_to_the_source():
