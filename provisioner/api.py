@@ -53,6 +53,7 @@ from simcore import SIMULATOR_VERSION, Cluster, evaluate_slos
 from simcore import simulate as run_simulation
 from simcore.perfmodel import perf_model_version
 from simcore.kernels import kernel_data_version
+from simcore.engine_overheads import NO_OVERHEADS
 
 OnBatch = Callable[[dict[str, int]], None]
 
@@ -115,6 +116,8 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
                  f"{ENGINE_NAMES[source.engine]} {source.dtype} kernel data: uncalibrated)")
     for note, gpus in left_out.items():   # docs/kernel-data.md: anomalies of the database
         text += f"; database anomaly left out on {', '.join(gpus)}: {note}"
+    if covered and source.overheads != NO_OVERHEADS:
+        text += f"; {source.overheads.text(model.layers)}"
     return text
 
 

@@ -57,6 +57,7 @@ CHUNK_BUDGETS = (256, 512, 1024, 2048)  # --chunk-tokens auto: Sarathi-Serve's r
 MAX_GPUS_PER_INSTANCE = 1024   # a machine's GPUs (the catalog's bound)
 MAX_PIPELINE = 8               # machines one instance spans (simcore.layout.MAX_PIPELINE)
 MAX_EXPERT_PARALLEL = 256      # GPUs of one expert-parallel group (the MoE data's largest EP)
+MAX_OVERHEAD_MS = 60_000.0     # an engine overhead of a minute is a typo
 
 
 def option(default: Any, help: str, check: Any, *, short: str | None = None,
@@ -123,6 +124,27 @@ class StudyOptions:
                 "SGLang (their --kv-cache-dtype auto keeps the model's bf16), the weights' "
                 "--dtype under TensorRT-LLM (kv_cache_quant_algo of NVIDIA's fp8 checkpoints).",
         OneOf(KV_DTYPES), outcome=True)
+    # the engine's time around its kernels (simcore.engine_overheads): on kernel-composed
+    # latencies only (measured iteration times hold it already); None: the engine's fitted value
+    iteration_overhead_ms: Optional[float] = option(
+        None, "The engine's host time per iteration in ms (scheduling, preparing inputs, "
+              "sampling), on latencies composed from kernel tables; 0 turns it off.",
+        Number(0, MAX_OVERHEAD_MS), metavar="MS", outcome=True,
+        default_text="the engine's, fitted to measured runs (docs/engine-overheads.md)")
+    sequence_overhead_us: Optional[float] = option(
+        None, "The engine's host time per sequence of an iteration (each decode, prompt or "
+              "chunk) in microseconds; 0 turns it off.", Number(0, MAX_OVERHEAD_MS * 1e3),
+        metavar="US", outcome=True, default_text="the engine's fitted value")
+    first_token_overhead_ms: Optional[float] = option(
+        None, "Milliseconds added to every request's TTFT and E2E (tokenization, admission, the "
+              "first sampling step), whatever the model's layers; 0 turns it off.",
+        Number(0, MAX_OVERHEAD_MS), metavar="MS", outcome=True,
+        default_text="the engine's fitted value")
+    host_overlap: Optional[bool] = option(
+        None, "--host-overlap: the engine prepares the next iteration while the GPUs run this "
+              "one (async scheduling), so an iteration takes the longer of its GPU and host "
+              "times; --no-host-overlap: their sum.", Flag(), outcome=True,
+        default_text="the engine's fitted composition")
     memory_reserve: Optional[float] = option(
         None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
               "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),

@@ -37,6 +37,7 @@ from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, Wo
                                kv_dtype_of, model_in_dtype, perf_source, workload_source)
 from simcore import Cluster, SimOptions, Workload
 from simcore.cluster import kv_capacity_tokens
+from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads, fitted_overheads
 from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
 from slo_profiles import SloProfile, load_slo_profile
 
@@ -523,6 +524,7 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
     perf = preset_perf(study.assumptions, perf_source(study.perf_model, engine=study.engine,
                                                       dtype=study.dtype))
     perf = replace(perf, kv_dtype=kv_dtype_of(perf.engine, perf.dtype, study.kv_dtype))
+    perf = replace(perf, overheads=engine_overheads(study, perf))
     for name, value in (("dtype", perf.dtype), ("kv_dtype", perf.kv_dtype)):
         if value != "bf16" and perf.engine == LEGACY_ENGINE:
             why = (f"{option_ref('assumptions')} splitwise-sim uses"
@@ -531,6 +533,30 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
                              f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
                              f"{option_ref('engine')} vllm", field=name)
     return perf
+
+
+OVERHEAD_OPTIONS = ("iteration_overhead_ms", "sequence_overhead_us", "first_token_overhead_ms",
+                    "host_overlap")
+
+
+def engine_overheads(study: StudyOptions, perf: PerfSource) -> EngineOverheads:
+    """The engine's time around its kernels: its fitted terms, with those the user gave. Only
+    kernel-composed latencies take them: a measured model (the 2023 profiles, SplitwiseSim's
+    curves, a --perf-model file) refuses them in one line."""
+    given = [name for name in OVERHEAD_OPTIONS if getattr(study, name) is not None]
+    if not perf.uses_kernels:
+        if given:
+            whose = (f"{option_ref('perf_model')} {perf.name}" if perf.path is not None
+                     else f"the {LEGACY_ENGINE} model")
+            raise InputError(f"{option_ref(given[0])} applies to latencies composed from kernel "
+                             f"tables; {whose} holds measured iteration times, overheads "
+                             f"included: drop {option_ref(given[0])}", field=given[0])
+        return NO_OVERHEADS
+    ms = None if study.first_token_overhead_ms is None else study.first_token_overhead_ms / 1e3
+    return fitted_overheads(perf.engine).overridden(
+        None if study.iteration_overhead_ms is None else study.iteration_overhead_ms / 1e3,
+        None if study.sequence_overhead_us is None else study.sequence_overhead_us / 1e6,
+        ms, study.host_overlap)
 
 
 def kernel_data_summary() -> str:

@@ -17,6 +17,7 @@ from hardware_catalog.errors import option_ref
 from provisioner.files import file_sha256
 from provisioner.options import LEGACY_ENGINE, Constraints, SearchSettings
 from simcore import SimOptions, splitwise_sim
+from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads
 from simcore.kernels import (EnginePerformanceModel, KernelPerformanceModel,
                              kernel_data_version, tables_sha256)
 from simcore.perfmodel import (FittedPerformanceModel, default_performance_model,
@@ -195,6 +196,8 @@ class PerfSource:
     engine: str = LEGACY_ENGINE   # --engine (the option's default is vllm)
     dtype: str = "bf16"           # --dtype
     kv_dtype: str = "bf16"        # --kv-dtype, resolved (never "auto")
+    # the engine's time around its kernels, on kernel-composed pairs (`uses_kernels` only)
+    overheads: EngineOverheads = NO_OVERHEADS
 
     @property
     def uses_kernels(self) -> bool:
@@ -208,6 +211,7 @@ class PerfSource:
         if (self.dtype, self.kv_dtype) != ("bf16", "bf16"):   # all-bf16 reports unchanged
             identity["kv_dtype"] = self.kv_dtype
         if self.uses_kernels:
+            identity["engine_overheads"] = self.overheads.as_dict()
             identity["kernel_data"] = kernel_data_version()
             identity["kernel_tables_sha256"] = tables_sha256(self.engine, self.dtype,
                                                              self.kv_dtype)[:16]
@@ -229,7 +233,7 @@ class PerfSource:
                 return _splitwise_sim_model()
             if self.engine == LEGACY_ENGINE:
                 return default_performance_model()
-            return _engine_model(self.engine, self.dtype, self.kv_dtype)
+            return _engine_model(self.engine, self.dtype, self.kv_dtype, self.overheads)
         # keyed by the names a table is checked against (a Catalog holds dicts: not hashable)
         key = (self.path, self.sha256, tuple(catalog.machines), tuple(catalog.models))
         if key not in _LOADED_MODELS:
@@ -255,13 +259,15 @@ def _splitwise_sim_model():
 
 
 @lru_cache(maxsize=None)
-def _engine_model(engine: str, dtype: str, kv_dtype: str = "bf16") -> EnginePerformanceModel:
-    """The engine's kernel model with the 2023 model for the pairs it does not cover (for fp8,
-    its own copy of it: `_own_default_model`)."""
+def _engine_model(engine: str, dtype: str, kv_dtype: str = "bf16",
+                  overheads: EngineOverheads = NO_OVERHEADS) -> EnginePerformanceModel:
+    """The engine's kernel model, its overheads on the curves it composes, with the 2023 model
+    for the pairs it does not cover (for fp8, its own copy of it: `_own_default_model`; the
+    2023 profiles are measured iterations, overheads included)."""
     fallback = (default_performance_model() if (dtype, kv_dtype) == ("bf16", "bf16")
                 else _own_default_model())
-    return EnginePerformanceModel(KernelPerformanceModel(engine, dtype, kv_dtype=kv_dtype),
-                                  fallback)
+    return EnginePerformanceModel(KernelPerformanceModel(engine, dtype, kv_dtype=kv_dtype,
+                                                         overheads=overheads), fallback)
 
 
 @dataclass(frozen=True)

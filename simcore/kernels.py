@@ -8,7 +8,7 @@ measured on one GPU (docs/kernel-data.md). Nothing here needs the package itself
 One iteration on a tensor-parallel group of `tp` GPUs (times per GPU: the GPUs run in lockstep)
 over T tokens (the prompt tokens of its prompts or chunks, plus one token per decode) is
 
-    t = max(sum of kernels, dispatch) + step_overhead_s
+    t = max(sum of kernels, dispatch)
 
     sum of kernels = embedding + LM head + layers x (
         GEMM(T, (H/tp + 2 KVg) d, h)               QKV projection
@@ -43,8 +43,9 @@ than CUDA_GRAPH_TOKENS tokens run eagerly (vLLM captures CUDA graphs up to 512 t
 launching one kernel eagerly costs what the engine's measured eager all-reduce costs beyond its
 graph-captured twin at the smallest message (17 us on H100 with vLLM 0.24): dispatch = kernels
 per layer x layers x that. Graph-captured iterations use the graph all-reduce and no dispatch
-floor. `step_overhead_s` (scheduler, sampling, input preparation: not in the kernel data) is 0
-unless given.
+floor. What the engine does around the kernels (scheduler, input preparation, sampling,
+tokenization: not in the kernel data) comes on top of the curves, from
+`simcore.engine_overheads` (`KernelPerformanceModel(overheads=...)`).
 
 KV cache data type: the attention tables are measured with a bf16 KV cache; with
 `kv_dtype="fp8"` the context and generation attention come from the same GPU's and engine's
@@ -74,6 +75,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from hardware_catalog import InputError, MachineSku, ModelSpec
+from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads
 from simcore.latency import LatencyCurves
 from simcore.perfmodel import DECODE_KNOTS, PROMPT_KNOTS
 from simcore.performance import PerformanceModel
@@ -894,17 +896,16 @@ def _once_seconds(tables: KernelTables, shapes: ModelShapes, tokens, sequences, 
             + tables.bf16.gemm(sequences, m.vocab_size // shapes.tp, m.hidden))
 
 
-def _finish(tables: KernelTables, shapes: ModelShapes, kernels, tokens, step_overhead_s):
+def _finish(tables: KernelTables, shapes: ModelShapes, kernels, tokens):
     tokens = np.asarray(tokens, dtype=float)
     eager = tokens > CUDA_GRAPH_TOKENS
     dispatch = np.where(eager, shapes.kernels_per_layer * shapes.model.layers * tables.launch_s,
                         0.0)
-    return np.maximum(kernels, dispatch) + step_overhead_s
+    return np.maximum(kernels, dispatch)
 
 
 def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
                    prompts: Iterable[Chunk | int] = (), decode_contexts: Sequence[float] = (),
-                   step_overhead_s: float = 0.0,
                    experts: ExpertParallel | None = None) -> float:
     """Seconds of one iteration (see the module docstring): `prompts` are whole prompts (ints,
     token counts) or `Chunk`s with their cached prefix; `decode_contexts` the context length
@@ -928,7 +929,7 @@ def iteration_time(model: ModelSpec, tables: KernelTables, tp: int,
                                              float(np.mean(decodes)))[0])
     kernels = model.layers * layer + float(_once_seconds(tables, shapes, tokens,
                                                          len(chunks) + len(decodes), graph))
-    return float(_finish(tables, shapes, kernels, tokens, step_overhead_s))
+    return float(_finish(tables, shapes, kernels, tokens))
 
 
 def _monotone(values: np.ndarray) -> np.ndarray:
@@ -937,7 +938,6 @@ def _monotone(values: np.ndarray) -> np.ndarray:
 
 
 def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
-                  step_overhead_s: float = 0.0,
                   experts: ExpertParallel | None = None) -> LatencyCurves:
     """`LatencyCurves` of the composition for one model instance at TP `tp` (uncapped; one
     attention rank of an expert-parallel group when `experts` is given)."""
@@ -951,7 +951,7 @@ def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
     attention = _context_attention(tables, shapes, 1, t)
     once = np.where(graph, _once_seconds(tables, shapes, t, 1, True),
                     _once_seconds(tables, shapes, t, 1, False))
-    prompt = _finish(tables, shapes, layers * (dense + attention) + once, t, step_overhead_s)
+    prompt = _finish(tables, shapes, layers * (dense + attention) + once, t)
     # decode: b requests at the shortest measured context; context cost K per KV token
     b = DECODE_KNOTS
     kv0 = _shortest_kv(tables, model)
@@ -961,7 +961,7 @@ def kernel_curves(model: ModelSpec, tables: KernelTables, tp: int,
                        _layer_dense_seconds(tables, shapes, b, False, "generation"))
     once_b = np.where(graph_b, _once_seconds(tables, shapes, b, b, True),
                       _once_seconds(tables, shapes, b, b, False))
-    decode = _finish(tables, shapes, layers * (dense_b + gen) + once_b, b, step_overhead_s)
+    decode = _finish(tables, shapes, layers * (dense_b + gen) + once_b, b)
     k = layers * context_cost_per_token(tables, shapes)
     a = layers * pair_cost(tables, shapes)
     return LatencyCurves(t.copy(), _monotone(prompt), b.copy(), _monotone(decode), k,
@@ -990,13 +990,14 @@ class KernelPerformanceModel(PerformanceModel):
     """Latency curves per (model, machine) from the kernel tables: a
     `simcore.performance.PerformanceModel` (`curves`, `is_calibrated`). TP is the layout's
     (`curves(..., tp)`), the whole machine when not given, unless the model was built with a
-    fixed `tp`."""
+    fixed `tp`. `overheads`: the engine's time around the kernels, carried by the curves
+    (none by default: the kernels alone)."""
 
     def __init__(self, engine: str = "vllm", dtype: str = "bf16", tp: int | None = None,
-                 step_overhead_s: float = 0.0, kv_dtype: str = "bf16"):
+                 kv_dtype: str = "bf16", overheads: EngineOverheads = NO_OVERHEADS):
         self.engine, self.dtype, self.tp = engine, dtype, tp
         self.kv_dtype = kv_dtype
-        self.step_overhead_s = step_overhead_s
+        self.overheads = overheads
         self.source = f"kernels:{engine}:{dtype}" + ("" if kv_dtype == "bf16"
                                                       else f":kv-{kv_dtype}")
         self._cache: dict[tuple, LatencyCurves] = {}
@@ -1025,8 +1026,9 @@ class KernelPerformanceModel(PerformanceModel):
         tp = self.tensor_parallel(model, machine, tp)
         key = (model, machine, tp)  # the records: an fp8 model or an edited catalog is another key
         if key not in self._cache:
-            curves = kernel_curves(model, self.tables(machine), tp, self.step_overhead_s)
-            self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
+            curves = kernel_curves(model, self.tables(machine), tp)
+            self._cache[key] = self.overheads.apply(
+                curves.scaled(prompt_factor=machine.prompt_slowdown), model)
         return self._cache[key]
 
     def prices_expert_parallelism(self, model: ModelSpec, machine: MachineSku) -> bool:
@@ -1041,9 +1043,9 @@ class KernelPerformanceModel(PerformanceModel):
             tables = self.tables(machine)
             if not model.is_moe:
                 raise InputError(f"{model.name} has no experts to spread (EP {layout.ep})")
-            curves = kernel_curves(model, tables, layout.tp, self.step_overhead_s,
-                                   expert_placement(machine, layout))
-            self._cache[key] = curves.scaled(prompt_factor=machine.prompt_slowdown)
+            curves = kernel_curves(model, tables, layout.tp, expert_placement(machine, layout))
+            self._cache[key] = self.overheads.apply(
+                curves.scaled(prompt_factor=machine.prompt_slowdown), model)
         return self._cache[key]
 
 

@@ -50,6 +50,15 @@ class LatencyCurves:
     # prompt size). Its mixed iterations cost mixed_prompt_factor x the prompt curve.
     decode_axis: str = "batch"       # batch | batch_tokens
     mixed_prompt_factor: float = 1.0
+    # What an engine does around its kernels (`simcore.engine_overheads`; 0 for measured
+    # iteration times, which hold it already): host time of iteration_overhead_s plus
+    # sequence_overhead_s per sequence (each decode, each prompt or chunk) per iteration, after
+    # its GPU work or, with overlap_host, beside it (`with_host`); and every request's first
+    # token reaches the client first_token_s later (tokenization, admission, first sampling).
+    iteration_overhead_s: float = 0.0
+    sequence_overhead_s: float = 0.0
+    first_token_s: float = 0.0
+    overlap_host: bool = False
 
     def __post_init__(self):
         for x, y, what in ((self.prompt_tokens, self.prompt_seconds, "prompt"),
@@ -66,6 +75,8 @@ class LatencyCurves:
             raise ValueError("decode_axis must be batch or batch_tokens")
         if not self.mixed_prompt_factor > 0:
             raise ValueError("mixed_prompt_factor must be > 0")
+        if min(self.iteration_overhead_s, self.sequence_overhead_s, self.first_token_s) < 0:
+            raise ValueError("engine overheads must be >= 0")
 
     def prompt_time(self, tokens):
         return self._prompt_curve(np.asarray(tokens, dtype=np.float64))
@@ -112,6 +123,25 @@ class LatencyCurves:
         return np.where(b <= 0, piecewise_linear(pt, self.prompt_tokens, self.prompt_seconds),
                         np.where(pt <= 0, decode + ctx, both))
 
+    def host_time(self, sequences):
+        """The engine's host time for an iteration of `sequences` sequences."""
+        return self.iteration_overhead_s + self.sequence_overhead_s * sequences
+
+    def with_host(self, gpu_seconds, sequences):
+        """An iteration whose GPU work (kernels, context attention, chunk extras) takes
+        `gpu_seconds`, with the engine's host work: after it (serial), or beside it (an engine
+        that prepares step n + 1 while step n runs: the longer of the two)."""
+        host = self.host_time(sequences)
+        if self.overlap_host:
+            return np.maximum(gpu_seconds, host)
+        return gpu_seconds + host
+
+    def with_engine_overheads(self, iteration_s: float, sequence_s: float,
+                              first_token_s: float, overlap: bool = False) -> "LatencyCurves":
+        return replace(self, iteration_overhead_s=float(iteration_s),
+                       sequence_overhead_s=float(sequence_s), first_token_s=float(first_token_s),
+                       overlap_host=bool(overlap))
+
     def chunk_extra(self, chunk_tokens: float, cached_tokens: float) -> float:
         """Seconds a prompt chunk adds beyond its tokens on the prompt curve (see the module
         docstring); 0 for a first chunk."""
@@ -126,10 +156,14 @@ class LatencyCurves:
         return replace(self, chunk_attention_s=float(attention_s),
                        chunk_kv_read_s=float(kv_read_s))
 
-    def scaled(self, prompt_factor: float = 1.0, decode_factor: float = 1.0) -> "LatencyCurves":
+    def scaled(self, prompt_factor: float = 1.0, decode_factor: float = 1.0,
+               overhead_factor: float = 1.0) -> "LatencyCurves":
         """The same curves slowed down (e.g. a power cap slows prompt iterations only; chunk
-        attention is prompt work)."""
+        attention is prompt work; the engine's overheads, host time, only when asked)."""
         return replace(self, prompt_seconds=self.prompt_seconds * prompt_factor,
+                       iteration_overhead_s=self.iteration_overhead_s * overhead_factor,
+                       sequence_overhead_s=self.sequence_overhead_s * overhead_factor,
+                       first_token_s=self.first_token_s * overhead_factor,
                        decode_seconds=self.decode_seconds * decode_factor,
                        context_seconds_per_token=self.context_seconds_per_token * decode_factor,
                        chunk_attention_s=self.chunk_attention_s * prompt_factor,

@@ -24,7 +24,7 @@ import numpy as np
 from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import Cluster, SimOptions, Stalled
 from simcore.fastsim import TooManyInFlight, run_streamed
-from simcore.metrics import request_latencies, uncontended_latencies
+from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
 from simcore.workload import Workload, _arrival_times, _size_sampler
@@ -213,7 +213,8 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
             yield arrival, prompt, output
 
     def harvest(first: int, records) -> None:
-        store.add(first, records, ref, per_token, failures)
+        store.add(first, records, ref, per_token, failures,
+                  first_token_overheads(machines.curves, machines.kind, records.prompt_machine))
 
     try:
         chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts,
@@ -249,7 +250,8 @@ class _Store:
         self.recovery_s = 0.0
         self.recovery_max = 0.0
 
-    def add(self, first: int, records, ref, per_token: bool, failures: bool) -> None:
+    def add(self, first: int, records, ref, per_token: bool, failures: bool,
+            first_token_s=0.0) -> None:
         count = len(records)
         if first + count > len(self.columns["ttft_s"]):
             grown = max(first + count, int(len(self.columns["ttft_s"]) * 1.25))
@@ -257,7 +259,7 @@ class _Store:
                 self.columns[key] = np.resize(column, grown)
         output = records.output.astype(np.int64)
         ttft, tbt, e2e = request_latencies(records.arrival, output, records.first_token,
-                                           records.finish, per_token)
+                                           records.finish, per_token, first_token_s)
         with np.errstate(invalid="ignore", divide="ignore"):
             ref_ttft, ref_tbt, ref_e2e = uncontended_latencies(
                 records.prompt.astype(np.int64), output, ref, per_token)

@@ -19,10 +19,24 @@ def _per_gap(total, output, per_token: bool = False):
     return np.where(gaps > 0, total / np.where(gaps > 0, gaps, 1.0), np.nan)
 
 
-def request_latencies(arrival, output, first_token, finish, per_token: bool = False):
-    """TTFT, TBT and E2E in seconds."""
-    return (first_token - arrival, _per_gap(finish - first_token, output, per_token),
-            finish - arrival)
+def request_latencies(arrival, output, first_token, finish, per_token: bool = False,
+                      first_token_s=0.0):
+    """TTFT, TBT and E2E in seconds; `first_token_s` (per request, or one value): the engine's
+    time before the first token reaches the client beyond the iterations (the curves'
+    `first_token_s`), added to TTFT and E2E."""
+    return (first_token - arrival + first_token_s,
+            _per_gap(finish - first_token, output, per_token),
+            finish - arrival + first_token_s)
+
+
+def first_token_overheads(curves, kinds, machine_of_request):
+    """Per request, the `first_token_s` of the curves of the machine that computed its prompt
+    (`kinds`: the SKU index of every machine; 0 for a request that never reached one)."""
+    per_kind = np.array([c.first_token_s for c in curves])
+    if not per_kind.any():
+        return 0.0
+    machine = np.asarray(machine_of_request)
+    return np.where(machine >= 0, per_kind[np.asarray(kinds)[np.maximum(machine, 0)]], 0.0)
 
 
 def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool = False):
@@ -34,15 +48,30 @@ def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool
     per-token time that is not divided by the output count as its measured TBT is; its E2E
     reference is then the TTFT reference + (output - 1) x the TBT reference.
     """
-    ttft = curves.prompt_time(prompt)
+    ttft = curves.with_host(curves.prompt_time(prompt), 1) + curves.first_token_s
     gaps = (output - 1).astype(np.float64)
-    # decode k (k = 1..gaps) attends over prompt + k tokens: an arithmetic series in closed form
-    decode = (gaps * curves.token_time(1, 0)
-              + curves.context_seconds_per_token * (gaps * prompt + gaps * (gaps + 1) / 2))
+    decode = _decodes_alone(curves, np.asarray(prompt, dtype=np.float64), gaps)
     if not per_token:
         return ttft, _per_gap(decode, output), ttft + decode
-    tbt = curves.reference_token_time(prompt, output)
+    tbt = curves.with_host(curves.reference_token_time(prompt, output), 1)
     return ttft, tbt, ttft + tbt * gaps
+
+
+def _decodes_alone(curves: LatencyCurves, prompt: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Seconds of a request's `gaps` decode iterations alone: decode k (k = 1..gaps) attends
+    over prompt + k tokens, GPU time first + c k with first = token_time(1, prompt), c the
+    context cost; with the engine's host time h after each (a sum in closed form) or beside it
+    (max(first + c k, h): h for the m iterations shorter than it, the series for the rest)."""
+    c, h = curves.context_seconds_per_token, curves.host_time(1)
+    series = gaps * (gaps + 1) / 2
+    if not curves.overlap_host:
+        return gaps * (curves.token_time(1, 0) + h) + c * (gaps * prompt + series)
+    first = curves.token_time(1, 0) + c * prompt
+    if c > 0:
+        short = np.clip(np.ceil((h - first) / c) - 1, 0, gaps)
+    else:
+        short = np.where(first < h, gaps, 0.0)
+    return short * h + (gaps - short) * first + c * (series - short * (short + 1) / 2)
 
 
 @dataclass(frozen=True)

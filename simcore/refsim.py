@@ -28,7 +28,9 @@ within the prompt token limit (the first always fits the limit). A prompt's KV i
 machine that computes it: a prompt that will decode on this machine reserves its prompt + output
 tokens, one that decodes elsewhere its prompt tokens, released when its KV cache has arrived at
 the token machine; if that does not fit, the queue waits. Prompt-only iterations cost
-prompt_time(tokens); decode-only token_time(batch, context); both mixed_time. At its end every
+prompt_time(tokens); decode-only token_time(batch, context); both mixed_time; chunk extras come
+on top, and then the engine's host time (`LatencyCurves.with_host`, per iteration and per
+sequence in it: each prompt, chunk and decode). At its end every
 prompt yields its first token, every decode one more token; finished requests free their memory.
 A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
 earlier than the transfer's end.
@@ -498,6 +500,7 @@ class _ReferenceSimulation:
         else:
             duration = float(curves.token_time(batch, context))
         duration += extra
+        duration = float(curves.with_host(duration, len(pieces) + batch))
         mc.busy_until = now + duration
         self.iteration_log.append((mc.index, now, mc.busy_until))
         mc.busy_time += duration

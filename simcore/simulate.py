@@ -13,7 +13,7 @@ from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, bu
                              instance_failures, instance_resizes, plan_resizes, pool_layouts,
                              pool_problem)
 from simcore.fastsim import simulate_fast
-from simcore.metrics import request_latencies, uncontended_latencies
+from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
 from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload
 
@@ -205,8 +205,9 @@ def _uncontended(w: Workload, reference, per_token: bool):
 def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, cluster) -> SimResult:
     w = workload
     per_token = machines.tbt_per_output_token
-    ttft, tbt, e2e = request_latencies(w.arrival_s, w.output_tokens, raw["first_token_s"],
-                                       raw["finish_s"], per_token)
+    ttft, tbt, e2e = request_latencies(
+        w.arrival_s, w.output_tokens, raw["first_token_s"], raw["finish_s"], per_token,
+        first_token_overheads(machines.curves, machines.kind, raw["prompt_machine"]))
     ref_ttft, ref_tbt, ref_e2e = _uncontended(w, reference, per_token)
     makespan = float(np.max(raw["finish_s"]))
     stats = machine_statistics(raw, machines, cluster, makespan)

@@ -167,3 +167,36 @@ def test_chunk_runs_match_the_reference_on_any_arrivals(seed, rate, chunk_tokens
     w = workload(50, seed, rate, prompt=(1, 3000))
     fast, _, _ = run_paused(w, m, pauses=7)
     assert_as_reference(fast, w, m)
+
+
+# ------------------------------------------------------------------- engine overheads
+
+def with_overheads(m: MachineArrays, overlap: bool) -> MachineArrays:
+    """The same cluster with an engine's host time on both SKUs (after the GPU work or beside
+    it; a per-request term too): every transformation above must price it as the reference.
+    Overlapped, 20 ms + 0.2 ms a sequence is longer than the GPU work of most batches."""
+    terms = (20e-3, 2e-4) if overlap else (1.1e-3, 23e-6)
+    return dataclasses.replace(m, curves=tuple(c.with_engine_overheads(*terms, 0.04, overlap)
+                                               for c in m.curves))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("name", sorted(DECODE_CLUSTERS))
+def test_decode_runs_with_engine_overheads_match_the_reference(name, overlap):
+    m = with_overheads(DECODE_CLUSTERS[name], overlap)
+    w = workload(200, 3, rate=12.0, prompt=(1, 1500), output=(20, 200))
+    fast, decode_ticks, _ = run_paused(w, m)
+    assert decode_ticks > 5
+    assert_as_reference(fast, w, m)
+    plain = setup.simulate_fast(w, DECODE_CLUSTERS[name])
+    assert fast["busy_s"].sum() > plain["busy_s"].sum()   # the overheads were priced
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("chunk_tokens", [16, 256])
+def test_chunk_runs_with_engine_overheads_match_the_reference(chunk_tokens, overlap):
+    m = with_overheads(chunked(4, chunk_tokens), overlap)
+    w = workload(200, 1, rate=5.0, prompt=(500, 3000))
+    fast, _, chunk_left = run_paused(w, m)
+    assert chunk_left > 3
+    assert_as_reference(fast, w, m)

@@ -79,6 +79,10 @@ def questions(draw) -> dict:
                   dtype=draw(st.sampled_from(["bf16", "fp8"] if fp8 else ["bf16"])),
                   kv_dtype=draw(st.sampled_from(["auto", "bf16", "fp8"] if fp8
                                                 else ["auto", "bf16"])))
+    if engine != "splitwise-2023" and values["assumptions"] == "provision" and draw(st.booleans()):
+        values.update(iteration_overhead_ms=draw(st.sampled_from([0.0, 1.5])),
+                      sequence_overhead_us=draw(st.sampled_from([None, 25.0])),
+                      host_overlap=draw(st.sampled_from([None, True, False])))
     if draw(st.booleans()):
         values.update(survive_failures=draw(st.integers(1, 3)),
                       recovery=draw(st.sampled_from(["restart", "replicate"])),
@@ -150,6 +154,10 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "detection_s": (FAILING, 1.0),
     "slo_confidence": ({}, 0.99),
     "mixed_pool": ({"designs": ("splitwise-hh",)}, False),
+    "iteration_overhead_ms": ({}, 1.0),
+    "sequence_overhead_us": ({}, 20.0),
+    "first_token_overhead_ms": ({}, 10.0),
+    "host_overlap": ({}, True),
 }
 OTHER_CHANGES = {   # options that change the search or its points, never a sample's outcome
     "rate": 50.0, "chunk_tokens": 1024, "designs": ("splitwise-hh",), "goal": "min-power",

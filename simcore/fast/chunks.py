@@ -15,7 +15,7 @@ from __future__ import annotations
 from simcore.cluster import ROLE_BOTH
 from .compiler import _inlined
 from .records import CHANGED_COMMITTED, CHANGED_PENDING, NONE
-from .latency import _chunk_extra, _decode_time, _piecewise_linear, _prompt_time
+from .latency import _chunk_extra, _decode_time, _piecewise_linear, _prompt_time, _with_host
 from .structures import _heap_push, _pop_prompt
 from .pools import _refresh
 from .decode_runs import _end_decodes
@@ -131,7 +131,9 @@ def _chunk_step(curves, machine, piece, before, before_s):
     iteration = machine.chunk_base
     if machine.running_count > 0:
         iteration = iteration + curves.context_s[kind] * float(machine.running_context)
-    return iteration + extra, piece_extra, after_s
+    # one piece per iteration of a chunk run, beside the running decodes
+    return (_with_host(curves, kind, iteration + extra, 1 + machine.running_count),
+            piece_extra, after_s)
 
 
 @_inlined

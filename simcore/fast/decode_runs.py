@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .compiler import _compiled, _inlined
 from .records import INF, NONE
-from .latency import _decode_time, _itl_bin
+from .latency import _combined, _decode_time, _host_time, _itl_bin
 from .structures import _heap_push, _pop_running
 from .routing import _leave_mixed_if_done
 
@@ -38,15 +38,19 @@ def _count_gaps(requests, machine, curves, gaps, now):
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
-        first = _tick_s(machine, decode, per_token, 0, decodes)
+        host = _host_time(curves, machine.kind, decodes)
+        overlap = curves.overlap_host[machine.kind]
+        first = _tick_s(machine, decode, per_token, 0, decodes, host, overlap)
         first_end = machine.run_start + first
         low = _itl_bin(first)
         gaps[low] -= machine.fresh_count
-        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, decodes)):
+        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, decodes, host,
+                                       overlap)):
             gaps[low] += ticks * decodes
         else:
             for run in range(ticks):
-                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes))] += decodes
+                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes, host,
+                                      overlap))] += decodes
     r = machine.fresh_head
     while r != NONE:
         if requests[r].emitted <= requests[r].generated:  # (else its first token is silent)
@@ -69,6 +73,8 @@ def _count_silent(requests, machine, curves, gaps, now):
     ticks, clock, decodes = machine.run_ticks, machine.decode_clock, machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)
     per_token = curves.context_s[machine.kind]
+    host = _host_time(curves, machine.kind, decodes)
+    overlap = curves.overlap_host[machine.kind]
     previous = NONE
     r = machine.silent_head
     while r != NONE:
@@ -82,7 +88,7 @@ def _count_silent(requests, machine, curves, gaps, now):
             if ticks == 1:
                 gap, end = now - machine.run_start, now
             else:
-                gap = _tick_s(machine, decode, per_token, tick, decodes)
+                gap = _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
                 end = end + gap
             if tick > 0 or not fresh:
                 gaps[_itl_bin(gap)] -= 1
@@ -142,12 +148,13 @@ def _start_decode_run(requests, machine, curves, now, limit):
 
 
 @_inlined
-def _tick_s(machine, decode, per_token, tick, decodes):
+def _tick_s(machine, decode, per_token, tick, decodes, host, overlap):
     """The time of the tick-th iteration of a decode run that started with the machine's
     running context (each iteration adds a token per decode): the one formula the run's
     replays (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for
-    bit."""
-    return decode + per_token * float(machine.running_context + tick * decodes)
+    bit; the engine's host time (`host`, the batch's) as `_with_host` adds it."""
+    return _combined(decode + per_token * float(machine.running_context + tick * decodes),
+                     host, overlap)
 
 
 @_inlined
@@ -158,11 +165,13 @@ def _run_iterations(machine, curves, ticks, until, limit):
     decodes = machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)  # the batch is the same throughout
     per_token = curves.context_s[machine.kind]
+    host = _host_time(curves, machine.kind, decodes)
+    overlap = curves.overlap_host[machine.kind]
     machine.busy_s = machine.run_busy_s
     end = machine.run_start
     run = 0
     while run < ticks and end < until:  # each as _iteration_time's decode-only case
-        duration = _tick_s(machine, decode, per_token, run, decodes)
+        duration = _tick_s(machine, decode, per_token, run, decodes, host, overlap)
         if run > 0 and end + duration > limit:
             break
         end = end + duration

@@ -64,6 +64,26 @@ def _decode_time(curves, kind, batch):
 
 
 @_inlined
+def _host_time(curves, kind, sequences):
+    """LatencyCurves.host_time: the engine's host time of an iteration."""
+    return curves.iteration_overhead[kind] + curves.sequence_overhead[kind] * float(sequences)
+
+
+@_inlined
+def _combined(gpu, host, overlap):
+    """LatencyCurves.with_host's rule: host time after the GPU work, or beside it."""
+    if overlap:
+        return max(gpu, host)
+    return gpu + host
+
+
+@_inlined
+def _with_host(curves, kind, gpu, sequences):
+    """LatencyCurves.with_host: an iteration's GPU time with the engine's host time."""
+    return _combined(gpu, _host_time(curves, kind, sequences), curves.overlap_host[kind])
+
+
+@_inlined
 def _chunk_extra(curves, kind, piece, before):
     """LatencyCurves.chunk_extra: attention over the `before` tokens already prefilled."""
     if before <= 0:

@@ -100,7 +100,9 @@ Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU
     "prompt_x", "prompt_y", "prompt_n", "decode_x", "decode_y", "decode_n", "context_s",
     "chunk_attention", "chunk_kv_read", "mixed_factor",  # mixed_factor: x the prompt curve
     "prompt_index", "decode_index",  # per SKU, where each of KNOT_BUCKETS buckets starts
-    "prompt_scale", "decode_scale"])  # per SKU, KNOT_BUCKETS / the knots' range
+    "prompt_scale", "decode_scale",  # per SKU, KNOT_BUCKETS / the knots' range
+    # per SKU, the engine's host time (LatencyCurves.with_host) and whether it overlaps
+    "iteration_overhead", "sequence_overhead", "overlap_host"])
 
 # Knots are near-uniform grids (every 16 prompt tokens; every batch size, then every 8), so a
 # query's bucket of the range gives its knot within a few steps instead of a binary search.

@@ -29,6 +29,7 @@ def _stack_curves(curves) -> Curves:
     dx, dy = np.zeros((k, dmax)), np.zeros((k, dmax))
     pn, dn = np.zeros(k, np.int64), np.zeros(k, np.int64)
     ctx, attention, kv_read, mixed = np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k)
+    per_iteration, per_sequence, overlap = np.zeros(k), np.zeros(k), np.zeros(k, np.bool_)
     for i, c in enumerate(curves):
         pn[i], dn[i] = len(c.prompt_tokens), len(c.decode_batch)
         px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
@@ -36,8 +37,11 @@ def _stack_curves(curves) -> Curves:
         ctx[i] = c.context_seconds_per_token
         attention[i], kv_read[i] = c.chunk_attention_s, c.chunk_kv_read_s
         mixed[i] = c.mixed_prompt_factor
+        per_iteration[i], per_sequence[i] = c.iteration_overhead_s, c.sequence_overhead_s
+        overlap[i] = c.overlap_host
     return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, mixed, _bucket_starts(px, pn),
-                  _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn))
+                  _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn),
+                  per_iteration, per_sequence, overlap)
 
 
 _STACKED: dict = {}   # ids of a tuple of curves -> (those curves, kept alive; their stack)

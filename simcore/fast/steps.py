@@ -12,7 +12,7 @@ from __future__ import annotations
 from simcore.cluster import ROLE_BOTH
 from .compiler import _inlined
 from .records import CHANGED_COMMITTED, CHANGED_POOL, INF, NONE, RETARGET
-from .latency import _iteration_time, _kv_transfer, _prompt_time
+from .latency import _iteration_time, _kv_transfer, _prompt_time, _with_host
 from .structures import (
     _append_running, _heap_pop, _heap_push, _pop_prompt, _pop_wait, _push_wait, _touch)
 from .pools import _changes, _refresh
@@ -178,8 +178,9 @@ def _start_iteration(state, m, now, limit):
     if count == 0:
         _start_decode_run(requests, machine, curves, now, limit)
     else:
-        duration = _iteration_time(curves, machine.kind, tokens, decodes,
-                                   machine.running_context) + extra
+        duration = _with_host(curves, machine.kind, _iteration_time(
+            curves, machine.kind, tokens, decodes, machine.running_context) + extra,
+            count + decodes)
         machine.run_ticks = 1
         machine.run_start = now
         machine.busy_until = now + duration
