@@ -46,7 +46,8 @@ from provisioner.sensitivity import sensitivity
 from provisioner.simulation import curve_summary, simulation_summary
 from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
-from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, WorkloadSource)
+from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, Window,
+                               WorkloadSource, window_text)
 from provisioner.verify import (SCREEN_SEEDS, Verifier, attach_verification,
                                 recheck_cached_optimum, verification_seeds)
 from simcore import SIMULATOR_VERSION, Cluster, evaluate_slos
@@ -176,6 +177,8 @@ def assumptions(study: Study) -> list[dict]:
                                      "machine: fewest committed KV tokens; ties to the lowest "
                                      "index; mixed pool above "
                                      f"{o.mixed_pool_queue_threshold} queued tokens"},
+        {"name": "window", "value": window_text(
+            (study.window or Window(study.duration_s, "given", "--duration")).as_dict())},
         {"name": "verification", "value": f"every SLO on {study.settings.verify_seeds} workload "
                                           f"sample(s), seeds {list(_seeds(study))}"},
         *failure_assumptions(study),
@@ -495,6 +498,7 @@ class SimulationRun:
     latency_source: str = ""   # whose latencies (the engine's kernel data, the 2023 model, a file)
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
+    window: dict | None = None   # the window asked (--duration or derived) and why
 
     def to_dict(self) -> dict:
         """`provision simulate --json`'s document (`provisioner.simulation`)."""
@@ -538,7 +542,8 @@ def simulate_question(question: SimulateQuestion) -> SimulationRun | CurveSimula
                          latency_source(q.perf, q.perf_model, q.model,
                                         q.cluster.design.machines()),
                          layout_record(q.cluster.design, q.model,
-                                       q.sim_options.memory_reserve_fraction), q.window_s)
+                                       q.sim_options.memory_reserve_fraction), q.window_s,
+                         None if q.window is None else q.window.as_dict())
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ from typing import Sequence
 from provisioner.tables import answer_sentence, layout_label, no_optimum_text
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
-from provisioner.study import DesignResult, Metrics
+from provisioner.study import DesignResult, Metrics, window_text
 from slo_profiles import ABSOLUTE_METRICS
 
 CONSTRAINTS = ("max_machines", "max_gpus", "max_prompt", "max_token")  # in the summary table
@@ -74,7 +74,8 @@ def _inputs_html(inputs: dict) -> str:
     constraints = ", ".join(f"{k} {options[k]}" for k in CONSTRAINTS if options[k]) or "none"
     rows = [("goal", f"{goal['name']} ({goal['paper_name']})"), ("load", load),
             ("model", inputs["model"]["name"]), ("workload", inputs["workload"]["name"]),
-            ("window", f"{options['duration']:g} s, seed {options['seed']}"),
+            ("window", f"{window_text(inputs.get('window'), options['duration'])}, "
+                       f"seed {options['seed']}"),
             ("SLO profile", inputs["slo_profile"]["name"]), ("constraints", constraints),
             ("performance model", inputs["perf_model"]["name"])]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"

@@ -45,6 +45,15 @@ DEFAULT_RATE = 70.0   # req/s of a built-in workload when no rate is given (the 
 # Sane ranges: beyond them a run is a typo, or out of reach of this machine (issue: bad input).
 MAX_RATE = 1e6              # requests per second
 MAX_DURATION = 7 * 86400.0  # seconds of synthesized arrivals
+# The window a question runs when --duration is left out (provisioner.question.derived_window):
+# long outputs need long windows (the window starts empty, so a short one is a mostly unloaded
+# cluster and overstates the sustainable rate; README: "The window", with the measurements).
+WINDOW_FLOOR_S = 120.0       # the paper's 2-minute window: the least a question runs
+WINDOW_LIFETIMES = 11        # tail requests' lifetimes the window spans (warm-up included)
+WINDOW_QUANTILE = 0.99       # the tail lengths: the workload's P99 prompt and output tokens
+WINDOW_RULE = (f"the larger of {WINDOW_FLOOR_S:g} s and {WINDOW_LIFETIMES} x the time a "
+               "request at the workload's P99 prompt and output lengths takes alone on the SLO "
+               "reference machine, rounded up to a whole minute")
 MAX_SEED = 2**63 - 1
 MAX_MACHINES = 100_000      # per pool, and in all
 # The search's own bound: 16,384 machines per pool is ~5x the largest fleet the scale benchmark
@@ -95,7 +104,10 @@ class StudyOptions:
         None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
               "a rate asks for its sizes under new arrivals.", positive(MAX_RATE), short="-r",
         default_text=f"{DEFAULT_RATE:g} for a built-in workload", outcome=False)
-    duration: float = option(120.0, "Seconds of synthesized arrivals.", positive(MAX_DURATION), outcome=True)
+    duration: Optional[float] = option(
+        None, "Seconds of synthesized arrivals. Left out, derived from the workload: "
+              f"{WINDOW_RULE}.", positive(MAX_DURATION),
+        default_text="derived (120 for the default workload)", outcome=True)
     seed: int = option(0, "Random seed of the synthesized arrivals and sizes.", count(0, MAX_SEED), outcome=True)
     slo: str = option("splitwise", "SLO profile name (see `provision catalog`) or YAML file.",
                       Text(), path=True, metavar="NAME|FILE", outcome=True)

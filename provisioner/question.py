@@ -28,17 +28,22 @@ from hardware_catalog import (Catalog, Design, InputError, Layout, MachineSku, M
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins, pinned_design
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, ClusterOptions, FailureOptions,
-                                 QuestionOptions, SearchOptions, SimulateOptions,
+from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
+                                 WINDOW_LIFETIMES, WINDOW_QUANTILE, ClusterOptions,
+                                 FailureOptions, QuestionOptions, SearchOptions, SimulateOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, WorkloadSource,
-                               kv_dtype_of, model_in_dtype, perf_source, workload_source)
+from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, Window,
+                               WorkloadSource, kv_dtype_of, model_in_dtype, perf_source,
+                               workload_source)
 from simcore import Cluster, SimOptions, Workload
+from simcore import layout as layouts
 from simcore.cluster import kv_capacity_tokens
 from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads, fitted_overheads
-from simcore.workload import MAX_REQUESTS, check_request_count, load_trace
+from simcore.metrics import uncontended_latencies
+from simcore.workload import (MAX_REQUESTS, builtin_size_table, check_request_count,
+                              load_trace)
 from slo_profiles import SloProfile, load_slo_profile
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
@@ -320,11 +325,15 @@ def resolve_study(options: SearchOptions) -> Study:
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation
     load_curve = resolve_load_curve(options)
     goal = resolve_goal(options, workload, catalog, load_curve)
-    check_workload_size(workload, goal.rate_rps, s.duration, s.seed)
+    model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
+    used = sim_options(options.study, options.resilience)
+    window = resolve_window(s, workload, model, loaded, catalog.machine(SLO_REFERENCE_SKU),
+                            used, goal.rate_rps)
+    duration = window.duration_s
+    check_workload_size(workload, goal.rate_rps, duration, s.seed)
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures", auto_spares)
-    model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     designs_option = "hardware" if options.question.hardware is not None else "designs"
@@ -332,20 +341,19 @@ def resolve_study(options: SearchOptions) -> Study:
     refuse_unused_pins(options.layout, designs, designs_option)
     check_pins(options.layout, catalog, designs)
     settings = options.settings
-    if settings.max_rate * s.duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
-        settings = replace(settings, max_rate=MAX_REQUESTS / s.duration)
-    if settings.min_rate * s.duration < MIN_WINDOW_REQUESTS:
+    if settings.max_rate * duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
+        settings = replace(settings, max_rate=MAX_REQUESTS / duration)
+    if settings.min_rate * duration < MIN_WINDOW_REQUESTS:
         # nor a window so thin that a sample may hold no request at all (percentiles of a
         # handful of requests say nothing): max-rate's floor holds 20 expected requests
-        settings = replace(settings, min_rate=MIN_WINDOW_REQUESTS / s.duration)
-    study = Study(catalog=catalog, model=model, workload=workload,
-                  duration_s=s.duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
+        settings = replace(settings, min_rate=MIN_WINDOW_REQUESTS / duration)
+    study = Study(catalog=catalog, model=model, workload=workload, window=window,
+                  duration_s=duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
                   reference=catalog.machine(SLO_REFERENCE_SKU),
                   designs=designs,
                   goal=goal, constraints=options.constraints, settings=settings,
                   chunk_tokens=s.chunk_tokens,
-                  sim_options=replace(sim_options(options.study, options.resilience),
-                                      mixed_pool=options.question.mixed_pool),
+                  sim_options=replace(used, mixed_pool=options.question.mixed_pool),
                   assumptions=s.assumptions,
                   survive_failures=(0 if auto_spares
                                     else options.question.survive_failures or 0),
@@ -354,6 +362,58 @@ def resolve_study(options: SearchOptions) -> Study:
                   hardware=options.question.hardware is not None, load_curve=load_curve)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
+
+
+# ------------------------------------------------------------------------------ the window
+def resolve_window(s: StudyOptions, workload: WorkloadSource, model: ModelSpec, perf: Any,
+                   reference: MachineSku, used: SimOptions, rate: float | None) -> Window:
+    """--duration as given, or the window derived from the workload (`derived_window`)."""
+    if s.duration is not None:
+        return Window(s.duration, "given", "--duration")
+    return derived_window(workload, model, perf, reference, used, rate)
+
+
+def tail_lengths(workload: WorkloadSource) -> tuple[int, int]:
+    """The workload's P99 prompt and output tokens (WINDOW_QUANTILE): a built-in's quantile
+    tables, a trace's own requests."""
+    if workload.kind == "builtin":
+        table = builtin_size_table(workload.name)
+        sizes = [np.interp(WINDOW_QUANTILE, table.quantile_probs, q)
+                 for q in (table.prompt_quantiles, table.output_quantiles)]
+    else:
+        trace = workload.at(None, 0.0, 0)
+        sizes = [np.quantile(tokens, WINDOW_QUANTILE)
+                 for tokens in (trace.prompt_tokens, trace.output_tokens)]
+    prompt, output = (max(int(np.ceil(size)), 1) for size in sizes)
+    return prompt, output
+
+
+def derived_window(workload: WorkloadSource, model: ModelSpec, perf: Any,
+                   reference: MachineSku, used: SimOptions, rate: float | None) -> Window:
+    """The window when --duration is left out (options.WINDOW_RULE), from the workload alone,
+    before any simulation: the larger of WINDOW_FLOOR_S and WINDOW_LIFETIMES x the time a
+    request at the workload's P99 lengths takes alone (batch of one, no queue) on the SLO
+    reference machine, rounded up to a whole minute; within MAX_DURATION and, at a given
+    rate, MAX_REQUESTS. A window starts empty: a short one holding few lifetimes of the long
+    requests is a cluster that never filled, and overstates what it sustains."""
+    prompt, output = tail_lengths(workload)
+    curves = layouts.curves(perf, model, reference, layouts.default_layout(
+        model, reference, used.memory_reserve_fraction))
+    alone = float(uncontended_latencies(np.array([prompt]), np.array([output]), curves,
+                                        used.tbt_per_output_token)[2][0])
+    lifetimes = WINDOW_LIFETIMES * alone
+    wanted = max(WINDOW_FLOOR_S, 60.0 * float(np.ceil(lifetimes / 60.0)))
+    # never past the longest window, nor (at a given rate) a run of more than MAX_REQUESTS
+    room = min(MAX_DURATION, MAX_REQUESTS / rate if rate is not None else MAX_DURATION)
+    duration = wanted if wanted <= room else max(WINDOW_FLOOR_S, float(np.floor(room)))
+    why = (f"derived: a request at the workload's P99 lengths ({prompt:,} prompt + {output:,} "
+           f"output tokens) takes {alone:.3g} s alone on {reference.name}; "
+           f"{WINDOW_LIFETIMES} x that is {lifetimes:.3g} s"
+           + (f", under the {WINDOW_FLOOR_S:g} s floor" if lifetimes <= WINDOW_FLOOR_S else "")
+           + (f"; capped at {duration:g} s (at most {MAX_REQUESTS:,} requests)"
+              if duration < wanted else ""))
+    return Window(float(duration), "derived", why, alone_s=alone, tail_prompt=prompt,
+                  tail_output=output)
 
 
 # ------------------------------------------------------------------ the simulate question
@@ -383,13 +443,16 @@ class SimulateQuestion:
     windows: tuple = ()            # its --curve-window spans
     sizes: Any = None              # what the curve's requests draw their sizes from
     plan: tuple = ()               # --plan rows (start_s, prompt, token)
+    window: Window | None = None   # the window used (--duration or derived) and why
 
     def to_dict(self) -> dict:
         c = self.cluster
         question = {"design": c.design.name, "prompt_machines": c.prompt_machines,
                     "token_machines": c.token_machines, "model": self.model.name,
                     "workload": self.workload.identity(), "rate_rps": self.rate_rps,
-                    "duration_s": self.duration_s, "seed": self.seed,
+                    "duration_s": self.duration_s,
+                    "window": None if self.window is None else self.window.as_dict(),
+                    "seed": self.seed,
                     "requests": None if self.requests is None else len(self.requests),
                     "slo_profile": self.slo.name, "perf_model": self.perf.identity(),
                     "sim_options": _plain(asdict(self.sim_options))}
@@ -423,6 +486,9 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
+    if c.load_curve is None:
+        window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
+                                sim_options(s, options.resilience), rate)
     refuse_unused_pins(options.layout, [cluster.design], "design")
     common = {"catalog": catalog, "model": model, "perf": source, "perf_model": perf,
               "slo": profile, "workload": workload, "seed": s.seed,
@@ -449,16 +515,17 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
                                 curve=curve, windows=tuple(spans), sizes=sizes, plan=plan,
                                 **common)
     refuse_curve_options(c, ClusterOptions(), ("curve_window", "curve_shape"))
-    requests = workload.at(rate, s.duration, s.seed, base_seed=0)  # a trace: seed 0 is itself
+    requests = workload.at(rate, window.duration_s, s.seed, base_seed=0)  # a trace: seed 0 is itself
     reserve = sim_options(s, options.resilience).memory_reserve_fraction
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
     cluster = replace(cluster, design=pinned_design(cluster.design, options.layout, model,
                                                     reserve, longest, pools, workload))
     used = replace(sim_options(s, options.resilience, _failure_rows(c, cluster)),
                    mixed_pool=c.mixed_pool)
-    window = s.duration if rate is not None else float(np.max(requests.arrival_s))
+    span = window.duration_s if rate is not None else float(np.max(requests.arrival_s))
     return SimulateQuestion(cluster=cluster, sim_options=used, rate_rps=rate,
-                            duration_s=s.duration, requests=requests, window_s=window, **common)
+                            duration_s=window.duration_s, requests=requests, window_s=span,
+                            window=window, **common)
 
 
 def _asked_plan(c: ClusterOptions, design: Design):
@@ -683,6 +750,8 @@ def to_echo(study: Study) -> dict:
         "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},
         "sim_options": sim_options_echo(study),
         "kv_capacity_tokens": kv_capacities(study),
+        "window": study.window.as_dict() if study.window is not None else
+        Window(study.duration_s, "given", "--duration").as_dict(),
     }
 
 

@@ -21,6 +21,7 @@ def simulation_summary(run) -> dict:
         "kv_transfer_ms_mean": round(float(np.nanmean(result.kv_transfer_s)) * 1000, 4)
         if result.feasible else None,
         "layout": run.layout,
+        **({"window": run.window} if getattr(run, "window", None) else {}),
         "latency_ms": _simulated_ms(result),
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),

@@ -304,6 +304,35 @@ def perf_source(path: str | None, base_dir: Path | None = None, engine: str = LE
                       dtype=dtype, kv_dtype=kv_dtype)
 
 
+@dataclass(frozen=True)
+class Window:
+    """The arrival window a question runs (`provisioner.question.resolve_window`): --duration
+    as given, or derived from the workload (its tail lengths, their time alone)."""
+    duration_s: float
+    source: str                 # "given" (--duration) or "derived"
+    why: str                    # one clause: the option, or the rule's figures
+    alone_s: float | None = None      # derived: a tail request's time alone on the reference
+    tail_prompt: int | None = None    # derived: the workload's P99 prompt tokens
+    tail_output: int | None = None    # and output tokens
+
+    def as_dict(self) -> dict:
+        record = {"duration_s": self.duration_s, "source": self.source, "why": self.why}
+        if self.source == "derived":
+            record.update(tail_prompt_tokens=self.tail_prompt,
+                          tail_output_tokens=self.tail_output, alone_s=self.alone_s)
+        return record
+
+
+def window_text(window: dict | None, duration: float | None = None) -> str:
+    """The window a report used and why, for the terminal and report.html (a report written
+    before windows were derived has no record: its echoed --duration)."""
+    if not window:
+        return f"{duration:g} s" if duration is not None else ""
+    if window["source"] == "given":
+        return f"{window['duration_s']:g} s (--duration)"
+    return f"{window['duration_s']:g} s ({window['why']})"
+
+
 OUTCOME = {"outcome": True}   # a Study field that changes a simulated outcome (cache identity)
 
 
@@ -335,6 +364,7 @@ class Study:
     hardware: bool = False   # --hardware: designs generated over SKUs, searched by bound
     load_curve: Any = None   # --load-curve: (planning windows, PlanRules, LoadCurve); goal at
     #                          the busiest window
+    window: Window | None = None   # duration_s as given (--duration) or derived, and why
 
     def auxiliary(self, **changes) -> "Study":
         """This study, with `changes`, for a search another one runs (a sensitivity variant,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from provisioner.study import window_text
 from provisioner.tables import answer_sentence, layout_label, no_optimum_text
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 pools_text, sensitivity_cells, spares_k)
@@ -470,6 +471,10 @@ def search_notes(document: dict) -> list[str]:
                    if a["name"] == "latency_source"), None)
     if source is not None:
         lines.append(f"Latencies: {source}")
+    window = window_text(document["inputs"].get("window"),
+                         document["inputs"]["options"].get("duration"))
+    if window:
+        lines.append(f"Window: {window}")
     if kv:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
@@ -700,6 +705,9 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       f"{summary['gpus']} GPUs", highlight=False)
     if summary.get("latency_source"):
         console.print(f"Latencies: {summary['latency_source']}", highlight=False,
+                      soft_wrap=True)
+    if summary.get("window") and run.report is not None and summary.get("requests"):
+        console.print(f"Window: {window_text(summary['window'])}", highlight=False,
                       soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
