@@ -66,13 +66,13 @@ def summarize(ttft, tbt) -> dict:
 
 
 def run_provision(trace: str, engine: str, machines: int, model: str, design: str,
-                  tp: int | None = None) -> dict:
+                  tp: int | None = None, extra: tuple = ()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         req = os.path.join(tmp, "requests.csv")
         cmd = [sys.executable, "-m", "provisioner.cli", "simulate", "--design", design,
                "--machines", str(machines), "--model", model, "--workload", trace,
                "--engine", engine, "--json", "--requests-csv", req,
-               *(["--tp", str(tp)] if tp else [])]
+               *(["--tp", str(tp)] if tp else []), *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode not in (0, 1):  # 1: an SLO failed, the run is still complete
             raise SystemExit(f"provision failed ({' '.join(cmd)}):\n{proc.stderr}")
@@ -116,8 +116,9 @@ def compare(args) -> None:
     # the 2023 profiles were measured at TP8 only: that engine cannot run another layout
     engines = ("vllm", "splitwise-2023") if args.tp in (None, 8) else ("vllm",)
     for engine in engines:
+        extra = tuple(args.provision_arg) if engine != "splitwise-2023" else ()
         results[f"provision {engine}"] = run_provision(args.trace, engine, args.machines,
-                                                       args.model, args.design, args.tp)
+                                                       args.model, args.design, args.tp, extra)
     if args.vidur_output:
         results["Vidur sarathi"] = read_vidur(args.vidur_output)
     elif args.vidur_ttft_p50 is not None:
@@ -161,6 +162,9 @@ def main() -> None:
     c.add_argument("--model", default="llama2-70b")
     c.add_argument("--tp", type=int, help="provision's tensor parallelism per instance (2: 16 "
                                           "TP2 instances on 4 DGX-A100, like Vidur's replicas)")
+    c.add_argument("--provision-arg", action="append", default=[],
+                   help="an argument passed on to provision's kernel-engine runs (repeatable), "
+                        "e.g. --provision-arg=--first-token-overhead-ms --provision-arg=0")
     c.add_argument("--vidur-output")
     c.add_argument("--vidur-ttft-p50", type=float)
     c.add_argument("--vidur-tbt-p99", type=float)
