@@ -31,7 +31,9 @@ def test_spares_grow_with_the_pool_and_the_repair_time():
 
 
 def test_auto_sizes_n_plus_k_and_says_why():
-    result = provisioner.search(designs="splitwise-hh", model="llama2-70b", rate=10,
+    # 12 req/s: pools large enough for one spare (at 10, vLLM's first-token term lets 1 P +
+    # 1 T pass, and two machines need none)
+    result = provisioner.search(designs="splitwise-hh", model="llama2-70b", rate=12,
                                 duration=30, verify_seeds=2, survive_failures="auto")
     document = result.to_dict()
     chosen = document["summary"]["survive_failures_auto"]
