@@ -81,6 +81,9 @@ def latency_source(source: PerfSource, perf: Any, model: Any, machines) -> str:
     """Whose latencies a run simulates, per machine: the engine's kernel data (source, engine
     version, GPU), the 2023 Splitwise model, or a user's file."""
     machines = list({m.name: m for m in machines}.values())
+    calibrated = getattr(perf, "model", perf)   # under --sensitivity's scaling too
+    if source.path is not None and hasattr(calibrated, "pair"):   # an engine calibration
+        return f"--perf-model {source.name} (sha256 {source.sha256[:12]}), {calibrated.text(model)}"
     if source.path is not None:
         return (f"--perf-model {source.name} (sha256 {source.sha256[:12]}); pairs it does not "
                 f"cover: the {LEGACY_ENGINE} model")

@@ -170,30 +170,85 @@ def _simulate(options: SimulateOptions, spec: Optional[Path], as_json: bool) -> 
 # -------------------------------------------------------------------------------- calibrate
 @app.command()
 def calibrate(
-    profile: Path = typer.Argument(..., metavar="PROFILE.csv", help="Profile CSV (SplitwiseSim format: model, hardware, "
-                                   "tensor_parallel, prompt_size, batch_size, token_size, "
-                                   "prompt_time, token_time in ms)."),
+    files: list[Path] = typer.Argument(..., metavar="PROFILE.csv | RESULTS.json...", help=(
+        "A profile CSV (SplitwiseSim format: model, hardware, tensor_parallel, prompt_size, "
+        "batch_size, token_size, prompt_time, token_time in ms), or serving-benchmark results: "
+        "`vllm bench serve --save-result` JSON (one run per file or per line) and GuideLLM "
+        "reports (JSON/YAML), one or more.")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the coefficients file "
-                                       "(JSON; YAML if FILE ends .yaml) that --perf-model reads."),
-    seed: int = typer.Option(0, "--seed", min=0, max=2**63 - 1,
-                             help="Seed of the random 80:20 held-out split."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the file --perf-model reads: "
+                                       "coefficients (a profile; YAML if FILE ends .yaml) or an "
+                                       "engine calibration (benchmark results; JSON)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**63 - 1,
+                                       help="Seed of the random 80:20 held-out split (a "
+                                            "profile; default 0)."),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024,
-                                     help="Fit only rows of this tensor parallelism."),
+                                     help="A profile: fit only rows of this tensor "
+                                          "parallelism. Benchmark results: the served layout's "
+                                          "TP (required)."),
     exclude_hardware: list[str] = typer.Option([], "--exclude-hardware", help="Skip rows of this "
-                                               "hardware (repeatable), e.g. synthetic rows."),
+                                               "hardware (repeatable), e.g. synthetic rows "
+                                               "(a profile)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Benchmark results: the catalog "
+                                        "model served (required)."),
+    machine: Optional[str] = typer.Option(None, "--machine", help="Benchmark results: the "
+                                          "catalog machine SKU served on (required)."),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="vllm|sglang|trtllm",
+                                         help="Benchmark results: the serving engine (default "
+                                              "vllm, as the search's)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", metavar="bf16|fp8|fp4",
+                                        help="Benchmark results: the weights' data type "
+                                             "(default bf16)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", metavar="auto|bf16|fp8",
+                                           help="Benchmark results: the KV cache's data type "
+                                                "(default auto: the engine's, as the search's)."),
 ):
-    """Fit the performance model to measured latencies and report held-out error."""
-    from provisioner.files import file_sha256, write_atomically
+    """Fit the performance model to measured latencies (a profile CSV) or an engine's overheads
+    and per-phase scales to serving benchmarks (vllm bench serve, GuideLLM); report held-out
+    error."""
+    from provisioner.benchfiles import bench_format
+
+    from provisioner.files import check_not_an_input, check_output_file
+
+    # a benchmark result: any file not named .csv, or a .csv whose content is one (JSON)
+    kinds = {f.suffix.lower() != ".csv" or bench_format(f) is not None for f in files}
+    if kinds == {True}:
+        given = {"--seed": seed is not None, "--exclude-hardware": bool(exclude_hardware)}
+        for option, present in given.items():
+            if present:
+                raise InputError(f"{option} applies to a profile CSV, not to benchmark results",
+                                 field=option.lstrip("-").replace("-", "_"))
+        for option, value in (("--model", model), ("--machine", machine), ("--tp", tp)):
+            if value is None:
+                raise InputError(f"benchmark results need {option} (the served "
+                                 f"{option.lstrip('-')})", field=option.lstrip("-"))
+    else:
+        if len(files) != 1 or True in kinds:
+            raise InputError("give one profile CSV, or only serving-benchmark result files "
+                             "(vllm bench serve JSON, GuideLLM reports)", field="files")
+        for option, value in (("--model", model), ("--machine", machine), ("--engine", engine),
+                              ("--dtype", dtype), ("--kv-dtype", kv_dtype)):
+            if value is not None:
+                raise InputError(f"{option} applies to serving-benchmark results, not to a "
+                                 f"profile CSV (its rows name their model and hardware)",
+                                 field=option.lstrip("-").replace("-", "_"))
+    if out is not None:
+        check_output_file(out, "out")
+        check_not_an_input(out, {f"input {i + 1}": f for i, f in enumerate(files)}, "out")
+    if kinds == {True}:
+        _calibrate_serving(files, as_json, out, tp, model, machine, engine or "vllm",
+                           dtype or "bf16", kv_dtype or "auto")
+        return
+    _calibrate_profile(files[0], as_json, out, seed or 0, tp, exclude_hardware)
+
+
+def _calibrate_profile(profile: Path, as_json: bool, out: Optional[Path], seed: int,
+                       tp: Optional[int], exclude_hardware: list[str]) -> None:
+    from provisioner.files import file_sha256, output_errors, write_atomically
     from provisioner.terminal import calibration_table
     from simcore.perfcalib import calibrate as fit_profile, read_profile_csv, select_rows
     from simcore.perfmodel import coefficients_document
 
-    from provisioner.files import check_not_an_input, check_output_file, output_errors
-
-    if out is not None:
-        check_output_file(out, "out")
-        check_not_an_input(out, {"profile": profile}, "out")
     rows = select_rows(read_profile_csv(profile), tp, tuple(exclude_hardware), str(profile))
     result = fit_profile(rows, seed=seed, source=str(profile))
     command = " ".join(["provision calibrate", str(profile)]
@@ -218,6 +273,94 @@ def calibrate(
                   f"once; {result.artefacts_dropped} preemption artefacts dropped.")
     if out is not None:
         console.print(f"wrote coefficients of {len(result.groups)} groups to {out}")
+
+
+def _calibrate_serving(files: list[Path], as_json: bool, out: Optional[Path], tp: int,
+                       model_name: str, machine_name: str, engine: str, dtype: str,
+                       kv_dtype: str) -> None:
+    """Engine overheads and per-phase scales from serving benchmarks (provisioner.servefit)."""
+    from provisioner.benchfiles import read_bench_files
+    from provisioner.files import file_sha256, output_errors, write_atomically
+    from provisioner.question import resolve_catalog
+    from provisioner.servefit import calibration_document, fit_runs, price_runs
+    from provisioner.study import kv_dtype_of, model_in_dtype
+    from simcore.engine_overheads import fitted_overheads
+    from simcore.kernels import KernelPerformanceModel
+
+    for option, value, allowed in (("engine", engine, ("vllm", "sglang", "trtllm")),
+                                   ("dtype", dtype, ("bf16", "fp8", "fp4")),
+                                   ("kv_dtype", kv_dtype, ("auto", "bf16", "fp8"))):
+        if value not in allowed:
+            raise InputError(f"--{option.replace('_', '-')} must be one of "
+                             f"{', '.join(allowed)}, got {value!r}", field=option)
+    catalog = resolve_catalog(None)
+    if model_name not in catalog.models:
+        raise InputError(f"unknown model '{model_name}'; catalog models: "
+                         f"{', '.join(sorted(catalog.models))}", field="model")
+    if machine_name not in catalog.machines:
+        raise InputError(f"unknown machine '{machine_name}'; catalog machines: "
+                         f"{', '.join(sorted(catalog.machines))}", field="machine")
+    runs = read_bench_files(files)     # every file validated before any pricing
+    kv = kv_dtype_of(engine, dtype, kv_dtype)
+    record = model_in_dtype(catalog.models[model_name], dtype, kv)
+    sku = catalog.machines[machine_name]
+    kernels = KernelPerformanceModel(engine, dtype, kv_dtype=kv)
+    if not kernels.is_calibrated(record, sku, tp):
+        raise InputError(f"no {engine} {dtype} kernel tables (KV {kv}) price {model_name} on "
+                         f"{machine_name}: the fit needs them", field="machine")
+    curves = kernels.curves(record, sku, tp)
+    calibration = fit_runs(price_runs(runs, curves, record.layers), fitted_overheads(engine))
+    command = " ".join(["provision calibrate", *map(str, files), "--model", model_name,
+                        "--machine", machine_name, "--tp", str(tp), "--engine", engine,
+                        "--dtype", dtype, "--kv-dtype", kv_dtype])
+    sources = [{"path": str(f), "sha256": file_sha256(f),
+                "runs": sum(r.file == str(f) for r in runs),
+                "format": next(r.format for r in runs if r.file == str(f))} for f in files]
+    document = calibration_document(calibration, engine=engine, dtype=dtype, kv_dtype=kv,
+                                    model=model_name, machine=machine_name, tp=tp,
+                                    sources=sources, command=command)
+    if out is not None:
+        with output_errors("out"):
+            write_atomically(out, json.dumps(document, indent=2) + "\n")
+    if as_json:
+        print_json({**document, "out": str(out) if out is not None else None,
+                    "compositions": calibration.compositions, "notes": calibration.notes})
+        return
+    _print_serving(_console(), document, calibration, out)
+
+
+def _print_serving(console, document: dict, calibration, out: Optional[Path]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{document['engine']} on {document['model']} / {document['machine']} "
+                        f"TP {document['tp']}: measured vs predicted (ms)")
+    for column in ("run", "c", "isl", "osl", "TPOT meas.", "before", "fitted", "held out",
+                   "TTFT meas.", "before", "fitted", "held out"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    def cells(r, k):
+        return [f"{r[k][x]:.2f}" if x in r[k] else "-"
+                for x in ("measured", "before", "fitted", "held_out")]
+    for r in document["runs"]:
+        table.add_row(f"{Path(r['file']).name} {r['run']}", f"{r['concurrency']:.1f}",
+                      f"{r['input_tokens']:.0f}", f"{r['output_tokens']:.0f}",
+                      *cells(r, "tpot_ms"), *cells(r, "ttft_ms"))
+    console.print(table)
+    t, sc = document["terms"], document["scales"]
+    console.print(f"fitted ({document['composition']}): {t['iteration_s'] * 1e3:.3g} ms per "
+                  f"iteration + {t['sequence_s'] * 1e6:.3g} µs per sequence, first token "
+                  f"+{t['first_token_s'] * 1e3:.3g} ms, prompt x{sc['prompt_scale']:.3g}, decode "
+                  f"x{sc['decode_scale']:.3g}")
+    held = document["held_out"]
+    if held:
+        for k in ("tpot", "ttft"):
+            b, a = held[k]["before"], held[k]["after"]
+            console.print(f"{k.upper()} error median/P90: engine defaults {b['median']:.1%}/"
+                          f"{b['p90']:.1%} -> held out (leave one run out) {a['median']:.1%}/"
+                          f"{a['p90']:.1%}")
+    for note in calibration.notes:
+        console.print(f"note: {note}")
+    if out is not None:
+        console.print(f"wrote engine calibration to {out}; search with --perf-model {out}")
 
 
 def _coefficients_text(path: Path, document: dict) -> str:

@@ -591,6 +591,7 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
     perf = preset_perf(study.assumptions, perf_source(study.perf_model, engine=study.engine,
                                                       dtype=study.dtype))
     perf = replace(perf, kv_dtype=kv_dtype_of(perf.engine, perf.dtype, study.kv_dtype))
+    check_calibration(perf)
     perf = replace(perf, overheads=engine_overheads(study, perf))
     for name, value in (("dtype", perf.dtype), ("kv_dtype", perf.kv_dtype)):
         if value != "bf16" and perf.engine == LEGACY_ENGINE:
@@ -600,6 +601,25 @@ def resolve_perf(study: StudyOptions) -> PerfSource:
                              f"{why} the 2023 Splitwise profiles, measured in bf16 only; use "
                              f"{option_ref('engine')} vllm", field=name)
     return perf
+
+
+def check_calibration(perf: PerfSource) -> None:
+    """An engine calibration (`provision calibrate RESULTS.json`) is the kernel model of its
+    engine and data types: the search's --engine, --dtype and --kv-dtype must be those."""
+    if perf.path is None or Path(perf.path).suffix.lower() == ".csv":
+        return
+    from simcore.enginecalib import calibration_header
+    header = calibration_header(perf.path)
+    if header is None:
+        return
+    for name, value in (("engine", perf.engine), ("dtype", perf.dtype),
+                        ("kv_dtype", perf.kv_dtype)):
+        if header.get(name) != value:
+            raise InputError(f"{option_ref('perf_model')} {perf.name} is an engine calibration "
+                             f"of {option_ref('engine')} {header.get('engine')} "
+                             f"{option_ref('dtype')} {header.get('dtype')} "
+                             f"{option_ref('kv_dtype')} {header.get('kv_dtype')}; this search "
+                             f"asks {option_ref(name)} {value}: give the file's", field=name)
 
 
 OVERHEAD_OPTIONS = ("iteration_overhead_ms", "sequence_overhead_us", "first_token_overhead_ms",
@@ -616,8 +636,8 @@ def engine_overheads(study: StudyOptions, perf: PerfSource) -> EngineOverheads:
             whose = (f"{option_ref('perf_model')} {perf.name}" if perf.path is not None
                      else f"the {LEGACY_ENGINE} model")
             raise InputError(f"{option_ref(given[0])} applies to latencies composed from kernel "
-                             f"tables; {whose} holds measured iteration times, overheads "
-                             f"included: drop {option_ref(given[0])}", field=given[0])
+                             f"tables; {whose} holds measured iteration times or calibrated "
+                             f"overheads: drop {option_ref(given[0])}", field=given[0])
         return NO_OVERHEADS
     ms = None if study.first_token_overhead_ms is None else study.first_token_overhead_ms / 1e3
     return fitted_overheads(perf.engine).overridden(

@@ -393,9 +393,10 @@ def default_performance_model() -> FittedPerformanceModel:
     return FittedPerformanceModel(groups, transfer=True, source="default")
 
 
-def load_performance_model(path: str | Path, catalog: Catalog) -> FittedPerformanceModel:
+def load_performance_model(path: str | Path, catalog: Catalog) -> PerformanceModel:
     """A user's coefficients file or piecewise-linear table file (YAML, JSON or CSV); table
-    entries name machines and models of `catalog`.
+    entries name machines and models of `catalog`; or an engine calibration (`kind:
+    engine-calibration`, `simcore.enginecalib`: the engine's kernel model, calibrated on one pair).
 
     Pairs the file does not cover fall back to the default model. Bad files raise a one-line
     InputError naming the file, row or entry, and field.
@@ -406,14 +407,22 @@ def load_performance_model(path: str | Path, catalog: Catalog) -> FittedPerforma
         return FittedPerformanceModel(tables=perftables.read_table_csv(path, catalog),
                                       fallback=fallback, source=str(path))
     document = _read_document(path)
+    from simcore import enginecalib
+    if enginecalib.is_calibration(document):   # provision calibrate on serving benchmarks
+        if (document.get("dtype"), document.get("kv_dtype")) != ("bf16", "bf16"):
+            fallback = FittedPerformanceModel(fallback.groups, transfer=fallback.transfer,
+                                              source=fallback.source)
+        return enginecalib.parse_calibration(document, str(path), catalog, fallback)
     if isinstance(document, dict) and "groups" in document:
         return FittedPerformanceModel(parse_coefficients_document(document, str(path)),
                                       fallback=fallback, source=str(path))
     if isinstance(document, dict) and "tables" in document:
         tables = perftables.parse_table_document(document, str(path), catalog)
         return FittedPerformanceModel(tables=tables, fallback=fallback, source=str(path))
-    raise InputError("expected a coefficients file (key 'groups', from provision calibrate) or "
-                     "a latency table file (key 'tables')", source=str(path))
+    raise InputError("expected a coefficients file (key 'groups', from provision calibrate "
+                     "PROFILE.csv), an engine calibration (kind: engine-calibration, from "
+                     "provision calibrate RESULTS.json) or a latency table file (key 'tables')",
+                     source=str(path))
 
 
 def _read_document(path: Path) -> Any:

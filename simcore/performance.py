@@ -12,6 +12,8 @@ Implementations:
   coefficients `provision calibrate` fitted, and a user's latency tables (`simcore.perftables`);
 - `simcore.kernels.KernelPerformanceModel`: iterations composed from measured kernel tables;
 - `simcore.kernels.EnginePerformanceModel`: an engine's kernel model, the 2023 fit elsewhere;
+- `simcore.enginecalib.CalibratedEngineModel`: that, with overheads and per-phase scales
+  `provision calibrate` fitted to serving benchmarks on one (model, machine) pair;
 - `simcore.splitwise_sim.SplitwiseSimPerformance`: the paper simulator's 2023 curves;
 - `provisioner.study._Scaled`: any of these with every latency scaled (`--sensitivity`).
 
