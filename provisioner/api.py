@@ -43,6 +43,7 @@ from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_re
 from provisioner.runner import (DiskCache, Runner, RunStats, cache_run, default_cache_dir,
                                 default_jobs, warn)
 from provisioner.sensitivity import sensitivity
+from provisioner.unitcosts import attach_unit_costs
 from provisioner.simulation import curve_summary, simulation_summary
 from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
@@ -433,6 +434,7 @@ def _search(study: Study, execution: Execution, cache: DiskCache | None,
                  "without reading it (its entries are rewritten)")
             return None, runner.stats
         attach_verification(results, runner)
+        attach_unit_costs(results, study)
     return results, runner.stats
 
 

@@ -395,7 +395,7 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     from provisioner.reports import render_reports, write_reports
     from provisioner.evaluate import warm_up
     from provisioner.hardware import HARDWARE_PROGRESS
-    from provisioner.terminal import (SearchProgress, compile_notice, hardware_lines,
+    from provisioner.terminal import (SearchProgress, best_lines, compile_notice, hardware_lines,
                                       hardware_view, headline_lines, load_curve_lines,
                                       markdown_table, optimum_table,
                                       search_notes, sensitivity_table)
@@ -446,6 +446,8 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
                       f"{result.stats.cache_hits} from the cache "
                       f"({document['summary']['evaluations']} points evaluated); reports in "
                       f"{out}/", highlight=False)
+        for line in best_lines(document):
+            console.print(line, highlight=False, soft_wrap=True)
     _search_warnings(document, options.settings.exhaustive)
     if not document["summary"]["feasible_designs"]:
         note("[bold red]no feasible configuration[/] for any design: "

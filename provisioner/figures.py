@@ -20,6 +20,7 @@ from provisioner.tables import answer_sentence, layout_label, no_optimum_text
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics, window_text
+from provisioner import unitcosts
 from slo_profiles import ABSOLUTE_METRICS
 
 CONSTRAINTS = ("max_machines", "max_gpus", "max_prompt", "max_token")  # in the summary table
@@ -151,7 +152,8 @@ def optimum_html(document: dict) -> str:
                           for a in document.get("assumptions", []))
     assumed = f"<h2>Modelling assumptions</h2><table>{assumptions}</table>" if assumptions else ""
     return (f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
-            f"{notes}{_latency_html(document)}{_resilience_html(document)}"
+            f"{notes}{_latency_html(document)}{_unit_costs_html(document)}"
+            f"{_resilience_html(document)}"
             f"{_sensitivity_html(document)}{assumed}")
 
 
@@ -172,6 +174,12 @@ def _latency_html(document: dict) -> str:
                           for p in ("p50", "p90", "p99"))]
     return _text_table("Latencies of each optimum, ms (base sample; TPOT: a request's mean gap "
                        "between tokens; ITL: every gap)", header, rows)
+
+
+def _unit_costs_html(document: dict) -> str:
+    """Each optimum's tokens/s, $ and kWh per million tokens (`provisioner.unitcosts`)."""
+    return _text_table(unitcosts.HTML_TITLE, ["design", *unitcosts.COLUMNS],
+                       unitcosts.unit_cost_rows(document))
 
 
 def _resilience_html(document: dict) -> str:

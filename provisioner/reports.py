@@ -19,9 +19,10 @@ from provisioner.loadcurve import PLAN_FILE, plan_csv   # --load-curve: its plan
 from provisioner.study import SLO_KEYS, DesignResult, Metrics
 
 SCHEMA = "provision.search-report"
-SCHEMA_VERSION = 4  # 2: verification, headroom, assumptions, warnings, sensitivity;
+SCHEMA_VERSION = 5  # 2: verification, headroom, assumptions, warnings, sensitivity;
 #                       3: inputs.options, the question as asked (what `check` reads);
-#                       4: layouts (optimum.layout, designs[].layouts, layouts_skipped)
+#                       4: layouts (optimum.layout, designs[].layouts, layouts_skipped);
+#                       5: optimum.unit_costs (tokens/s, $ and kWh per million tokens)
 REPORT_FILES = ("report.json", "evaluations.csv", "report.html")
 WRITTEN_FILES = REPORT_FILES + (PLAN_FILE,)   # every file a search may write in --out
 
@@ -65,7 +66,8 @@ def design_dict(result: DesignResult) -> dict:
         optimum = {**optimum_dict(result.optimum),
                    **({"layout": result.layout} if result.layout else {}),
                    "headroom_rps": num(result.headroom_rps),
-                   **verification_dict(result.verification)}
+                   **verification_dict(result.verification),
+                   "unit_costs": _rounded_tree(result.unit_costs)}
     chunked = {}
     if d.is_chunked:  # whole-prompt designs keep the keys they always had
         chunked = {"prefill": d.prefill, "chunk_tokens": d.chunk_tokens,

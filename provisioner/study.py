@@ -478,6 +478,7 @@ class DesignResult:
     # do better than (its bound; or the best found when it was searched only where it could
     # win), "answer": {"design", "value"}: the search's answer}
     pruned_by: dict | None = None
+    unit_costs: dict | None = None   # the optimum's tokens/s, $ and kWh per M tokens (unitcosts)
 
     @property
     def status(self) -> str:

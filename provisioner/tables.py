@@ -1,6 +1,7 @@
 """Report tables as text, shared by the terminal (terminal.py) and report.html (figures.py):
 each is computed once from report.json's content, so the two views cannot disagree."""
 from __future__ import annotations
+from provisioner.unitcosts import money_text
 
 
 RESILIENCE_COLUMNS = ("no failures", "restart", "replicate")
@@ -191,6 +192,32 @@ def _static_sentence(document: dict) -> str:
         margin = f" {hardware['comparison'][0].upper()}{hardware['comparison'][1:]}."
     return (f"Best: {best}, {pools}{rate}: ${o['cost_per_hour']:,.2f}/h, "
             f"{o['power_kw']:,.1f} kW, {o['gpus']} GPUs{binding}.{margin}")
+
+
+def pools_words(entry: dict) -> str:
+    """A report.json optimum's pools with their SKUs, as `Design.pools_text(..., "skus")` says
+    them (the --hardware answer's form): "12 x dgx-h100", "3 dgx-h100 prompt + 9 dgx-a100
+    token"."""
+    o = entry["optimum"]
+    if "machines" in o:
+        return f"{o['machines']} x {entry['prompt_sku']}"
+    return (f"{o['prompt_machines']} {entry['prompt_sku']} prompt + {o['token_machines']} "
+            f"{entry['token_sku']} token")
+
+
+def best_line(document: dict) -> str | None:
+    """The answer in one line: "Best: DESIGN POOLS at $X/h ($Y per M tokens blended)" (max-rate:
+    and the rate it serves); None when no design is feasible."""
+    best = document["summary"]["best_design"]
+    if best is None:
+        return None
+    entry = next(e for e in document["designs"] if e["design"] == best)
+    o = entry["optimum"]
+    blended = (o.get("unit_costs") or {}).get("usd_per_m_tokens_blended")
+    per_token = "" if blended is None else f" ({money_text(blended)} per M tokens blended)"
+    rate = ("" if document["inputs"]["goal"]["name"] != "max-rate" or o["rate_rps"] is None
+            else f", serving {o['rate_rps']:g} req/s")
+    return f"Best: {best} {pools_words(entry)} at ${o['cost_per_hour']:,.2f}/h{per_token}{rate}"
 
 
 def no_optimum_text(entry: dict) -> str:

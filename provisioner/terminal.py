@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from provisioner.study import window_text
-from provisioner.tables import answer_sentence, layout_label, no_optimum_text
+from provisioner.tables import answer_sentence, best_line, layout_label, no_optimum_text
+from provisioner.unitcosts import unit_cost_lines
 from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
                                 pools_text, sensitivity_cells, spares_k)
 
@@ -336,6 +337,15 @@ def hardware_lines(document: dict) -> list[str]:
             "report.json (designs[].status) and its points in evaluations.csv"]
 
 
+def best_lines(document: dict) -> list[str]:
+    """A plain search's last line: the best design, its pools, $/h and $ per million tokens
+    blended (`provisioner.tables.best_line`; --hardware prints its own answer)."""
+    if document["summary"].get("hardware") is not None:
+        return []
+    line = best_line(document)
+    return [] if line is None else [f"[bold]{escape(line)}[/]"]
+
+
 def headline_lines(document: dict) -> list[str]:
     """The line above the table: a load curve's answer (the plan, what it saves and whether
     it held over the whole curve, then the static cluster the table shows per design)."""
@@ -479,7 +489,8 @@ def search_notes(document: dict) -> list[str]:
         lines.append(f"KV capacity per machine ({reserve:.0%} HBM reserve): "
                      + ", ".join(f"{sku} {tokens:,} tokens" for sku, tokens in kv.items()))
     lines += mixed_pool_lines(document)
-    lines += latency_lines(document) + layout_lines(document) + bound_lines(document)
+    lines += latency_lines(document) + unit_cost_lines(document) + layout_lines(document)
+    lines += bound_lines(document)
     lines += comparison_lines(document)
     resilience = resilience_rows(document)
     if resilience:

@@ -56,7 +56,7 @@ def test_report_json_schema_and_contents(report_dir):
     out, run = report_dir
     document = json.loads((out / "report.json").read_text())
     assert json.loads(run.stdout) == document             # --json prints report.json
-    assert document["schema_version"] == 4
+    assert document["schema_version"] == 5
     inputs = document["inputs"]
     assert inputs["model"]["name"] == "llama2-70b" and inputs["workload"]["name"] == "coding"
     assert inputs["goal"] == {"name": "min-cost", "paper_name": "iso-throughput cost-optimized",
