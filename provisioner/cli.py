@@ -206,12 +206,15 @@ def calibrate(
     """Fit the performance model to measured latencies (a profile CSV) or an engine's overheads
     and per-phase scales to serving benchmarks (vllm bench serve, GuideLLM); report held-out
     error."""
-    from provisioner.benchfiles import bench_format
+    from provisioner.benchfiles import bench_format, read_bench_file
 
     from provisioner.files import check_not_an_input, check_output_file
 
     # a benchmark result: any file not named .csv, or a .csv whose content is one (JSON)
     kinds = {f.suffix.lower() != ".csv" or bench_format(f) is not None for f in files}
+    for f in files:   # an unreadable or foreign file is named before any option is asked for
+        if f.suffix.lower() != ".csv":
+            read_bench_file(f)
     if kinds == {True}:
         given = {"--seed": seed is not None, "--exclude-hardware": bool(exclude_hardware)}
         for option, present in given.items():
