@@ -497,6 +497,33 @@ def check(report: Path, as_json: bool = False, **values):
         raise typer.Exit(1)
 
 
+@app.command()
+def export(report: Path = typer.Argument(..., metavar="REPORT.json",
+                                         help="A report.json written by `provision search`."),
+           target: str = typer.Option(..., "--target", metavar="TARGET",
+                                      help="vllm, sglang, trtllm (launch scripts), dynamo "
+                                           "(a DynamoGraphDeployment), llm-d (model service "
+                                           "values) or k8s (Deployments and Services)."),
+           design: Optional[str] = typer.Option(None, "--design", metavar="D",
+                                                help="The design to deploy (default: the "
+                                                     "report's best)."),
+           out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
+                                              help="Output folder (default: export-TARGET "
+                                                   "beside the report)."),
+           force: bool = typer.Option(False, "--force",
+                                      help="Replace the files of an earlier export in a "
+                                           "non-empty --out.")):
+    """Write the launch configuration of every pool of a design of REPORT (the settings the
+    simulation assumed, the KV-transfer wiring of prompt / token pools) for an engine or
+    Kubernetes; a load-curve report's plan as a schedule."""
+    from provisioner.export import export as export_files
+
+    written = export_files(report, target, design, out, force)
+    console = _console()
+    for path in written:
+        console.print(str(path), highlight=False, soft_wrap=True)
+
+
 class StdoutFailed(Exception):
     """Writing to standard output failed (a full device, a closed pipe): not an OSError, so
     no command's own OSError handling mistakes it for one of its files."""

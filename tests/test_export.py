@@ -1,0 +1,355 @@
+"""`provision export` (issue 40): every target's files for a colocated and a disaggregated
+design of small search reports (BLOOM-176B, the default model, and Llama-3.1-70B), checked
+against the Kubernetes object models of the `kubernetes` Python client and against the
+engines' documented argument names (tests/data/engine_args.json names each version and its
+source); a load-curve report's plan as a schedule with one replica patch per change; bad input
+is one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+kubernetes = pytest.importorskip("kubernetes", reason="the test extra: pip install kubernetes")
+from kubernetes import client as k8s   # noqa: E402
+
+ARGS = json.loads((Path(__file__).parent / "data" / "engine_args.json").read_text())
+TARGETS = ("vllm", "sglang", "trtllm", "dynamo", "llm-d", "k8s")
+TINY = ["--designs", "splitwise-hh,sarathi-h100", "--duration", "1", "--rate", "5",
+        "--verify-seeds", "1", "--no-cache", "--jobs", "1", "--quiet"]
+CURVE = "time_s,rate_rps\n0,2\n600,10\n1200,2\n"
+CURVE_SEARCH = ["--window", "600", "--designs", "splitwise-hh", "--model", "llama2-70b",
+                "--duration", "10", "--jobs", "1", "--no-cache", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, cli) -> dict[str, Path]:
+    """Small search reports: the default model and Llama-3.1-70B, each with a disaggregated
+    and a chunked colocated design; and a load-curve report."""
+    folder = tmp_path_factory.mktemp("reports")
+    made = {}
+    for name, model in (("bloom", []), ("llama70b", ["--model", "llama-3.1-70b"])):
+        outcome = cli(["search", *TINY, *model, "--out", folder / name])
+        assert outcome.code == 0, outcome.stderr
+        made[name] = folder / name / "report.json"
+    (folder / "curve.csv").write_text(CURVE)
+    outcome = cli(["search", "--load-curve", folder / "curve.csv", *CURVE_SEARCH,
+                   "--out", folder / "curve"])
+    assert outcome.code == 0, outcome.stderr
+    made["curve"] = folder / "curve" / "report.json"
+    return made
+
+
+def _export(cli, report: Path, target: str, out: Path, *extra) -> dict[str, str]:
+    outcome = cli(["export", report, "--target", target, "--out", out, *extra])
+    assert outcome.code == 0, outcome.stderr
+    return {p.name: p.read_text() for p in sorted(out.iterdir())}
+
+
+def _optimum(report: Path, design: str) -> tuple[dict, dict]:
+    document = json.loads(report.read_text())
+    entry = next(e for e in document["designs"] if e["design"] == design)
+    return document, entry
+
+
+# ------------------------------------------------------------- Kubernetes object validation
+_PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object,
+               "datetime": str, "date": str}
+
+
+def _check_model(value, type_name: str, path: str) -> None:
+    """`value` fits the client's model `type_name`: every key is one of the model's JSON
+    attribute names, recursively (the client's own deserializer silently drops unknown keys)."""
+    if type_name.startswith(("list[", "List[")):
+        assert isinstance(value, list), path
+        for k, item in enumerate(value):
+            _check_model(item, type_name[5:-1], f"{path}[{k}]")
+        return
+    if type_name.startswith(("dict(", "Dict[")):
+        inner = type_name[5:-1].split(", ", 1)[1]
+        assert isinstance(value, dict), path
+        for key, item in value.items():
+            _check_model(item, inner, f"{path}.{key}")
+        return
+    if type_name in _PRIMITIVES:
+        assert isinstance(value, _PRIMITIVES[type_name]), (path, type_name, value)
+        return
+    model = getattr(k8s, type_name)
+    assert isinstance(value, dict), (path, type_name)
+    by_json = {json_key: attr for attr, json_key in model.attribute_map.items()}
+    for key, item in value.items():
+        assert key in by_json, f"{path}.{key}: not a field of {type_name}"
+        _check_model(item, model.openapi_types[by_json[key]], f"{path}.{key}")
+
+
+class _Response:   # what older clients' ApiClient.deserialize reads
+    def __init__(self, document: dict):
+        self.data = json.dumps(document)
+
+
+def _deserialize(document: dict, kind: str):
+    api = k8s.ApiClient()
+    try:   # kubernetes >= 35: deserialize(response_text, response_type, content_type)
+        return api.deserialize(json.dumps(document), kind, "application/json")
+    except TypeError:
+        return api.deserialize(_Response(document), kind)
+
+
+def k8s_object(document: dict):
+    """The document checked against its kind's model and deserialized by the client."""
+    kind = {"Deployment": "V1Deployment", "Service": "V1Service",
+            "ConfigMap": "V1ConfigMap"}[document["kind"]]
+    _check_model(document, kind, document["kind"])
+    return _deserialize(document, kind)
+
+
+# ---------------------------------------------------------------------- engine flag checks
+def _flags(args: list[str]) -> list[str]:
+    return [a for a in args if a.startswith("--")]
+
+
+def check_flags(args: list[str], *engines: str) -> dict[str, str]:
+    """Every flag is a documented argument of `engines` (names and, where listed, choices);
+    returns flag -> value (flags without a value: "")."""
+    known = set().union(*(ARGS[e]["args"] for e in engines))
+    choices = {k: v for e in engines for k, v in ARGS[e].get("choices", {}).items()}
+    values = {}
+    for k, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        assert arg in known, f"{arg}: not a documented {' / '.join(engines)} argument"
+        value = args[k + 1] if k + 1 < len(args) and not args[k + 1].startswith("--") else ""
+        if arg in choices:
+            assert value in choices[arg], (arg, value)
+        values[arg] = value
+    assert len(values) == len(_flags(args)), "a flag given twice"
+    return values
+
+
+def _script_args(text: str, command: list[str]) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("exec "))
+    words = shlex.split(line)[1:]
+    assert words[:len(command)] == command, words
+    return words[len(command):]
+
+
+def _servers(pool_layout: dict, gpus: int, machines: int) -> int:
+    group = pool_layout.get("ep", 1) if pool_layout.get("ep", 1) > 1 else (
+        pool_layout["tp"] * pool_layout["pp"])
+    return machines * (gpus // group) if group <= gpus else machines // (group // gpus)
+
+
+CASES = [(report, design) for report in ("bloom", "llama70b")
+         for design in ("splitwise-hh", "sarathi-h100")]
+
+
+@pytest.mark.parametrize("report,design", CASES, ids=[f"{r}-{d}" for r, d in CASES])
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_target_writes_the_assumed_settings(cli, reports, tmp_path, target, report,
+                                                  design):
+    path = reports[report]
+    document, entry = _optimum(path, design)
+    files = _export(cli, path, target, tmp_path / "out", "--design", design)
+    optimum, layout = entry["optimum"], entry["optimum"]["layout"]
+    gpus = document["inputs"]["catalog"]["machines"]["dgx-h100"]["gpus"]
+    pd = "prompt_machines" in optimum
+    roles = ("prompt", "token") if pd else ("pool",)
+    model = {"bloom": "bigscience/bloom", "llama70b": "meta-llama/Llama-3.1-70B"}[report]
+    servers = {role: _servers(layout[role], gpus,
+                              optimum[f"{role}_machines" if pd else "machines"])
+               for role in roles}
+    chunk = entry.get("chunk_tokens")
+    assert "README.txt" in files and design in files["README.txt"]
+    assert "GPU memory fraction 0.90" in files["README.txt"]
+    for name in files:
+        if name.endswith(".yaml"):
+            yaml.safe_load_all(files[name])   # every YAML file parses
+    if target in ("vllm", "sglang", "trtllm"):
+        command = {"vllm": ["vllm", "serve"], "sglang": ["python3", "-m", "sglang.launch_server"],
+                   "trtllm": ["trtllm-serve"]}[target]
+        for role in roles:
+            args = _script_args(files[f"{role}.sh"], command)
+            flags = check_flags(args, target)
+            tp = layout[role]["tp"]
+            if target == "vllm":
+                assert args[0] == model
+                assert flags["--tensor-parallel-size"] == str(tp)
+                assert flags["--gpu-memory-utilization"] == "0.90"
+                if chunk:
+                    assert flags["--max-num-batched-tokens"] == str(chunk)
+                    assert "--enable-chunked-prefill" in flags
+                else:
+                    assert "--no-enable-chunked-prefill" in flags
+                if pd:
+                    wiring = json.loads(flags["--kv-transfer-config"])
+                    assert wiring == {"kv_connector": "NixlConnector", "kv_role":
+                                      "kv_producer" if role == "prompt" else "kv_consumer"}
+                else:
+                    assert "--kv-transfer-config" not in flags
+            elif target == "sglang":
+                assert flags["--model-path"] == model and flags["--tp-size"] == str(tp)
+                assert flags["--mem-fraction-static"] == "0.90"
+                assert flags["--chunked-prefill-size"] == (str(chunk) if chunk else "-1")
+                if pd:
+                    assert flags["--disaggregation-mode"] == ("prefill" if role == "prompt"
+                                                              else "decode")
+                    assert flags["--disaggregation-transfer-backend"] in ("nixl", "mooncake")
+                else:
+                    assert "--disaggregation-mode" not in flags
+            else:
+                assert args[0] == model and flags["--tp_size"] == str(tp)
+                options = yaml.safe_load(files[f"{role}-config.yaml"])
+                assert set(options) <= set(ARGS["trtllm"]["llm_api_options"])
+                assert set(options["kv_cache_config"]) <= set(ARGS["trtllm"]["kv_cache_config"])
+                assert options["enable_chunked_prefill"] is bool(chunk)
+                assert options["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+                assert ("cache_transceiver_config" in options) is pd
+        if target == "trtllm":
+            assert ("disagg-config.yaml" in files) is pd
+            if pd:
+                config = yaml.safe_load(files["disagg-config.yaml"])
+                assert set(config) <= set(ARGS["trtllm"]["disaggregated"])
+                assert config["context_servers"]["num_instances"] == servers["prompt"]
+                assert config["generation_servers"]["num_instances"] == servers["token"]
+                assert len(config["generation_servers"]["urls"]) == servers["token"]
+    elif target == "k8s":
+        objects = list(yaml.safe_load_all(files["deployments.yaml"]))
+        deployments = {o["metadata"]["name"]: k8s_object(o) for o in objects
+                       if o["kind"] == "Deployment"}
+        services = [k8s_object(o) for o in objects if o["kind"] == "Service"]
+        assert len(deployments) == len(roles) == len(services)
+        for role in roles:
+            deployment = deployments[f"{design}-{role}"]
+            assert isinstance(deployment, k8s.V1Deployment)
+            assert deployment.spec.replicas == servers[role]
+            container = deployment.spec.template.spec.containers[0]
+            per_server = layout[role]["tp"] * layout[role]["pp"]
+            assert container.resources.limits["nvidia.com/gpu"] == str(min(per_server, gpus))
+            check_flags(container.args, "vllm")   # the search's engine: vLLM
+            assert ("--kv-transfer-config" in container.args) is pd
+            selector = deployment.spec.selector.match_labels
+            assert all(deployment.spec.template.metadata.labels[k] == v
+                       for k, v in selector.items())
+        for service in services:
+            assert service.spec.ports[0].port == 8000
+    elif target == "dynamo":
+        graph = yaml.safe_load(files["dynamo-graph.yaml"])
+        assert (graph["apiVersion"], graph["kind"]) == ("nvidia.com/v1alpha1",
+                                                        "DynamoGraphDeployment")
+        services = graph["spec"]["services"]
+        assert "Frontend" in services
+        workers = {"prompt": "VllmPrefillWorker", "token": "VllmDecodeWorker",
+                   "pool": "VllmWorker"}
+        assert set(services) == {"Frontend", *(workers[r] for r in roles)}
+        for role in roles:
+            worker = services[workers[role]]
+            assert worker["replicas"] == servers[role]
+            args = worker["extraPodSpec"]["mainContainer"]["args"]
+            check_flags(args, "vllm", "dynamo.vllm")
+            assert ("--is-prefill-worker" in args) is (role == "prompt")
+            if pd:
+                assert worker["subComponentType"] == ("prefill" if role == "prompt"
+                                                      else "decode")
+    else:
+        values = yaml.safe_load(files["llm-d-values.yaml"])
+        assert values["modelArtifacts"]["uri"] == f"hf://{model}"
+        assert values["prefill"]["create"] is pd and values["decode"]["create"] is True
+        for role, key in (("prompt", "prefill"), ("token", "decode"), ("pool", "decode")):
+            if role not in roles:
+                continue
+            section = values[key]
+            assert section["replicas"] == servers[role]
+            assert section["parallelism"]["tensor"] == layout[role]["tp"]
+            flags = check_flags(section["containers"][0]["args"], "vllm")
+            if pd:
+                assert json.loads(flags["--kv-transfer-config"])["kv_connector"] == \
+                    "NixlConnector"
+
+
+def test_the_default_design_is_the_reports_best_and_export_is_deterministic(cli, reports,
+                                                                           tmp_path):
+    document = json.loads(reports["llama70b"].read_text())
+    best = document["summary"]["best_design"]
+    first = _export(cli, reports["llama70b"], "k8s", tmp_path / "a")
+    again = _export(cli, reports["llama70b"], "k8s", tmp_path / "b")
+    assert first == again
+    names = [o["metadata"]["name"] for o in yaml.safe_load_all(first["deployments.yaml"])]
+    assert all(name.startswith(f"{best}-") for name in names)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_load_curve_plan_is_exported_as_a_schedule(cli, reports, tmp_path, target):
+    document = json.loads(reports["curve"].read_text())
+    curve = document["load_curve"]
+    plan = curve["designs"]["splitwise-hh"]["plan"]
+    files = _export(cli, reports["curve"], target, tmp_path / "out")
+    rows = list(csv.DictReader(files["schedule.csv"].splitlines()))
+    # replaying the rows gives every window's pools
+    state: dict[str, int] = {}
+    starts = [w["start_s"] for w in curve["windows"]]
+    for k, (start, pools) in enumerate(zip(starts, plan)):
+        for row in rows:
+            if float(row["time_s"]) == start:
+                state[row["pool"]] = int(row["machines"])
+                grew = k > 0 and int(row["machines"]) > plan[k - 1][("prompt", "token").index(
+                    row["pool"])]
+                lead = curve["rules"]["scale_up_s"] if grew else 0
+                assert float(row["apply_at_s"]) == max(0.0, start - lead)
+        assert [state["prompt"], state["token"]] == pools
+    patches = sorted(name for name in files if name.startswith("patch-"))
+    if target != "k8s":
+        assert not patches
+        return
+    full = {o["metadata"]["name"]: o for o in yaml.safe_load_all(files["deployments.yaml"])
+            if o["kind"] == "Deployment"}
+    deployments = {name: o["spec"]["replicas"] for name, o in full.items()}
+    changes = 0
+    for row in rows:
+        name = f"splitwise-hh-{row['pool']}"
+        if deployments[name] != int(row["replicas"]):
+            changes += 1
+            deployments[name] = int(row["replicas"])
+    assert len(patches) == changes > 0
+    for name in patches:
+        patch = yaml.safe_load(files[name])
+        _check_model(patch, "V1Deployment", name)   # a partial Deployment: only its fields
+        # merged into its Deployment (a merge patch), the result is a valid Deployment
+        target_name = patch["metadata"]["name"]
+        merged = {**full[target_name], "spec": {**full[target_name]["spec"], **patch["spec"]}}
+        assert k8s_object(merged).spec.replicas == patch["spec"]["replicas"]
+        assert re.fullmatch(r"patch-\d{3}-(prompt|token)\.yaml", name)
+        assert "kubectl patch deployment" in files[name]
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_is_one_line_and_writes_nothing(cli, bad_input, reports, tmp_path):
+    out = tmp_path / "out"
+    not_a_report = tmp_path / "other.json"
+    not_a_report.write_text('{"hello": 1}')
+    bad_input(cli(["export", not_a_report, "--target", "vllm", "--out", out]),
+              "other.json", "not a provision search report")
+    bad_input(cli(["export", reports["bloom"], "--target", "vllm", "--design", "nope",
+                   "--out", out]), "unknown design 'nope'", "splitwise-hh")
+    bad_input(cli(["export", reports["bloom"], "--target", "ray", "--out", out]),
+              "unknown target 'ray'", "k8s")
+    bad_input(cli(["export", tmp_path / "missing.json", "--target", "k8s", "--out", out]),
+              "missing.json")
+    assert not out.exists()
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    bad_input(cli(["export", reports["bloom"], "--target", "k8s", "--out", out]),
+              str(out), "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+
+
+def test_force_replaces_an_earlier_export(cli, reports, tmp_path):
+    out = tmp_path / "out"
+    _export(cli, reports["bloom"], "vllm", out, "--design", "splitwise-hh")
+    (out / "mine.txt").write_text("keep")
+    files = _export(cli, reports["bloom"], "vllm", out, "--design", "sarathi-h100", "--force")
+    assert sorted(files) == ["README.txt", "mine.txt", "pool.sh"]
