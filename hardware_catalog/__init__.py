@@ -132,6 +132,7 @@ class ModelSpec:
     sliding_layers: int = 0               # how many layers use the window (the rest: full)
     attention_sinks: bool = False         # a learned sink logit per head (gpt-oss): no KV
     hf_id: str | None = None              # Hugging Face repository (`provision export` loads it)
+    context_tokens: int | None = None     # the longest sequence (max_position_embeddings)
 
     @property
     def head_dim(self) -> int:
@@ -814,7 +815,7 @@ def parse_machine(name: str, entry: Any, source: str) -> MachineSku:
 
 
 _MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "params_b", "active_params_b",
-                 "bytes_per_value", "perf_profile", "source", "hf_id",
+                 "bytes_per_value", "perf_profile", "source", "hf_id", "context_tokens",
                  "intermediate_size", "vocab_size", "head_dim", "mlp_gated", "experts",
                  "experts_per_token", "expert_intermediate_size", *_NEW_MODEL_FIELDS}
 _MOE_FIELDS = ("experts", "experts_per_token", "expert_intermediate_size")
@@ -855,7 +856,8 @@ def parse_model(name: str, entry: Any, source: str) -> ModelSpec:
         sliding_window=f.number("sliding_window", None, integer=True, at_most=100_000_000),
         sliding_layers=f.number("sliding_layers", 0, positive=False, integer=True,
                                 at_most=10_000),
-        attention_sinks=f.flag("attention_sinks", False), hf_id=f.text("hf_id", None))
+        attention_sinks=f.flag("attention_sinks", False), hf_id=f.text("hf_id", None),
+        context_tokens=f.number("context_tokens", None, integer=True, at_most=100_000_000))
     given = [key for key in _MOE_FIELDS if getattr(model, key) is not None]
     if given and len(given) != len(_MOE_FIELDS):
         missing = next(key for key in _MOE_FIELDS if key not in given)

@@ -68,6 +68,7 @@ class Pool:
     ep: int
     dp: int
     kv_tokens: int | None     # KV tokens per instance (the simulation's capacity)
+    max_len: int | None = None   # the longest sequence a server takes (None: the model's)
 
     @property
     def server_gpus(self) -> int:
@@ -104,6 +105,7 @@ class Plan:
     pools: tuple[Pool, ...]
     model: str
     model_source: str
+    context: int | None       # the model's longest sequence (None: not in the catalog)
     engine: str               # the engine whose latencies the search used
     dtype: str
     kv_dtype: str             # bf16 | fp8 (resolved as the search resolved --kv-dtype auto)
@@ -178,11 +180,16 @@ def _plan(document: dict, design: str | None, source: str) -> Plan:
     engine = options["engine"]
     reserve = float(inputs["sim_options"]["memory_reserve_fraction"])
     model_name = inputs["model"]["name"]
-    model, model_source = _hf_id(model_name, options)
+    model, model_source, context = _hf_id(model_name, options)
+    # an engine refuses to start when one sequence of its context does not fit its KV room;
+    # the simulation sized every layout for the workload's longest request within that room
+    pools = [Pool(**{**p.__dict__, "max_len": p.kv_tokens})
+             if p.kv_tokens is not None and context is not None and p.kv_tokens < context
+             else p for p in pools]
     chunked = entry.get("prefill") == "chunked"
     plan = Plan(report=source, design=name, disaggregated=disaggregated,
                 mixed_pool=bool(asked.get("mixed_pool")) and disaggregated, pools=tuple(pools),
-                model=model, model_source=model_source, engine=engine, dtype=options["dtype"],
+                model=model, model_source=model_source, context=context, engine=engine, dtype=options["dtype"],
                 kv_dtype=kv_dtype_of(engine, options["dtype"], options["kv_dtype"]),
                 memory_fraction=round(1.0 - reserve, 4), reserve=reserve, chunked=chunked,
                 chunk_tokens=entry.get("chunk_tokens") if chunked else None,
@@ -194,21 +201,25 @@ def _plan(document: dict, design: str | None, source: str) -> Plan:
     return plan
 
 
-def _hf_id(model_name: str, options: dict) -> tuple[str, str]:
-    """The Hugging Face id the catalog maps the model to, and where that came from."""
+def _hf_id(model_name: str, options: dict) -> tuple[str, str, int | None]:
+    """The Hugging Face id the catalog maps the model to, where that came from, and the
+    model's context length (None: unknown)."""
     if options.get("model_config"):
         return (str(options["model_config"]),
-                "--model-config: the folder or id of the weights of that config.json (replace)")
+                "--model-config: the folder or id of the weights of that config.json (replace)",
+                None)
     from hardware_catalog import load_catalog
     try:
         catalog = load_catalog(options.get("catalog"))
     except InputError:
         catalog = load_catalog(None)
     spec = catalog.models.get(model_name)
+    context = spec.context_tokens if spec is not None else None
     if spec is not None and spec.hf_id:
-        return spec.hf_id, f"catalog model {model_name} (hardware_catalog/models.yaml hf_id)"
+        return (spec.hf_id, f"catalog model {model_name} (hardware_catalog/models.yaml hf_id)",
+                context)
     return model_name, (f"catalog model {model_name} names no Hugging Face id: replace it "
-                        "with the weights' id or path")
+                        "with the weights' id or path"), context
 
 
 def _with_schedule(plan: Plan, curve: dict, name: str, source: str) -> Plan:
@@ -255,6 +266,8 @@ def vllm_args(plan: Plan, pool: Pool, model: bool = True) -> list[str]:
     if pool.ep > 1:
         args += ["--data-parallel-size", str(pool.dp), "--enable-expert-parallel"]
     args += ["--max-num-seqs", str(MAX_RUNNING)]
+    if pool.max_len is not None:
+        args += ["--max-model-len", str(pool.max_len)]
     if plan.chunked:
         args += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(plan.chunk_tokens)]
     else:   # whole prompts; vLLM then batches up to max(max_model_len, 2048) prompt tokens
@@ -278,6 +291,8 @@ def sglang_args(plan: Plan, pool: Pool) -> list[str]:
         if pool.dp > 1:
             args += ["--enable-dp-attention", "--dp-size", str(pool.dp)]
     args += ["--max-running-requests", str(MAX_RUNNING)]
+    if pool.max_len is not None:
+        args += ["--context-length", str(pool.max_len)]
     if plan.chunked:
         args += ["--chunked-prefill-size", str(plan.chunk_tokens)]
     else:   # whole prompts, batches of up to the simulation's prompt tokens (a longer alone)
@@ -299,6 +314,8 @@ def trtllm_args(plan: Plan, pool: Pool, options_file: str) -> list[str]:
     if pool.ep > 1:
         args += ["--ep_size", str(pool.ep)]
     args += ["--max_batch_size", str(MAX_RUNNING)]
+    if pool.max_len is not None:
+        args += ["--max_seq_len", str(pool.max_len)]
     if plan.chunked:
         args += ["--max_num_tokens", str(plan.chunk_tokens)]
     args += ["--kv_cache_free_gpu_memory_fraction", f"{plan.memory_fraction:.2f}",
@@ -335,8 +352,10 @@ def _script(plan: Plan, pool: Pool, command: list[str]) -> str:
              else "")
     return (f"#!/bin/sh\n# {plan.design}, {_pool_phrase(pool)}: {pool.machines} x {pool.sku} "
             f"-> {pool.servers()} server(s) of {pool.server_gpus} GPU(s){nodes}.\n"
-            f"# Run this once per server (set CUDA_VISIBLE_DEVICES to its GPUs). See README.txt.\n"
-            f"exec {shlex.join(command)}\n")
+            f"# Run it once per server: CUDA_VISIBLE_DEVICES set to the server's GPUs and, for\n"
+            f"# several servers on a machine, a port each (sh {pool.role}.sh --port 8001: the\n"
+            f"# arguments given are added last, and the last value of a flag wins). See README.txt.\n"
+            f"exec {shlex.join(command)} \"$@\"\n")
 
 
 def _pool_phrase(pool: Pool) -> str:
@@ -551,6 +570,16 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
         lines.append(f"  {pool.role}: {pool.machines} x {pool.sku} ({pool.gpus_per_machine} GPUs "
                      f"each), {layout}: {pool.servers()} server(s) of {pool.server_gpus} "
                      f"GPU(s){kv}")
+    capped = [p for p in plan.pools if p.max_len is not None]
+    if capped:
+        context = f"{plan.context:,}"
+        lines.append(f"  (the model's context is {context} tokens; "
+                     + ", ".join(f"{p.role} servers take sequences of up to {p.max_len:,} "
+                                 f"tokens, their KV room" for p in capped)
+                     + ": the engines refuse a context their KV cannot hold)")
+    elif plan.context is None:
+        lines.append("  (the model's context length is unknown here: if a server refuses to "
+                     "start for want of KV room, cap its context to the KV tokens above)")
     budget = (f"chunked prefill on, {plan.chunk_tokens} tokens per iteration (the simulation's "
               "budget counts prompt tokens beside every running decode; vLLM's and TRT-LLM's "
               "count the decodes too)" if plan.chunked else

@@ -22,6 +22,7 @@ ARGS = json.loads((Path(__file__).parent / "data" / "engine_args.json").read_tex
 TARGETS = ("vllm", "sglang", "trtllm", "dynamo", "llm-d", "k8s")
 TINY = ["--designs", "splitwise-hh,sarathi-h100", "--duration", "1", "--rate", "5",
         "--verify-seeds", "1", "--no-cache", "--jobs", "1", "--quiet"]
+MOE = ["--model", "qwen3-30b-a3b", "--tp", "8", "--ep", "8", "--kv-dtype", "fp8"]
 CURVE = "time_s,rate_rps\n0,2\n600,10\n1200,2\n"
 CURVE_SEARCH = ["--window", "600", "--designs", "splitwise-hh", "--model", "llama2-70b",
                 "--duration", "10", "--jobs", "1", "--no-cache", "--quiet"]
@@ -37,6 +38,10 @@ def reports(tmp_path_factory, cli) -> dict[str, Path]:
         outcome = cli(["search", *TINY, *model, "--out", folder / name])
         assert outcome.code == 0, outcome.stderr
         made[name] = folder / name / "report.json"
+    outcome = cli(["search", *TINY[2:], "--designs", "splitwise-hh", *MOE,
+                   "--out", folder / "moe"])
+    assert outcome.code == 0, outcome.stderr
+    made["moe"] = folder / "moe" / "report.json"
     (folder / "curve.csv").write_text(CURVE)
     outcome = cli(["search", "--load-curve", folder / "curve.csv", *CURVE_SEARCH,
                    "--out", folder / "curve"])
@@ -133,7 +138,8 @@ def check_flags(args: list[str], *engines: str) -> dict[str, str]:
 
 def _script_args(text: str, command: list[str]) -> list[str]:
     line = next(line for line in text.splitlines() if line.startswith("exec "))
-    words = shlex.split(line)[1:]
+    assert line.endswith(' "$@"'), line   # a server's own --port etc. go last
+    words = shlex.split(line[:-len(' "$@"')])[1:]
     assert words[:len(command)] == command, words
     return words[len(command):]
 
@@ -144,6 +150,7 @@ def _servers(pool_layout: dict, gpus: int, machines: int) -> int:
     return machines * (gpus // group) if group <= gpus else machines // (group // gpus)
 
 
+CONTEXT = {"bloom": 2048, "llama70b": 131072}   # models.yaml context_tokens
 CASES = [(report, design) for report in ("bloom", "llama70b")
          for design in ("splitwise-hh", "sarathi-h100")]
 
@@ -176,6 +183,11 @@ def test_every_target_writes_the_assumed_settings(cli, reports, tmp_path, target
             args = _script_args(files[f"{role}.sh"], command)
             flags = check_flags(args, target)
             tp = layout[role]["tp"]
+            kv, context = layout[role]["kv_tokens_per_instance"], CONTEXT[report]
+            max_len = {"vllm": "--max-model-len", "sglang": "--context-length",
+                       "trtllm": "--max_seq_len"}[target]
+            # a server whose KV room is below the model's context is capped to it
+            assert flags.get(max_len) == (str(kv) if kv < context else None), (max_len, kv)
             if target == "vllm":
                 assert args[0] == model
                 assert flags["--tensor-parallel-size"] == str(tp)
@@ -324,6 +336,39 @@ def test_a_load_curve_plan_is_exported_as_a_schedule(cli, reports, tmp_path, tar
         assert k8s_object(merged).spec.replicas == patch["spec"]["replicas"]
         assert re.fullmatch(r"patch-\d{3}-(prompt|token)\.yaml", name)
         assert "kubectl patch deployment" in files[name]
+
+
+@pytest.mark.parametrize("target", ("vllm", "sglang", "trtllm", "k8s"))
+def test_expert_parallel_and_fp8_kv_reach_the_flags(cli, reports, tmp_path, target):
+    """Qwen3-30B-A3B at TP8/EP8 with an fp8 KV cache: the expert-parallel group and the KV
+    data type are in every server's flags."""
+    _, entry = _optimum(reports["moe"], "splitwise-hh")
+    assert entry["optimum"]["layout"]["token"]["ep"] == 8
+    files = _export(cli, reports["moe"], target, tmp_path / "out")
+    if target == "k8s":
+        args = [k8s_object(o).spec.template.spec.containers[0].args
+                for o in yaml.safe_load_all(files["deployments.yaml"]) if o["kind"] ==
+                "Deployment"]
+        engine = "vllm"
+    else:
+        command = {"vllm": ["vllm", "serve"], "sglang": ["python3", "-m",
+                                                         "sglang.launch_server"],
+                   "trtllm": ["trtllm-serve"]}[target]
+        args = [_script_args(files[f"{role}.sh"], command) for role in ("prompt", "token")]
+        engine = target
+    for server in args:
+        flags = check_flags(server, engine)
+        if engine == "vllm":
+            assert "--enable-expert-parallel" in flags and flags["--kv-cache-dtype"] == "fp8"
+            assert flags["--tensor-parallel-size"] == "8"
+        elif engine == "sglang":
+            assert flags["--ep-size"] == "8" and flags["--kv-cache-dtype"] == "fp8_e4m3"
+        else:
+            assert flags["--ep_size"] == "8"
+    if target == "trtllm":
+        for role in ("prompt", "token"):
+            assert yaml.safe_load(files[f"{role}-config.yaml"])["kv_cache_config"]["dtype"] == \
+                "fp8"
 
 
 # ----------------------------------------------------------------------------- bad input
