@@ -408,8 +408,19 @@ def _container(plan: Plan, pool: Pool, engine: str) -> dict:
     return container
 
 
+def initial_replicas(plan: Plan) -> dict[str, int]:
+    """Each pool's replicas at the start: the optimum's, or a plan's first window's."""
+    replicas = {p.role: p.servers() for p in plan.pools}
+    if plan.schedule:
+        first = plan.schedule[0][0]
+        replicas.update({role: count for time_s, role, _, count, _ in plan.schedule
+                         if time_s == first})
+    return replicas
+
+
 def k8s_objects(plan: Plan) -> list[dict]:
     engine = engine_of(plan, "k8s")
+    replicas = initial_replicas(plan)
     objects: list[dict] = []
     for pool in plan.pools:
         name = f"{plan.name}-{pool.role}"
@@ -432,7 +443,7 @@ def k8s_objects(plan: Plan) -> list[dict]:
         objects.append({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "labels": labels, "annotations": annotations},
-            "spec": {"replicas": pool.servers(), "selector": {"matchLabels": labels},
+            "spec": {"replicas": replicas[pool.role], "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": pod}}})
         objects.append({
             "apiVersion": "v1", "kind": "Service",
@@ -516,9 +527,9 @@ def schedule_csv(plan: Plan) -> str:
 
 
 def replica_patches(plan: Plan) -> dict[str, str]:
-    """One merge patch per change of the plan (the Deployments start at the static optimum)."""
+    """One merge patch per change of the plan (the Deployments start at its first window)."""
     files = {}
-    current = {p.role: p.servers() for p in plan.pools}
+    current = initial_replicas(plan)
     k = 0
     for time_s, role, machines, replicas, apply_at in plan.schedule:
         if current[role] == replicas:
@@ -623,7 +634,8 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
         lines += ["", f"Load curve: schedule.csv has the plan (time_s: when the pool serves "
                       f"with that size; apply_at_s: when to order it, {plan.scale_up_s:g} s "
                       "earlier for a pool that grows)."
-                  + (" One patch-NNN-<pool>.yaml per change, applied in order." if target ==
+                  + (" deployments.yaml starts every pool at the plan's first window; one "
+                     "patch-NNN-<pool>.yaml per change after it, applied in order." if target ==
                      "k8s" else "")]
     lines += ["", "Files:", *(f"  {name}" for name in names), ""]
     return "\n".join(lines)

@@ -326,7 +326,8 @@ def test_a_load_curve_plan_is_exported_as_a_schedule(cli, reports, tmp_path, tar
         if deployments[name] != int(row["replicas"]):
             changes += 1
             deployments[name] = int(row["replicas"])
-    assert len(patches) == changes > 0
+    # the Deployments start at the first window: a patch per later change of a pool's size
+    assert len(patches) == changes == sum(float(r["time_s"]) > 0 for r in rows) > 0
     for name in patches:
         patch = yaml.safe_load(files[name])
         _check_model(patch, "V1Deployment", name)   # a partial Deployment: only its fields
@@ -398,3 +399,23 @@ def test_force_replaces_an_earlier_export(cli, reports, tmp_path):
     (out / "mine.txt").write_text("keep")
     files = _export(cli, reports["bloom"], "vllm", out, "--design", "sarathi-h100", "--force")
     assert sorted(files) == ["README.txt", "mine.txt", "pool.sh"]
+
+
+def test_the_readme_example_prints_what_export_writes(cli, tmp_path):
+    """README "Deploy the answer": its search, then its export's prompt.sh line, as shown."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Deploy the answer: `provision export`", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```console\n", 1)[1].split("```", 1)[0]
+    search = next(line for line in block.splitlines() if line.startswith("$ provision search"))
+    args = shlex.split(search)[2:]
+    out = tmp_path / "llama70b"
+    args[args.index("--out") + 1] = str(out)
+    outcome = cli([*args, "--jobs", "1", "--no-cache", "--quiet"])
+    assert outcome.code == 0, outcome.stderr
+    best = next(line for line in block.splitlines() if line.startswith("Best: "))
+    assert best in outcome.stdout
+    files = _export(cli, out / "report.json", "vllm", tmp_path / "deploy-vllm")
+    shown = block.split("$ tail -1 deploy-vllm/prompt.sh\n", 1)[1].splitlines()[0]
+    assert files["prompt.sh"].splitlines()[-1] == shown
+    pools = block.split("$ sed -n 7,10p deploy-vllm/README.txt\n", 1)[1].splitlines()[:4]
+    assert files["README.txt"].splitlines()[6:10] == pools
