@@ -69,6 +69,7 @@ class Pool:
     dp: int
     kv_tokens: int | None     # KV tokens per instance (the simulation's capacity)
     max_len: int | None = None   # the longest sequence a server takes (None: the model's)
+    power_cap: float = 1.0    # the SKU's catalog power_cap (machine power / rated; 1: none)
 
     @property
     def server_gpus(self) -> int:
@@ -173,9 +174,11 @@ def _plan(document: dict, design: str | None, source: str) -> Plan:
         gpus = int(machines[sku]["gpus"])
         tp = int(shape.get("tp", min(gpus, 8)))
         ep = int(shape.get("ep", 1))
+        cap = float(machines[sku].get("power_cap", 1.0))
         pools.append(Pool(role, sku, gpus, int(count), tp, int(shape.get("pp", 1)), ep,
                           int(shape.get("dp", max(1, ep // tp))),
-                          shape.get("kv_tokens_per_instance")))
+                          shape.get("kv_tokens_per_instance"),
+                          power_cap=cap))
     from provisioner.study import kv_dtype_of
     engine = options["engine"]
     reserve = float(inputs["sim_options"]["memory_reserve_fraction"])
@@ -350,8 +353,10 @@ def _script(plan: Plan, pool: Pool, command: list[str]) -> str:
     nodes = (f", each over {pool.nodes_per_server} machines (a multi-node launch: Ray or the "
              f"engine's own; {pool.gpus_per_node} GPUs per machine)" if pool.nodes_per_server > 1
              else "")
+    power = (f"# {pool.sku} is power-capped ({pool.power_cap:.0%} of rated machine power): cap "
+             f"its GPUs first (nvidia-smi -pl), see README.txt.\n" if pool.power_cap < 1 else "")
     return (f"#!/bin/sh\n# {plan.design}, {_pool_phrase(pool)}: {pool.machines} x {pool.sku} "
-            f"-> {pool.servers()} server(s) of {pool.server_gpus} GPU(s){nodes}.\n"
+            f"-> {pool.servers()} server(s) of {pool.server_gpus} GPU(s){nodes}.\n{power}"
             f"# Run it once per server: CUDA_VISIBLE_DEVICES set to the server's GPUs and, for\n"
             f"# several servers on a machine, a port each (sh {pool.role}.sh --port 8001: the\n"
             f"# arguments given are added last, and the last value of a flag wins). See README.txt.\n"
@@ -622,6 +627,13 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
             lines.append("  - the simulation's mixed pool (token machines taking prompts when "
                          "the prompt queue is long) has no engine setting: the files run pure "
                          "prefill and decode pools")
+    for pool in plan.pools:
+        if pool.power_cap < 1:
+            lines.append(f"  - {pool.role} pool: {pool.sku} runs power-capped (catalog power_cap "
+                         f"{pool.power_cap:g}: the machine at {pool.power_cap:.0%} of its rated "
+                         "power, its latencies and power priced so): set its GPUs' limits "
+                         "(nvidia-smi -pl) as the catalog entry's source says; no engine flag "
+                         "does")
     if any(p.nodes_per_server > 1 for p in plan.pools):
         lines.append("  - a server spanning machines needs a multi-node launch (Ray, the engine's "
                      "own, or a LeaderWorkerSet on Kubernetes); the files give one server's "
@@ -630,6 +642,14 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
         lines.append("  - Kubernetes: a Deployment per pool, replicas = servers (machines x "
                      "servers per machine), nvidia.com/gpu = one server's GPUs per node, "
                      "nodeSelector provision/sku = the SKU; a Service per pool")
+        if plan.disaggregated:
+            front = {"vllm": "vLLM's disaggregated proxy (examples/online_serving/"
+                             "disaggregated_serving)",
+                     "sglang": "python -m sglang_router.launch_router --pd-disaggregation",
+                     "trtllm": "trtllm-serve disaggregated -c <config listing the pods>"}[
+                         engine_of(plan, target)]
+            lines.append(f"  - a front end sends each request to a prompt server, then a token "
+                         f"server: run {front} over the two Services' pods")
     if plan.schedule:
         lines += ["", f"Load curve: schedule.csv has the plan (time_s: when the pool serves "
                       f"with that size; apply_at_s: when to order it, {plan.scale_up_s:g} s "

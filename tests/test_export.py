@@ -20,7 +20,7 @@ from kubernetes import client as k8s   # noqa: E402
 
 ARGS = json.loads((Path(__file__).parent / "data" / "engine_args.json").read_text())
 TARGETS = ("vllm", "sglang", "trtllm", "dynamo", "llm-d", "k8s")
-TINY = ["--designs", "splitwise-hh,sarathi-h100", "--duration", "1", "--rate", "5",
+TINY = ["--duration", "1", "--rate", "5",
         "--verify-seeds", "1", "--no-cache", "--jobs", "1", "--quiet"]
 MOE = ["--model", "qwen3-30b-a3b", "--tp", "8", "--ep", "8", "--kv-dtype", "fp8"]
 CURVE = "time_s,rate_rps\n0,2\n600,10\n1200,2\n"
@@ -34,14 +34,21 @@ def reports(tmp_path_factory, cli) -> dict[str, Path]:
     and a chunked colocated design; and a load-curve report."""
     folder = tmp_path_factory.mktemp("reports")
     made = {}
-    for name, model in (("bloom", []), ("llama70b", ["--model", "llama-3.1-70b"])):
+    for name, model in (("bloom", ["--designs", "splitwise-hh,sarathi-h100,splitwise-hhcap"]),
+                        ("llama70b", ["--designs", "splitwise-hh,sarathi-h100", "--model",
+                                      "llama-3.1-70b"])):
         outcome = cli(["search", *TINY, *model, "--out", folder / name])
         assert outcome.code == 0, outcome.stderr
         made[name] = folder / name / "report.json"
-    outcome = cli(["search", *TINY[2:], "--designs", "splitwise-hh", *MOE,
+    outcome = cli(["search", *TINY, "--designs", "splitwise-hh", *MOE,
                    "--out", folder / "moe"])
     assert outcome.code == 0, outcome.stderr
     made["moe"] = folder / "moe" / "report.json"
+    for engine in ("sglang", "trtllm"):   # the engine the search's latencies are of
+        outcome = cli(["search", *TINY, "--designs", "splitwise-hh", "--model",
+                       "llama-3.1-70b", "--engine", engine, "--out", folder / engine])
+        assert outcome.code == 0, outcome.stderr
+        made[engine] = folder / engine / "report.json"
     (folder / "curve.csv").write_text(CURVE)
     outcome = cli(["search", "--load-curve", folder / "curve.csv", *CURVE_SEARCH,
                    "--out", folder / "curve"])
@@ -370,6 +377,53 @@ def test_expert_parallel_and_fp8_kv_reach_the_flags(cli, reports, tmp_path, targ
         for role in ("prompt", "token"):
             assert yaml.safe_load(files[f"{role}-config.yaml"])["kv_cache_config"]["dtype"] == \
                 "fp8"
+
+
+def test_dynamo_and_k8s_use_the_engine_the_search_priced(cli, reports, tmp_path):
+    """A search on SGLang's kernels exports SGLang workers to Dynamo and SGLang servers to
+    Kubernetes; on TensorRT-LLM's, trtllm-serve servers with their options in a ConfigMap."""
+    graph = yaml.safe_load(_export(cli, reports["sglang"], "dynamo", tmp_path / "d")[
+        "dynamo-graph.yaml"])
+    workers = graph["spec"]["services"]
+    assert set(workers) == {"Frontend", "SglangPrefillWorker", "SglangDecodeWorker"}
+    for name, mode in (("SglangPrefillWorker", "prefill"), ("SglangDecodeWorker", "decode")):
+        container = workers[name]["extraPodSpec"]["mainContainer"]
+        assert container["command"] == ["python3", "-m", "dynamo.sglang"]
+        assert check_flags(container["args"], "sglang")["--disaggregation-mode"] == mode
+    for engine, command in (("sglang", ["python3", "-m", "sglang.launch_server"]),
+                            ("trtllm", ["trtllm-serve"])):
+        files = _export(cli, reports[engine], "k8s", tmp_path / engine)
+        objects = [(o["kind"], k8s_object(o)) for o in yaml.safe_load_all(
+            files["deployments.yaml"])]
+        kinds = [kind for kind, _ in objects]
+        assert kinds.count("Deployment") == kinds.count("Service") == 2
+        assert kinds.count("ConfigMap") == (2 if engine == "trtllm" else 0)
+        for kind, obj in objects:
+            if kind == "ConfigMap":
+                (text,) = obj.data.values()
+                assert set(yaml.safe_load(text)) <= set(ARGS["trtllm"]["llm_api_options"])
+            if kind != "Deployment":
+                continue
+            pod = obj.spec.template.spec
+            container = pod.containers[0]
+            assert container.command == command
+            check_flags(container.args, engine)
+            if engine == "trtllm":   # the options file is mounted where the flag points
+                options = container.args[container.args.index("--extra_llm_api_options") + 1]
+                mount = container.volume_mounts[0]
+                assert options.startswith(mount.mount_path + "/")
+                assert pod.volumes[0].config_map.name == f"{obj.metadata.name}-config"
+        assert "front end" in files["README.txt"]
+
+
+def test_a_power_capped_pool_says_so(cli, reports, tmp_path):
+    """splitwise-hhcap's token machines run power-capped in the simulation: no engine flag
+    sets that, so the script and README.txt say it."""
+    files = _export(cli, reports["bloom"], "vllm", tmp_path / "out", "--design",
+                    "splitwise-hhcap")
+    assert "dgx-h100-cap is power-capped (70% of rated machine power)" in files["token.sh"]
+    assert "power-capped" not in files["prompt.sh"]
+    assert "token pool: dgx-h100-cap runs power-capped" in files["README.txt"]
 
 
 # ----------------------------------------------------------------------------- bad input
