@@ -439,6 +439,22 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, bad_input, reports, tmp_p
               "unknown target 'ray'", "k8s")
     bad_input(cli(["export", tmp_path / "missing.json", "--target", "k8s", "--out", out]),
               "missing.json")
+    document = json.loads(reports["bloom"].read_text())
+    entry = next(e for e in document["designs"] if e["design"] == "splitwise-hh")
+    broken = tmp_path / "broken.json"
+    del document["inputs"]["catalog"]
+    broken.write_text(json.dumps(document))
+    bad_input(cli(["export", broken, "--target", "vllm", "--design", "splitwise-hh",
+                   "--out", out]), "broken.json", "malformed report", "catalog")
+    del entry["optimum"]["layout"]["prompt"]["tp"]   # what `check` validates too
+    broken.write_text(json.dumps(document))
+    bad_input(cli(["export", broken, "--target", "vllm", "--design", "splitwise-hh",
+                   "--out", out]), "broken.json", "layout.prompt.tp", "missing")
+    entry["optimum"] = None
+    entry["status"], entry["reason"] = "infeasible", "every pool size missed an SLO"
+    broken.write_text(json.dumps(document))
+    bad_input(cli(["export", broken, "--target", "k8s", "--design", "splitwise-hh",
+                   "--out", out]), "splitwise-hh", "no optimum", "infeasible")
     assert not out.exists()
     out.mkdir()
     (out / "mine.txt").write_text("keep")
