@@ -445,6 +445,10 @@ def k8s_objects(plan: Plan) -> list[dict]:
                        "provision/servers-per-machine":
                            str(pool.gpus_per_machine // pool.server_gpus)
                            if pool.nodes_per_server == 1 else f"1/{pool.nodes_per_server}"}
+        if _grouped(plan, pool):
+            objects += _leader_worker_set(plan, pool, engine, name, labels, annotations, pod,
+                                          replicas[pool.role])
+            continue
         objects.append({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "labels": labels, "annotations": annotations},
@@ -456,6 +460,50 @@ def k8s_objects(plan: Plan) -> list[dict]:
             "spec": {"selector": labels,
                      "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}})
     return objects
+
+
+# a server over several machines: a LeaderWorkerSet (sigs.k8s.io/lws) of one pod per machine;
+# LWS sets LWS_GROUP_SIZE, LWS_LEADER_ADDRESS and LWS_WORKER_INDEX in every pod
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+VLLM_MULTINODE = "bash /vllm-workspace/examples/online_serving/multi-node-serving.sh"
+
+
+def _grouped(plan: Plan, pool: Pool) -> bool:
+    """Whether k8s runs the pool's servers as LeaderWorkerSet groups (servers over machines)."""
+    return pool.nodes_per_server > 1 and engine_of(plan, "k8s") in ("vllm", "sglang")
+
+
+def _leader_worker_set(plan: Plan, pool: Pool, engine: str, name: str, labels: dict,
+                       annotations: dict, pod: dict, replicas: int) -> list[dict]:
+    """A pool whose servers span machines: a LeaderWorkerSet of `replicas` groups of
+    nodes_per_server pods (vLLM: a Ray cluster per group, the leader serving, as vLLM's
+    multi-node example; SGLang: every pod a rank of --nnodes), and a Service on the leaders."""
+    leader = json.loads(json.dumps(pod))
+    worker = json.loads(json.dumps(pod))
+    main, other = leader["containers"][0], worker["containers"][0]
+    if engine == "vllm":
+        main["command"] = other["command"] = ["sh", "-c"]
+        main["args"] = [f"{VLLM_MULTINODE} leader --ray_cluster_size=$(LWS_GROUP_SIZE); "
+                        f"exec vllm serve {shlex.join(main['args'])}"]
+        other["args"] = [f"{VLLM_MULTINODE} worker --ray_address=$(LWS_LEADER_ADDRESS)"]
+    else:
+        ranks = ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
+                 "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000"]
+        main["args"] = main["args"] + ranks
+        other["args"] = list(main["args"])
+    for container in (other,):
+        container.pop("readinessProbe", None)
+        container.pop("ports", None)
+    leaders = {**labels, "provision/role": "leader"}
+    return [{"apiVersion": LWS_API, "kind": "LeaderWorkerSet",
+             "metadata": {"name": name, "labels": labels, "annotations": annotations},
+             "spec": {"replicas": replicas, "leaderWorkerTemplate": {
+                 "size": pool.nodes_per_server, "restartPolicy": "RecreateGroupOnPodRestart",
+                 "leaderTemplate": {"metadata": {"labels": leaders}, "spec": leader},
+                 "workerTemplate": {"metadata": {"labels": labels}, "spec": worker}}}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+             "spec": {"selector": leaders,
+                      "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}]
 
 
 def dynamo_graph(plan: Plan) -> dict:
@@ -542,11 +590,14 @@ def replica_patches(plan: Plan) -> dict[str, str]:
         current[role] = replicas
         k += 1
         name = f"{plan.name}-{role}"
+        pool = next(p for p in plan.pools if p.role == role)
+        api, kind = ((LWS_API, "LeaderWorkerSet") if _grouped(plan, pool)
+                     else ("apps/v1", "Deployment"))
         header = (f"# at {apply_at:g} s (serving from {time_s:g} s): {role} pool to {machines} "
-                  f"machine(s), {replicas} replica(s)\n# kubectl patch deployment {name} "
+                  f"machine(s), {replicas} replica(s)\n# kubectl patch {kind.lower()} {name} "
                   f"--type merge --patch-file patch-{k:03d}-{role}.yaml\n")
         files[f"patch-{k:03d}-{role}.yaml"] = header + _yaml(
-            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            {"apiVersion": api, "kind": kind, "metadata": {"name": name},
              "spec": {"replicas": replicas}})
     return files
 
@@ -637,11 +688,17 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
     if any(p.nodes_per_server > 1 for p in plan.pools):
         lines.append("  - a server spanning machines needs a multi-node launch (Ray, the engine's "
                      "own, or a LeaderWorkerSet on Kubernetes); the files give one server's "
-                     "flags and the GPUs of each of its machines")
+                     "flags and the GPUs of each of its machines"
+                     + ("; deployments.yaml runs such a pool as a LeaderWorkerSet "
+                        f"({LWS_API}: install LWS first), one pod per machine"
+                        if target == "k8s" and engine in ("vllm", "sglang") else ""))
     if target == "k8s":
         lines.append("  - Kubernetes: a Deployment per pool, replicas = servers (machines x "
                      "servers per machine), nvidia.com/gpu = one server's GPUs per node, "
                      "nodeSelector provision/sku = the SKU; a Service per pool")
+        if engine == "trtllm" and any(p.nodes_per_server > 1 for p in plan.pools):
+            lines.append("  - TensorRT-LLM over several machines runs under MPI: its Deployment "
+                         "holds one server's first machine only; launch the rest with mpirun")
         if plan.disaggregated:
             front = {"vllm": "vLLM's disaggregated proxy (examples/online_serving/"
                              "disaggregated_serving)",

@@ -49,6 +49,12 @@ def reports(tmp_path_factory, cli) -> dict[str, Path]:
                        "llama-3.1-70b", "--engine", engine, "--out", folder / engine])
         assert outcome.code == 0, outcome.stderr
         made[engine] = folder / engine / "report.json"
+    for engine in ("vllm", "sglang"):   # Llama-3.1-405B at TP8 x PP2: servers over 2 machines
+        outcome = cli(["search", *TINY[4:], "--duration", "5", "--rate", "1", "--designs",
+                       "splitwise-hh", "--model", "llama-3.1-405b", "--tp", "8", "--pp", "2",
+                       "--engine", engine, "--out", folder / f"pp-{engine}"])
+        assert outcome.code == 0, outcome.stderr
+        made[f"pp-{engine}"] = folder / f"pp-{engine}" / "report.json"
     (folder / "curve.csv").write_text(CURVE)
     outcome = cli(["search", "--load-curve", folder / "curve.csv", *CURVE_SEARCH,
                    "--out", folder / "curve"])
@@ -424,6 +430,50 @@ def test_a_power_capped_pool_says_so(cli, reports, tmp_path):
     assert "dgx-h100-cap is power-capped (70% of rated machine power)" in files["token.sh"]
     assert "power-capped" not in files["prompt.sh"]
     assert "token pool: dgx-h100-cap runs power-capped" in files["README.txt"]
+
+
+@pytest.mark.parametrize("engine", ("vllm", "sglang"))
+def test_servers_over_machines_run_as_leader_worker_sets(cli, reports, tmp_path, engine):
+    """A TP8 x PP2 server spans two 8-GPU machines: k8s runs each pool as a LeaderWorkerSet
+    of groups of 2 pods (vLLM: a Ray cluster per group, as vLLM's multi-node example; SGLang:
+    each pod a rank of --nnodes), its pod templates valid V1PodTemplateSpecs, and a Service on
+    the leaders."""
+    report = reports[f"pp-{engine}"]
+    _, entry = _optimum(report, "splitwise-hh")
+    files = _export(cli, report, "k8s", tmp_path / "out")
+    objects = list(yaml.safe_load_all(files["deployments.yaml"]))
+    assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "Service"] * 2
+    for lws, service in zip(objects[::2], objects[1::2]):
+        role = lws["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+        spec = lws["spec"]
+        assert spec["replicas"] == entry["optimum"][f"{role}_machines"] // 2
+        group = spec["leaderWorkerTemplate"]
+        assert group["size"] == 2
+        leader, worker = (k8s_object_template(group[key], key)
+                          for key in ("leaderTemplate", "workerTemplate"))
+        k8s_object(service)
+        assert service["spec"]["selector"] == group["leaderTemplate"]["metadata"]["labels"]
+        main, other = leader.spec.containers[0], worker.spec.containers[0]
+        assert main.resources.limits["nvidia.com/gpu"] == "8"
+        if engine == "vllm":
+            assert main.command == other.command == ["sh", "-c"]
+            ray, serve = main.args[0].split("; exec vllm serve ", 1)
+            assert "leader --ray_cluster_size=$(LWS_GROUP_SIZE)" in ray
+            assert "worker --ray_address=$(LWS_LEADER_ADDRESS)" in other.args[0]
+            flags = check_flags(shlex.split(serve), "vllm")
+            assert flags["--pipeline-parallel-size"] == "2"
+        else:
+            assert main.args == other.args
+            flags = check_flags(main.args, "sglang")
+            assert flags["--nnodes"] == "$(LWS_GROUP_SIZE)" and flags["--pp-size"] == "2"
+            assert flags["--node-rank"] == "$(LWS_WORKER_INDEX)"
+    assert "LeaderWorkerSet" in files["README.txt"]
+
+
+def k8s_object_template(document: dict, where: str):
+    _check_model(document, "V1PodTemplateSpec", where)
+    return _deserialize(document, "V1PodTemplateSpec")
 
 
 # ----------------------------------------------------------------------------- bad input
