@@ -5,7 +5,8 @@ writes every pool's engine launch configuration with the settings the simulation
 the model (the catalog's Hugging Face id), tensor / pipeline / expert parallel sizes of the
 optimum's layout, the running-request cap, the prompt budget (chunked prefill on with the
 design's chunk budget, or off for whole-prompt pools), the GPU memory fraction (1 - the
-simulation's HBM reserve), the KV cache data type, the number of servers per pool, and for a
+simulation's HBM reserve; TensorRT-LLM's, of the memory left after the weights, is the
+simulation's KV room over that memory), the KV cache data type, the number of servers per pool, and for a
 disaggregated (prompt / token pools) design the KV-transfer wiring between the pools. Targets:
 
 * vllm, sglang, trtllm: one launch script per pool (trtllm: its LLM-API options YAML, and for
@@ -70,6 +71,9 @@ class Pool:
     kv_tokens: int | None     # KV tokens per instance (the simulation's capacity)
     max_len: int | None = None   # the longest sequence a server takes (None: the model's)
     power_cap: float = 1.0    # the SKU's catalog power_cap (machine power / rated; 1: none)
+    # TensorRT-LLM's KV fraction: of the memory left after the weights, the share that is the
+    # simulation's KV room (None: the model is not a catalog model)
+    kv_after_weights: float | None = None
 
     @property
     def server_gpus(self) -> int:
@@ -189,6 +193,11 @@ def _plan(document: dict, design: str | None, source: str) -> Plan:
     pools = [Pool(**{**p.__dict__, "max_len": p.kv_tokens})
              if p.kv_tokens is not None and context is not None and p.kv_tokens < context
              else p for p in pools]
+    spec = None if options.get("model_config") else _catalog(options).models.get(model_name)
+    if spec is not None:
+        pools = [Pool(**{**p.__dict__, "kv_after_weights": _kv_after_weights(
+            spec, options["dtype"], kv_dtype_of(engine, options["dtype"], options["kv_dtype"]),
+            float(machines[p.sku]["hbm_gib"]), p, reserve)}) for p in pools]
     chunked = entry.get("prefill") == "chunked"
     plan = Plan(report=source, design=name, disaggregated=disaggregated,
                 mixed_pool=bool(asked.get("mixed_pool")) and disaggregated, pools=tuple(pools),
@@ -211,18 +220,47 @@ def _hf_id(model_name: str, options: dict) -> tuple[str, str, int | None]:
         return (str(options["model_config"]),
                 "--model-config: the folder or id of the weights of that config.json (replace)",
                 None)
-    from hardware_catalog import load_catalog
-    try:
-        catalog = load_catalog(options.get("catalog"))
-    except InputError:
-        catalog = load_catalog(None)
-    spec = catalog.models.get(model_name)
+    spec = _catalog(options).models.get(model_name)
     context = spec.context_tokens if spec is not None else None
     if spec is not None and spec.hf_id:
         return (spec.hf_id, f"catalog model {model_name} (hardware_catalog/models.yaml hf_id)",
                 context)
     return model_name, (f"catalog model {model_name} names no Hugging Face id: replace it "
                         "with the weights' id or path"), context
+
+
+def _catalog(options: dict):
+    """The search's catalog (its --catalog folder when it can still be read, else the
+    packaged one): for the models' Hugging Face ids, context lengths and weights."""
+    from hardware_catalog import load_catalog
+    try:
+        return load_catalog(options.get("catalog"))
+    except InputError:
+        return load_catalog(None)
+
+
+def _kv_after_weights(spec, dtype: str, kv_dtype: str, hbm_gib: float, pool: Pool,
+                      reserve: float) -> float | None:
+    """The simulation's KV room as a share of the memory its weights leave (what TensorRT-LLM's
+    free_gpu_memory_fraction means): (HBM x (1 - reserve) - weights - window room) / (HBM -
+    weights), of one instance, as simcore.layout.kv_capacity sizes it; rounded down."""
+    import math
+
+    from hardware_catalog import Layout
+    from provisioner.study import model_in_dtype
+    from simcore.layout import instance_weight_bytes, window_reserve_bytes
+    try:
+        model = model_in_dtype(spec, dtype, kv_dtype)
+        layout = Layout(pool.tp, pool.pp, pool.ep)
+    except (InputError, KeyError, ValueError):
+        return None
+    hbm = layout.gpus * hbm_gib * 2**30
+    weights = instance_weight_bytes(model, layout)
+    if hbm <= weights:
+        return None
+    kv = hbm * (1.0 - reserve) - weights - (window_reserve_bytes(model, layout)
+                                             if model.sliding_layers else 0.0)
+    return max(0.0, math.floor(kv / (hbm - weights) * 100) / 100)
 
 
 def _with_schedule(plan: Plan, curve: dict, name: str, source: str) -> Plan:
@@ -321,9 +359,13 @@ def trtllm_args(plan: Plan, pool: Pool, options_file: str) -> list[str]:
         args += ["--max_seq_len", str(pool.max_len)]
     if plan.chunked:
         args += ["--max_num_tokens", str(plan.chunk_tokens)]
-    args += ["--kv_cache_free_gpu_memory_fraction", f"{plan.memory_fraction:.2f}",
+    args += ["--kv_cache_free_gpu_memory_fraction", f"{_trt_fraction(plan, pool):.2f}",
              "--host", "0.0.0.0", "--port", str(PORT), "--extra_llm_api_options", options_file]
     return args
+
+
+def _trt_fraction(plan: Plan, pool: Pool) -> float:
+    return plan.memory_fraction if pool.kv_after_weights is None else pool.kv_after_weights
 
 
 def trtllm_options(plan: Plan, pool: Pool) -> dict:
@@ -331,7 +373,7 @@ def trtllm_options(plan: Plan, pool: Pool) -> dict:
     options: dict[str, Any] = {"enable_chunked_prefill": plan.chunked,
                                "kv_cache_config": {
                                    "dtype": "fp8" if plan.kv_dtype == "fp8" else "auto",
-                                   "free_gpu_memory_fraction": plan.memory_fraction}}
+                                   "free_gpu_memory_fraction": _trt_fraction(plan, pool)}}
     if pool.ep > 1 and pool.dp > 1:
         options["enable_attention_dp"] = True
     if plan.disaggregated:
@@ -656,8 +698,12 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
               "2048) tokens and refuses a smaller budget)")
     lines += ["", "Assumed, as the simulation did:",
               f"  - memory: {plan.reserve:.0%} of HBM reserved, the rest holds weights and KV: "
-              f"GPU memory fraction {plan.memory_fraction:.2f} (TRT-LLM's fraction is of the "
-              "memory left after the weights, so it holds a little more KV)",
+              f"GPU memory fraction {plan.memory_fraction:.2f}; TensorRT-LLM's is of the memory "
+              "left after the weights: "
+              + ", ".join(f"{p.role} {_trt_fraction(plan, p):.2f}" for p in plan.pools)
+              + (" (the simulation's KV room over that memory)"
+                 if all(p.kv_after_weights is not None for p in plan.pools)
+                 else " (the model's weights are unknown here: the same fraction)"),
               f"  - prompts: {budget}",
               f"  - running requests: bounded only by KV room (a request's prompt and whole "
               f"output reserved on admission); the engine cap is {MAX_RUNNING}, not to bind first",

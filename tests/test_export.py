@@ -232,7 +232,17 @@ def test_every_target_writes_the_assumed_settings(cli, reports, tmp_path, target
                 assert set(options) <= set(ARGS["trtllm"]["llm_api_options"])
                 assert set(options["kv_cache_config"]) <= set(ARGS["trtllm"]["kv_cache_config"])
                 assert options["enable_chunked_prefill"] is bool(chunk)
-                assert options["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+                # TensorRT-LLM's fraction is of the memory left after the weights: the
+                # simulation's KV room over it, KV / (KV + reserve x HBM), rounded down
+                fraction = options["kv_cache_config"]["free_gpu_memory_fraction"]
+                assert flags["--kv_cache_free_gpu_memory_fraction"] == f"{fraction:.2f}"
+                model_echo = document["inputs"]["model"]
+                hbm = (tp * layout[role]["pp"] * 2**30
+                       * document["inputs"]["catalog"]["machines"]["dgx-h100"]["hbm_gib"])
+                kv_room = kv * model_echo["kv_bytes_per_token"] * max(1, tp /
+                                                                      model_echo["kv_heads"])
+                share = kv_room / (kv_room + 0.1 * hbm)
+                assert fraction <= share < fraction + 0.011, (fraction, share)
                 assert ("cache_transceiver_config" in options) is pd
         if target == "trtllm":
             assert ("disagg-config.yaml" in files) is pd
