@@ -158,7 +158,12 @@ def assumptions(study: Study) -> list[dict]:
                                     "weights; a prompt's KV is held on its prompt machine "
                                     "until transferred"},
         {"name": "kv_admission", "value": "a decode is admitted when the KV of its prompt plus "
-                                          "its full output fits (reserved up front, FCFS)"},
+                                          "its full output fits (reserved up front, FCFS)"
+         if o.kv_admission == "reserve" else
+         f"paged (vLLM): blocks of {o.kv_block_tokens} tokens allocated as tokens are "
+         f"generated; admission FCFS by the current blocks, leaving {o.kv_watermark:.0%} of "
+         "the blocks free; when blocks run out the latest admitted decode is preempted and "
+         "recomputed (its prompt and tokens so far prefilled again on its machine)"},
         {"name": "kv_transfer", "value": "serialized after the prompt" if serialized else
          f"serialized below {o.layerwise_min_prompt_tokens} prompt tokens, layer-wise (only "
          "the last layer and the link's fixed time visible) from there"},

@@ -31,6 +31,7 @@ from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, I
 GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
 CURVE_SHAPES = ("step", "linear")      # a load curve between its rows (LoadCurve.linear)
+KV_ADMISSIONS = ("reserve", "paged")   # SimOptions.kv_admission
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
@@ -161,6 +162,13 @@ class StudyOptions:
         None, "Fraction of HBM kept free for activations and fragmentation (vLLM's "
               "gpu_memory_utilization 0.9 keeps 0.10).", fraction(low_open=False),
         default_text="0.10; 0 with --assumptions splitwise-sim", outcome=True)
+    kv_admission: Optional[str] = option(
+        None, "KV admission on decoding machines: reserve (a request is admitted when its "
+              "prompt plus its full output fit, held up front: the Splitwise paper's rule) or "
+              "paged (vLLM: blocks of 16 tokens allocated as tokens are generated, admission "
+              "by the current blocks leaving a 1% watermark, the latest admitted preempted and "
+              "recomputed when blocks run out).", OneOf(KV_ADMISSIONS),
+        default_text="the preset's: reserve", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(README: Assumption presets).", OneOf(PRESETS), outcome=True)

@@ -183,4 +183,6 @@ def _pools(result, cluster) -> dict:
             "peak_kv_fraction": round(float(peak.max()), 4),
             "kv_capacity_tokens": int(stats["kv_capacity_tokens"][mask][0]),
             "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
+        if "preemptions" in stats:   # paged KV admission: decodes preempted and recomputed
+            pools[label]["preemptions"] = int(stats["preemptions"][mask].sum())
     return pools

@@ -737,7 +737,9 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       f"{pool['utilization']:.0%}{' over the whole run' if planned else ''}, "
                       f"mean batch {pool['mean_batch']:.1f}, KV "
                       f"capacity {pool['kv_capacity_tokens']:,} tokens/instance (peak "
-                      f"{pool['peak_kv_fraction']:.0%}), mixed pool {pool['mixed_pool_s']:.1f} s",
+                      f"{pool['peak_kv_fraction']:.0%}), mixed pool {pool['mixed_pool_s']:.1f} s"
+                      + (f", {pool['preemptions']:,} preemptions (paged KV)"
+                         if "preemptions" in pool else ""),
                       highlight=False)
     prefill = summary.get("prefill")
     if prefill and "chunks_per_prompt" in prefill:

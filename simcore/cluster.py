@@ -119,8 +119,19 @@ class SimOptions:
     # "regenerate" (DejaVu's baseline) prefills its prompt only, then decodes the tokens
     # already sent again, one iteration each, silently (not sent, no inter-token gap)
     restart: str = "recompute"
+    # KV admission: "reserve" holds a request's prompt + full output from admission on (the
+    # paper's reference implementation); "paged" holds the blocks of its context as generated
+    # (vLLM: blocks of kv_block_tokens, a kv_watermark fraction of the blocks left free at
+    # admission, recompute preemption of the latest admitted when blocks run out)
+    kv_admission: str = "reserve"
+    kv_block_tokens: int = 16
+    kv_watermark: float = 0.01
 
     def __post_init__(self):
+        if self.kv_admission not in ("reserve", "paged"):
+            raise InputError("kv_admission must be reserve or paged")
+        if self.kv_block_tokens < 1 or not 0 <= self.kv_watermark < 1:
+            raise InputError("kv_block_tokens must be >= 1 and kv_watermark in [0, 1)")
         if self.prompt_token_limit < 1:
             raise InputError("prompt_token_limit must be >= 1")
         if self.recovery not in ("restart", "replicate"):
@@ -169,10 +180,23 @@ class MachineArrays:
     # pools resized mid-run: rows (time_s, instance, +1 joins | -1 leaves) sorted by (time,
     # instance); empty: every instance serves throughout
     resizes: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    # KV admission (SimOptions.kv_admission): False reserves prompt + output up front; True
+    # pages it (blocks of kv_block_tokens as generated, vLLM's watermark, recompute preemption)
+    kv_paged: bool = False
+    kv_block_tokens: int = 16
+    kv_watermark: float = 0.01
 
     @property
     def count(self) -> int:
         return len(self.role)
+
+    def kv_watermark_tokens(self) -> np.ndarray:
+        """Per machine, the KV tokens paged admission leaves free: vLLM's watermark, a fraction
+        of its whole blocks (0 when it reserves up front)."""
+        if not self.kv_paged:
+            return np.zeros(self.count, np.int64)
+        blocks = np.asarray(self.kv_capacity, np.int64) // self.kv_block_tokens
+        return (blocks * self.kv_watermark).astype(np.int64) * self.kv_block_tokens
 
 
 def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float,
@@ -270,7 +294,8 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         tbt_per_output_token=options.tbt_per_output_token,
         detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
         regenerate=options.restart == "regenerate",
-        replica_peer=peer, spans=spans)
+        replica_peer=peer, spans=spans, kv_paged=options.kv_admission == "paged",
+        kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark))
 
 
 def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:

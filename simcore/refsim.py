@@ -35,6 +35,26 @@ prompt yields its first token, every decode one more token; finished requests fr
 A prompt whose decode runs elsewhere starts its KV transfer then; the second token can come no
 earlier than the transfer's end.
 
+KV admission (`SimOptions.kv_admission`). "reserve" (the paper's reference implementation, the
+default): as above, a decode holds its prompt + output tokens from admission on. "paged" (vLLM's
+scheduler, `kv_block_tokens` 16, `kv_watermark` 0.01): a machine's KV is counted in blocks of
+16 tokens; a running decode holds the blocks of its context (prompt + tokens generated, the
+latest one included: its KV is computed by its next iteration), a prompt the blocks of its
+prefill from its first piece (until transferred when it decodes elsewhere). Admission (waiting
+decodes, then prompts, FCFS as above) takes what fits below the capacity less the watermark (a
+whole-block share of it; waived on a machine that holds nothing). Each iteration end adds a
+block for every decode whose new token starts one (memory may exceed the capacity until the
+next start). An iteration starts by preempting: while the machine's blocks exceed its capacity,
+its most recently admitted running decode (never the last one; a local prompt counts as admitted
+when its prefill ends) loses its KV (recompute, vLLM's default) and goes back to the front of
+that machine's prompt queue (behind a partly prefilled prompt), its prefill now its prompt plus
+the tokens it generated; an iteration that preempted admits nothing and runs the decodes left.
+The preempted request is recomputed on the machine that preempted it, a Splitwise token machine
+included (as a prompt there: whole, or chunked when it has running decodes), as a restart
+recomputes after a failure: the prefill yields no token, the next decode its next one, so the
+gap to it includes the stall and the recompute; nothing is sent twice. Swapping to host memory
+is not modelled. Each machine counts the decodes it preempted (result `preemptions`).
+
 Chunked prefill (designs with prefill: chunked; Sarathi-Serve's stall-free batching): a machine
 runs a chunked iteration when it serves both phases (a baseline machine) or, on a Splitwise
 design, when it has running decodes or a partially prefilled prompt (a mixed-pool machine, or
@@ -162,6 +182,7 @@ class _Machine:
     mixed_time: float = 0.0
     prompt_chunks: int = 0            # chunked designs: prompt pieces run (whole prompt: 1)
     chunked_prefill_s: float = 0.0    # chunked designs: those pieces each priced alone
+    preemptions: int = 0              # paged KV: running decodes it preempted
     retired: bool = False          # out of its pool (a plan's resize): takes no new request
     # failures
     down: bool = False
@@ -199,6 +220,8 @@ class _ReferenceSimulation:
         self.resizes = [(float(t), int(mc), int(change)) for t, mc, change in m.resizes]
         self.iteration_log: list[tuple[int, float, float]] = []  # (machine, start, end), tests
         self.itl = np.zeros(ITL_BINS, np.int64)  # every inter-token gap, binned (cluster.py)
+        self.paged, self.block = bool(m.kv_paged), int(m.kv_block_tokens)
+        self.watermark = [int(w) for w in m.kv_watermark_tokens()]
 
     # ------------------------------------------------------------------ event loop
     def run(self):
@@ -211,8 +234,9 @@ class _ReferenceSimulation:
             self.kv_arrivals = [e for e in self.kv_arrivals if e[0] != now]
             for _, r in arrived:
                 req = self.requests[r]
-                if req.kv_from >= 0:
-                    self.machines[req.kv_from].memory_used -= req.prefill  # transferred
+                if req.kv_from >= 0:  # transferred
+                    self.machines[req.kv_from].memory_used -= (
+                        self._blocks(req.prefill) if self.paged else req.prefill)
                 self.machines[req.token_machine].decode_wait.append(req)
                 self._recovered(req, now)
             while self.resizes and self.resizes[0][0] == now:  # (2r)
@@ -456,10 +480,54 @@ class _ReferenceSimulation:
             mc.mixed_time += now - mc.mixed_since
 
     # ------------------------------------------------------------------ iterations
+    # ------------------------------------------------------------------ KV memory
+    def _blocks(self, tokens: int) -> int:
+        """Paged KV: tokens rounded up to whole blocks."""
+        return -(-tokens // self.block) * self.block
+
+    def _decode_hold(self, req: _Request) -> int:
+        """KV a running decode holds: its reservation, or (paged) its context's blocks."""
+        return self._blocks(req.context) if self.paged else req.reservation
+
+    def _prompt_hold(self, req: _Request, mc: _Machine) -> int:
+        """KV a prompt holds while computed: its reservation when it decodes here, its prompt
+        tokens until transferred when it decodes elsewhere; paged, its prefill's blocks."""
+        if self.paged:
+            return self._blocks(req.prefill)
+        return req.reservation if req.token_machine == mc.index else req.prefill
+
+    def _fits(self, mc: _Machine, held: int) -> bool:
+        """Admission: `held` more fits (paged: leaving the watermark free, unless the machine
+        holds nothing)."""
+        if self.paged and mc.memory_used > 0:
+            return mc.memory_used + held <= mc.capacity - self.watermark[mc.index]
+        return mc.memory_used + held <= mc.capacity
+
+    def _preempt(self, mc: _Machine) -> bool:
+        """Paged KV: while its running decodes' blocks exceed its memory, the most recently
+        admitted of them (never the last one) loses its KV and goes back to the front of the
+        machine's prompt queue (behind a partly prefilled prompt), to recompute its prompt and
+        the tokens it generated as one prefill here. True when any was preempted."""
+        preempted = False
+        while mc.memory_used > mc.capacity and len(mc.running) > 1:
+            req = mc.running.pop()
+            mc.memory_used -= self._blocks(req.context)
+            mc.preemptions += 1
+            req.prefill, req.prefilled = req.context, 0
+            head = 1 if mc.prompt_queue and mc.prompt_queue[0].prefilled > 0 else 0
+            mc.prompt_queue.insert(head, req)
+            mc.pending_prompt_tokens += req.prefill
+            preempted = True
+        return preempted
+
     def _start_iteration(self, mc: _Machine, now: float) -> None:
-        while mc.decode_wait and mc.memory_used + mc.decode_wait[0].reservation <= mc.capacity:
+        if self.paged and self._preempt(mc):  # (vLLM: an iteration that preempts admits
+            mc.batch_decodes = list(mc.running)  # nothing new; it runs the decodes left)
+            self._begin(mc, now, 0, mc.batch_decodes, 0.0, [])
+            return
+        while mc.decode_wait and self._fits(mc, self._decode_hold(mc.decode_wait[0])):
             req = mc.decode_wait.popleft()
-            mc.memory_used += req.reservation
+            mc.memory_used += self._decode_hold(req)
             mc.running.append(req)
         if self._chunks_now(mc):
             self._start_chunked_iteration(mc, now)
@@ -471,8 +539,8 @@ class _ReferenceSimulation:
                 break
             # its KV is held here while computed: the whole reservation when it decodes here,
             # the prompt's tokens until transferred when it decodes elsewhere
-            held = req.reservation if req.token_machine == mc.index else req.prefill
-            if mc.memory_used + held > mc.capacity:
+            held = self._prompt_hold(req, mc)
+            if not self._fits(mc, held):
                 break
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
@@ -526,8 +594,8 @@ class _ReferenceSimulation:
             if budget == 0:
                 break
             if req.prefilled == 0:  # its KV is held here from its first piece
-                held = req.reservation if req.token_machine == mc.index else req.prefill
-                if mc.memory_used + held > mc.capacity:
+                held = self._prompt_hold(req, mc)
+                if not self._fits(mc, held):
                     break
                 mc.memory_used += held
             piece = min(req.prefill - req.prefilled, budget)
@@ -554,6 +622,8 @@ class _ReferenceSimulation:
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
             req.generated += 1
+            if self.paged:  # its new token's KV: a new block when it starts one
+                mc.memory_used += self._blocks(req.context) - self._blocks(req.context - 1)
             if req.generated > req.emitted:  # (else a token sent before a loss: silent)
                 req.emitted = req.generated
                 self.itl[itl_bin(now - req.last_token)] += 1
@@ -586,13 +656,10 @@ class _ReferenceSimulation:
         local = req.token_machine == mc.index
         token = self.machines[req.token_machine]
         if req.generated == req.output:
-            if local:
-                mc.memory_used -= req.reservation
-                self._finish(req, mc, now)
-            else:
-                mc.memory_used -= req.prefill
-                self._finish(req, token, now)
+            mc.memory_used -= self._prompt_hold(req, mc)
+            self._finish(req, token, now)
         elif local:
+            mc.memory_used += self._decode_hold(req) - self._prompt_hold(req, mc)
             mc.running.append(req)
             self._recovered(req, now)
         elif token.epoch != req.token_epoch:  # its token machine failed: choose another
@@ -610,7 +677,7 @@ class _ReferenceSimulation:
             token_machine.committed -= req.reservation
         if req in token_machine.running:
             token_machine.running.remove(req)
-            token_machine.memory_used -= req.reservation
+            token_machine.memory_used -= self._decode_hold(req)
         self.finished += 1
         if token_machine.index != req.prompt_machine:
             self._maybe_leave_mixed(token_machine, now)
@@ -637,6 +704,8 @@ class _ReferenceSimulation:
             "chunked_prefill_s": np.array([mc.chunked_prefill_s for mc in ms]),
             "end_s": np.float64(end),
             "itl_histogram": self.itl,
+            **({} if not self.paged else {
+                "preemptions": np.array([mc.preemptions for mc in ms], dtype=np.int64)}),
             **({} if not len(self.m.failures) else {
                 "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
                 "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),

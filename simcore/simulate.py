@@ -225,7 +225,8 @@ def _result(workload: Workload, raw: dict, machines: MachineArrays, reference, c
 def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
                        makespan: float) -> dict:
     """Per instance: its SKU, first machine, role, busy time and utilization over `makespan`,
-    iterations, mean batch, peak and capacity of KV tokens, time lent to the mixed pool."""
+    iterations, mean batch, peak and capacity of KV tokens, time lent to the mixed pool (and,
+    with paged KV admission, the decodes it preempted)."""
     iterations = raw["iterations"]
     first = np.array([span[0] for span in machines.spans], dtype=np.int64)
     return {
@@ -238,4 +239,6 @@ def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
         "mean_batch": np.where(iterations > 0, raw["batch_size_sum"] / np.maximum(iterations, 1), 0.0),
         "max_memory_tokens": raw["max_memory_tokens"], "kv_capacity_tokens": machines.kv_capacity,
         "mixed_pool_s": raw["mixed_pool_s"],
+        # paged KV admission only: running decodes each instance preempted (recomputed)
+        **({} if "preemptions" not in raw else {"preemptions": raw["preemptions"]}),
     }

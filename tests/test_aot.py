@@ -53,6 +53,7 @@ catalog, perf = load_catalog(), default_performance_model()
 runs = [("splitwise-hh", 6, 2, SimOptions()), ("splitwise-ha", 5, 3, SimOptions()),
         ("baseline-h100", 8, 0, SimOptions(memory_reserve_fraction=0.5)),
         ("sarathi-a100", 8, 0, SimOptions()),
+        ("splitwise-hh", 6, 2, SimOptions(kv_admission="paged")),
         ("splitwise-aa", 6, 3, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=1)),
         ("baseline-h100", 8, 0, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=3,
                                            restart="regenerate")),

@@ -32,7 +32,7 @@ def _chunks_now(requests, machine, settings):
 
 
 @_inlined
-def _take_chunks(requests, machine, m, curves, budget):
+def _take_chunks(requests, machine, m, curves, budget, settings):
     """Stall-free batching: prefill work from the head (the ongoing prompt first) within the
     budget, each prompt with the largest piece that fits; a prompt's KV is held from its first
     piece (as in `_take_prompts`). A prompt not finished stays at the head. Returns (count,
@@ -45,9 +45,16 @@ def _take_chunks(requests, machine, m, curves, budget):
         r = machine.prompt_head
         request = requests[r]
         if request.prefilled == 0:
-            held = request.reservation if request.token_machine == m else request.prefill
-            if machine.memory + held > machine.capacity:
-                break
+            if settings.kv_paged:  # as steps._prompt_hold and steps._fits
+                held = (request.prefill + settings.kv_block - 1) // settings.kv_block \
+                    * settings.kv_block
+                if machine.memory + held > machine.capacity - (
+                        machine.watermark if machine.memory > 0 else 0):
+                    break
+            else:
+                held = request.reservation if request.token_machine == m else request.prefill
+                if machine.memory + held > machine.capacity:
+                    break
             machine.memory += held
         piece = min(request.prefill - request.prefilled, budget)
         request.piece = piece

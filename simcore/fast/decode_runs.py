@@ -8,16 +8,26 @@ a prompt or KV cache arrives for the machine (`_cut_run`) and ended by the next 
 iteration times are replayed by one formula (`_tick_s`), so the run's busy time, its end and its
 inter-token gaps (`_count_gaps`, `_count_silent`) are those of ending the iterations one by one.
 
+Paged KV admission (`simcore.refsim`'s "KV admission"): each machine counts its running
+decodes by their context residue modulo the block (`State.residues`), so the blocks a run's
+iterations add are known per iteration in O(1) (`_memory_ticks`: the run ends at the iteration
+after which memory would run out, as it ends at a finish, so preemption happens at an iteration
+boundary exactly as in the reference) and in O(block) at its end (`_grow_blocks`); a KV cache
+that leaves mid-run counts the memory its iterations so far held (`_peak_before`). `_preempt`
+compiles the reference's `_preempt` (O(batch), only when it preempts).
+
 The reference has no decode runs: it ends every iteration as an event (`_end_iteration`'s
 decodes, each gaining a token). This module compiles that step for a run of them; its own
-equivalence test (tests/test_fast_runs.py) checks runs against the reference.
+equivalence test (tests/test_fast_runs.py) checks runs against the reference, and
+tests/test_paged_kv.py with paged KV.
 """
 from __future__ import annotations
 
 from .compiler import _compiled, _inlined
 from .records import INF, NONE
 from .latency import _combined, _decode_time, _host_time, _itl_bin
-from .structures import _heap_push, _pop_running
+from .structures import (
+    _blocks, _heap_push, _meld, _pop_running, _push_prompt, _unlink_running)
 from .routing import _leave_mixed_if_done
 
 
@@ -111,8 +121,11 @@ def _end_decodes(state, m, now):
     """Every running decode was in this batch (the set changes only between iterations) and
     gains a token; those at their last token finish. Returns how many finished."""
     requests, machines, curves, gaps = state.requests, state.machines, state.curves, state.gaps
+    settings = state.settings
     machine = machines[m]
     _count_gaps(requests, machine, curves, gaps, now)
+    if settings.kv_paged and machine.running_count > 0:
+        _grow_blocks(state.residues[m], machine, settings.kv_block)
     machine.last_end = now
     machine.running_context += machine.running_count * machine.run_ticks  # a token each
     machine.decode_clock += machine.run_ticks
@@ -124,14 +137,174 @@ def _end_decodes(state, m, now):
         request.finish = now
         finished += 1
         machine.committed -= request.reservation
-        machine.memory -= request.reservation
+        if settings.kv_paged:
+            context = request.prompt + request.output
+            state.residues[m, (context - machine.decode_clock) % settings.kv_block] -= 1
+            _unlink_running(requests, machine, r)
+            machine.memory -= _blocks(context, settings.kv_block)
+        else:
+            machine.memory -= request.reservation
         if request.prompt_machine != m:
             _leave_mixed_if_done(machine, now)
     return finished
 
 
 @_inlined
-def _start_decode_run(requests, machine, curves, now, limit):
+def _grown(residues, clock, ticks, block):
+    """Paged KV: the tokens of the blocks a run's first `ticks` iterations from `clock` add
+    (each decode starts a block with its token after a multiple of `block`)."""
+    grown = 0
+    for key in range(block):
+        count = residues[key]
+        if count > 0:
+            first = (-(key + clock)) % block  # the first iteration (from 0) that grows it
+            if first < ticks:
+                grown += count * (1 + (ticks - 1 - first) // block)
+    return grown * block
+
+
+@_compiled
+def _grow_blocks(residues, machine, block):
+    """Paged KV: the blocks the run's iterations ending now add; the memory at the start of
+    its last iteration (the reference's `_begin` sees each start) counts in max_memory."""
+    ticks, clock = machine.run_ticks, machine.decode_clock
+    grown = _grown(residues, clock, ticks, block)
+    last = residues[(-(clock + ticks - 1)) % block] * block
+    if machine.memory + grown - last > machine.max_memory:
+        machine.max_memory = machine.memory + grown - last
+    machine.memory += grown
+
+
+@_compiled
+def _peak_before(residues, machine, curves, block, now):
+    """Paged KV: memory is freed (a KV cache sent from here arrived) during a decode run: the
+    run's iterations that started before now saw it held, so the last of them counts in
+    max_memory with it (`_grow_blocks` sees the starts after). O(its iterations so far)."""
+    decodes = machine.running_count
+    decode = _decode_time(curves, machine.kind, decodes)
+    per_token = curves.context_s[machine.kind]
+    host = _host_time(curves, machine.kind, decodes)
+    overlap = curves.overlap_host[machine.kind]
+    started = 0  # iterations after the first that started before now
+    end = machine.run_start
+    for tick in range(machine.run_ticks - 1):
+        end = end + _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
+        if end >= now:
+            break
+        started = tick + 1
+    if started > 0:
+        peak = machine.memory + _grown(residues, machine.decode_clock, started, block)
+        if peak > machine.max_memory:
+            machine.max_memory = peak
+
+
+@_inlined
+def _memory_ticks(residues, machine, ticks, block):
+    """Paged KV: how many of a decode run's next `ticks` iterations start without running out
+    of blocks (the first always does: its start preempted what did not fit). One decode left
+    alone is never preempted."""
+    if machine.running_count < 2:
+        return ticks
+    memory, clock = machine.memory, machine.decode_clock
+    for tick in range(ticks - 1):
+        memory += block * residues[(-(clock + tick)) % block]
+        if memory > machine.capacity:
+            return tick + 1
+    return ticks
+
+
+@_compiled
+def _preempt(state, m):
+    """Paged KV (`simcore.refsim._preempt`): while the machine's blocks exceed its memory, its
+    most recently joined running decode (never the last one) loses its KV and goes back to
+    the front of its prompt queue (behind a partly prefilled prompt) to recompute its prompt
+    and generated tokens as one prefill. The fresh and silent lists drop the preempted; the
+    running heap is rebuilt from the rest (O(batch), only when some were). Returns how many."""
+    requests, machines, settings = state.requests, state.machines, state.settings
+    machine = machines[m]
+    block = settings.kv_block
+    count = 0
+    first = last = NONE  # the preempted, in order, chained through heap_child
+    while machine.memory > machine.capacity and machine.running_count > 1:
+        r = machine.run_last
+        request = requests[r]
+        _unlink_running(requests, machine, r)
+        request.generated = request.output - (request.finish_tick - machine.decode_clock)
+        if request.generated > request.emitted:  # it sent tokens here, the latest at the last
+            request.emitted = request.generated  # end (made current as in failures._fail)
+            request.last_token = machine.last_end
+        context = request.prompt + request.generated
+        state.residues[m, (context - machine.decode_clock) % block] -= 1
+        machine.memory -= _blocks(context, block)
+        machine.running_count -= 1
+        machine.running_context -= context
+        request.finish_tick = NONE  # not running: dropped from the lists below
+        request.prefill = context
+        request.heap_child = NONE
+        if last == NONE:
+            first = r
+        else:
+            requests[last].heap_child = r
+        last = r
+        count += 1
+    if count == 0:
+        return 0
+    machine.preemptions += count
+    previous, r = NONE, machine.fresh_head
+    while r != NONE:
+        after = requests[r].queue_next
+        if requests[r].finish_tick == NONE:
+            machine.fresh_count -= 1
+            if previous == NONE:
+                machine.fresh_head = after
+            else:
+                requests[previous].queue_next = after
+        else:
+            previous = r
+        r = after
+    previous, r = NONE, machine.silent_head
+    while r != NONE:
+        after = requests[r].batch_next
+        if requests[r].finish_tick == NONE:
+            if previous == NONE:
+                machine.silent_head = after
+            else:
+                requests[previous].batch_next = after
+        else:
+            previous = r
+        r = after
+    machine.running_root = NONE
+    r = machine.run_first
+    while r != NONE:
+        requests[r].heap_child = requests[r].heap_sibling = NONE
+        machine.running_root = r if machine.running_root == NONE else _meld(
+            requests, machine.running_root, r)
+        r = requests[r].prefilled
+    r = first
+    while r != NONE:
+        after = requests[r].heap_child
+        request = requests[r]
+        request.prefilled = request.piece = 0
+        machine.pending += request.prefill
+        head = machine.prompt_head
+        if head != NONE and requests[head].prefilled > 0:  # behind the ongoing prompt
+            request.queue_next = requests[head].queue_next
+            requests[head].queue_next = r
+            if machine.prompt_tail == head:
+                machine.prompt_tail = r
+            machine.prompt_len += 1
+        elif head != NONE:
+            request.queue_next = head
+            machine.prompt_head = r
+            machine.prompt_len += 1
+        else:
+            _push_prompt(requests, machine, r)
+        r = after
+    return count
+
+
+@_inlined
+def _start_decode_run(requests, machine, curves, now, limit, ticks_cap):
     """A machine's decode-only iterations up to the one where its first decode finishes, as one
     event. With failures, only those ending by `limit`, the next failure step (but at least
     one): when a machine fails, or a failure acts on requests, every machine is between
@@ -143,7 +316,8 @@ def _start_decode_run(requests, machine, curves, now, limit):
     iteration's time is the one it would have had alone (same terms, same order) and the
     results are those of ending the iterations one by one."""
     machine.run_start, machine.run_busy_s = now, machine.busy_s
-    machine.run_ticks = requests[machine.running_root].finish_tick - machine.decode_clock
+    machine.run_ticks = min(ticks_cap,
+                            requests[machine.running_root].finish_tick - machine.decode_clock)
     machine.busy_until = _run_iterations(machine, curves, machine.run_ticks, INF, limit)
 
 

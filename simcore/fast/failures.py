@@ -117,6 +117,8 @@ def _fail(state, m, now):
         _lose(requests, failures, r, decoding, now, at)
     machine.fresh_head = machine.silent_head = NONE
     machine.fresh_count = 0
+    machine.run_first = machine.run_last = NONE  # (paged KV: their order, residues)
+    state.residues[m, :] = 0
     r = machine.wait_head
     while r != NONE:
         after = requests[r].queue_next

@@ -39,6 +39,8 @@ REQUEST = np.dtype([
     # chunked prefill
     ("prefilled", np.int32),        # tokens of its prefill computed by ended iterations
     ("piece", np.int32),            # tokens of its prefill in the iteration in flight
+    #   (paged KV, while it decodes, both are free and link the running decodes in the order
+    #   they joined, `_link_running`: piece the one before, prefilled the one after)
     # failures (see simcore.refsim)
     ("prefill", np.int32),          # tokens its next prefill computes
     ("kv_from", np.int32),          # machine holding its KV until delivered (NONE: a replica)
@@ -94,6 +96,10 @@ MACHINE = np.dtype([
     ("max_memory", np.int64), ("mixed_s", np.float64),
     # chunked designs: prompt pieces run (a whole prompt is one) and their cost priced alone
     ("prompt_chunks", np.int64), ("chunked_prefill_s", np.float64),
+    # paged KV: tokens admission leaves free, running decodes preempted, and the running
+    # decodes in the order they joined (the last one is preempted first)
+    ("watermark", np.int64), ("preemptions", np.int64),
+    ("run_first", np.int32), ("run_last", np.int32),
 ], align=True)
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
@@ -112,7 +118,8 @@ KNOT_BUCKETS = 2048
 
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
-    "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate"])
+    "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate",
+    "kv_paged", "kv_block"])  # paged KV admission, its block in tokens
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act
@@ -178,6 +185,8 @@ State = namedtuple("State", [
     "failures",     # Failures: the schedule, repairs, replica peers, lost requests
     "resizes",      # Resizes: a plan's pool changes
     "gaps",         # the ITL histogram (simcore.cluster.ITL_BINS counts)
+    "residues",     # paged KV: per machine, its running decodes by (context - decode_clock)
+    #                 mod kv_block (a row of one unused column when not paged)
     "progress",     # Progress: next arrival, requests filled and finished, the last instant
 ])
 

@@ -147,8 +147,9 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     machines = np.zeros(m.count, MACHINE).view(np.recarray)
     machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
     machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
+    machines.watermark = m.kv_watermark_tokens()
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
-                 "batch_head", "fresh_head", "silent_head"):
+                 "batch_head", "fresh_head", "silent_head", "run_first", "run_last"):
         machines[link] = NONE
     return machines
 
@@ -176,7 +177,8 @@ def _new_settings(m: MachineArrays) -> Settings:
     return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
                     int(m.prompt_token_limit), int(m.queue_threshold),
                     int(m.layerwise_min_prompt_tokens), float(m.detection_s),
-                    bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate))
+                    bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate),
+                    bool(m.kv_paged), int(m.kv_block_tokens))
 
 
 def new_state(m: MachineArrays, requests: np.recarray) -> State:
@@ -191,6 +193,7 @@ def new_state(m: MachineArrays, requests: np.recarray) -> State:
                  Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
                          np.zeros(1, np.int64)),
                  np.zeros(ITL_BINS, np.int64),
+                 np.zeros((m.count, int(m.kv_block_tokens) if m.kv_paged else 1), np.int64),
                  Progress(np.zeros(3, np.int64), np.zeros(1)))
 
 
@@ -207,6 +210,8 @@ def _machine_results(state: State) -> dict:
             "mixed_pool_s": _column(machines, "mixed_s"),
             "prompt_chunks": _column(machines, "prompt_chunks"),
             "chunked_prefill_s": _column(machines, "chunked_prefill_s"),
+            **({} if not state.settings.kv_paged else {
+                "preemptions": _column(machines, "preemptions")}),
             "itl_histogram": state.gaps,
             "end_s": np.float64(state.progress.clock[0])}  # the last instant
 

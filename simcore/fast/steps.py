@@ -4,6 +4,10 @@ their token machine, and (4) an idle machine with work starting its next iterati
 decodes admitted, then prompts or chunks; a decode-only iteration as a decode run), visited over
 the machines touched at this instant only, in index order.
 
+Paged KV admission: an iteration starts by preempting (`decode_runs._preempt`; one that did
+admits nothing and runs one decode iteration), admission counts blocks below the watermark
+(`_fits`, `_prompt_hold`, `_decode_hold`), and running decodes keep their order of joining.
+
 Compiles the reference's `_end_iteration`, `_prompt_done`, `_finish`, `_start_iteration` and
 `_begin`, and its step (2).
 """
@@ -11,15 +15,47 @@ from __future__ import annotations
 
 from simcore.cluster import ROLE_BOTH
 from .compiler import _inlined
-from .records import CHANGED_COMMITTED, CHANGED_POOL, INF, NONE, RETARGET
+from .records import CHANGED_COMMITTED, CHANGED_PENDING, CHANGED_POOL, INF, NONE, RETARGET
 from .latency import _iteration_time, _kv_transfer, _prompt_time, _with_host
 from .structures import (
-    _append_running, _heap_pop, _heap_push, _pop_prompt, _pop_wait, _push_wait, _touch)
+    _append_running, _blocks, _heap_pop, _heap_push, _link_running, _pop_prompt, _pop_wait,
+    _push_wait, _touch)
 from .pools import _changes, _refresh
 from .routing import _leave_mixed_if_done
-from .decode_runs import _cut_run, _end_decodes, _start_decode_run
+from .decode_runs import (
+    _cut_run, _end_decodes, _memory_ticks, _peak_before, _preempt, _start_decode_run)
 from .chunks import _chunks_now, _start_chunk_run, _take_chunks
 from .failures import _lose, _recovered
+
+
+@_inlined
+def _join_running(state, machine, m, r):
+    """Request r joins machine m's running decodes (paged KV: also their order of joining and
+    the count of their context residues)."""
+    requests, settings = state.requests, state.settings
+    _append_running(requests, machine, r)
+    if settings.kv_paged:
+        request = requests[r]
+        _link_running(requests, machine, r)
+        state.residues[m, (request.prompt + request.generated - machine.decode_clock)
+                       % settings.kv_block] += 1
+
+
+@_inlined
+def _prompt_hold(request, m, settings):
+    """KV a prompt holds on machine m while computed (`simcore.refsim._prompt_hold`)."""
+    if settings.kv_paged:
+        return _blocks(request.prefill, settings.kv_block)
+    return request.reservation if request.token_machine == m else request.prefill
+
+
+@_inlined
+def _fits(machine, held, settings):
+    """Admission: `held` more fits (paged: leaving the watermark free unless it holds
+    nothing)."""
+    if settings.kv_paged and machine.memory > 0:
+        return machine.memory + held <= machine.capacity - machine.watermark
+    return machine.memory + held <= machine.capacity
 
 
 @_inlined
@@ -48,7 +84,7 @@ def _end_prompts(state, m, now):
                 request.first_token = request.last_token = now
         t = request.token_machine
         if request.generated == request.output:
-            machine.memory -= request.reservation if t == m else request.prefill
+            machine.memory -= _prompt_hold(request, m, settings)
             request.finish = now
             finished += 1
             _recovered(request, now)
@@ -60,7 +96,10 @@ def _end_prompts(state, m, now):
                     _refresh(pools, machines, t, CHANGED_COMMITTED
                              | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
         elif t == m:
-            _append_running(requests, machine, r)
+            if settings.kv_paged:  # its first token's block
+                machine.memory += (_blocks(request.prompt + request.generated, settings.kv_block)
+                                   - _blocks(request.prefill, settings.kv_block))
+            _join_running(state, machine, m, r)
             _recovered(request, now)
         elif machines[t].epoch != request.token_epoch:
             request.from_epoch = machine.epoch
@@ -100,7 +139,14 @@ def _deliver_kv(state, now):
         r = _heap_pop(kv_arrivals) % len(requests)
         t, p = requests[r].token_machine, requests[r].kv_from
         if p != NONE:  # (NONE: a replica restored after a failure)
-            machines[p].memory -= requests[r].prefill   # transferred: the prompt machine lets go
+            # transferred: the prompt machine lets go
+            if state.settings.kv_paged:
+                block = state.settings.kv_block
+                if machines[p].busy and machines[p].run_ticks > 1:
+                    _peak_before(state.residues[p], machines[p], state.curves, block, now)
+                machines[p].memory -= _blocks(requests[r].prefill, block)
+            else:
+                machines[p].memory -= requests[r].prefill
             _touch(touched, machines[p], p)
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
@@ -114,6 +160,14 @@ def _has_work(machine):
 
 
 @_inlined
+def _decode_hold(request, settings):
+    """KV a running decode holds: its reservation, or (paged) its context's blocks."""
+    if settings.kv_paged:
+        return _blocks(request.prompt + request.generated, settings.kv_block)
+    return request.reservation
+
+
+@_inlined
 def _admit_decodes(requests, machine):
     """Waiting decodes join FCFS while their reservation fits in memory."""
     while (machine.wait_head != NONE and machine.memory
@@ -124,7 +178,18 @@ def _admit_decodes(requests, machine):
 
 
 @_inlined
-def _take_prompts(requests, machine, m, limit, curves, chunked_design):
+def _admit_paged(state, machine, m):
+    """Paged KV: waiting decodes join FCFS while their blocks fit below the watermark."""
+    requests, settings = state.requests, state.settings
+    while (machine.wait_head != NONE
+           and _fits(machine, _decode_hold(requests[machine.wait_head], settings), settings)):
+        r = _pop_wait(requests, machine)
+        machine.memory += _decode_hold(requests[r], settings)
+        _join_running(state, machine, m, r)
+
+
+@_inlined
+def _take_prompts(requests, machine, m, limit, curves, chunked_design, settings):
     """Queued prompts join from the head within the token limit (the first always does); one
     that decodes here must also fit its reservation, else the queue waits. Returns (count,
     tokens)."""
@@ -137,8 +202,8 @@ def _take_prompts(requests, machine, m, limit, curves, chunked_design):
             break
         # the prompt's KV is held here while it is computed: all of its reservation when it
         # decodes here, its prompt tokens until transferred when it decodes elsewhere
-        held = request.reservation if request.token_machine == m else request.prefill
-        if machine.memory + held > machine.capacity:
+        held = _prompt_hold(request, m, settings)
+        if not _fits(machine, held, settings):
             break
         machine.memory += held
         r = _pop_prompt(requests, machine)
@@ -158,25 +223,45 @@ def _take_prompts(requests, machine, m, limit, curves, chunked_design):
 
 
 @_inlined
+def _take_work(state, machine, m):
+    """Waiting decodes admitted, then chunks or prompts taken. Returns (count, tokens, chunk
+    extras)."""
+    requests, curves, settings = state.requests, state.curves, state.settings
+    if settings.kv_paged:
+        _admit_paged(state, machine, m)
+    else:
+        _admit_decodes(requests, machine)
+    if _chunks_now(requests, machine, settings):
+        # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
+        budget = max(0, settings.chunk_tokens - machine.running_count)
+        return _take_chunks(requests, machine, m, curves, budget, settings)
+    count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
+                                  settings.chunk_tokens > 0, settings)
+    return count, tokens, 0.0
+
+
+@_inlined
 def _start_iteration(state, m, now, limit):
     requests, machines, curves = state.requests, state.machines, state.curves
     settings, busy_heap = state.settings, state.busy_heap
     machine = machines[m]
-    _admit_decodes(requests, machine)
-    extra = 0.0
-    if _chunks_now(requests, machine, settings):
-        # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
-        budget = max(0, settings.chunk_tokens - machine.running_count)
-        count, tokens, extra = _take_chunks(requests, machine, m, curves, budget)
+    preempted = settings.kv_paged and _preempt(state, m) > 0
+    if preempted:  # (vLLM: an iteration that preempts admits nothing new)
+        _refresh(state.pools, machines, m, CHANGED_PENDING)
+        count, tokens, extra = 0, 0, 0.0
     else:
-        count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
-                                      settings.chunk_tokens > 0)
+        count, tokens, extra = _take_work(state, machine, m)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
     machine.busy = True
     if count == 0:
-        _start_decode_run(requests, machine, curves, now, limit)
+        ticks = requests[machine.running_root].finish_tick - machine.decode_clock
+        if preempted:
+            ticks = 1
+        elif settings.kv_paged:
+            ticks = _memory_ticks(state.residues[m], machine, ticks, settings.kv_block)
+        _start_decode_run(requests, machine, curves, now, limit, ticks)
     else:
         duration = _with_host(curves, machine.kind, _iteration_time(
             curves, machine.kind, tokens, decodes, machine.running_context) + extra,

@@ -2,7 +2,8 @@
 (the busy heap of iteration ends, KV arrivals, lost requests), the intrusive FIFO queues threaded
 through the request records (a machine's prompt queue and decode wait: `queue_next`), the running
 decodes' pairing heap keyed (finish tick, request) (`heap_child`, `heap_sibling`), and the list of
-machines touched at this instant.
+machines touched at this instant; with paged KV, the running decodes in the order they joined
+(`_link_running`, through two fields free while a request decodes).
 
 Compiles the reference's lists (`queue`, `waiting`, `running`) and its order of events with equal
 times: every heap breaks ties by item (machine index or request number), as the reference does.
@@ -191,3 +192,39 @@ def _touch(touched, machine, m):
         machine.touched = True
         touched.machine[touched.count[0]] = m
         touched.count[0] += 1
+
+
+@_inlined
+def _blocks(tokens, block):
+    """Paged KV: tokens rounded up to whole blocks."""
+    return (tokens + block - 1) // block * block
+
+
+@_compiled
+def _link_running(requests, machine, r):
+    """Paged KV: request r joins the end of the machine's running decodes in the order they
+    joined (`piece` links to the one before, `prefilled` to the one after: both free while it
+    decodes)."""
+    request = requests[r]
+    request.piece = machine.run_last
+    request.prefilled = NONE
+    if machine.run_last != NONE:
+        requests[machine.run_last].prefilled = r
+    else:
+        machine.run_first = r
+    machine.run_last = r
+
+
+@_compiled
+def _unlink_running(requests, machine, r):
+    request = requests[r]
+    before, after = request.piece, request.prefilled
+    if before != NONE:
+        requests[before].prefilled = after
+    else:
+        machine.run_first = after
+    if after != NONE:
+        requests[after].piece = before
+    else:
+        machine.run_last = before
+    request.piece = request.prefilled = 0
