@@ -168,7 +168,7 @@ class StudyOptions:
               "paged (vLLM: blocks of 16 tokens allocated as tokens are generated, admission "
               "by the current blocks leaving a 1% watermark, the latest admitted preempted and "
               "recomputed when blocks run out).", OneOf(KV_ADMISSIONS),
-        default_text="the preset's: reserve", outcome=True)
+        default_text="paged; reserve with --assumptions splitwise-sim", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(README: Assumption presets).", OneOf(PRESETS), outcome=True)

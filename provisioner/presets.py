@@ -75,10 +75,10 @@ def preset_perf(name: str, source: PerfSource) -> PerfSource:
     return replace(source, latency_model="splitwise-sim", engine=LEGACY_ENGINE)
 
 
-# KV admission of each preset (SimOptions.kv_admission): the paper's up-front reservation for
-# splitwise-sim, a named assumption its claims rest on. provision keeps it too until the paged
-# default has been run against every test and bench figure (issue 37).
-DEFAULT_KV_ADMISSION = {"provision": "reserve", "splitwise-sim": "reserve"}
+# KV admission of each preset (SimOptions.kv_admission): paged blocks with recompute preemption
+# (vLLM's scheduler, what deployed engines run) for provision; the paper's up-front reservation
+# for splitwise-sim, a named assumption its claims rest on.
+DEFAULT_KV_ADMISSION = {"provision": "paged", "splitwise-sim": "reserve"}
 
 
 def preset_sim_options(name: str, reserve: float | None,

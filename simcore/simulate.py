@@ -17,7 +17,7 @@ from simcore.metrics import first_token_overheads, request_latencies, uncontende
 from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload
 
-SIMULATOR_VERSION = "6"  # bump when simulation semantics change (search caches key on it)
+SIMULATOR_VERSION = "7"  # bump when simulation semantics change (search caches key on it)
 
 
 @dataclass(frozen=True, eq=False)

@@ -144,7 +144,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "kv_dtype": ({"designs": ("splitwise-hh",)}, "fp8"),
     "memory_reserve": ({}, 0.25),
     "assumptions": ({}, "splitwise-sim"),
-    "kv_admission": ({}, "paged"),
+    "kv_admission": ({}, "reserve"),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
     "survive_failures": ({}, 2),
     "mtbf_hours": ({}, 1000.0),
