@@ -32,7 +32,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from provisioner.benchfiles import BenchRun
-from simcore.engine_overheads import EngineOverheads
+from simcore.engine_overheads import EngineOverheads, combine_host
 from simcore.latency import piecewise_linear
 
 COMPOSITIONS = ("serial", "overlap")
@@ -85,7 +85,7 @@ def price_runs(runs: list[BenchRun], curves, layers: int) -> list[PricedRun]:
 
 
 def _combine(composition: str, kernels: float, host: float) -> float:
-    return max(kernels, host) if composition == "overlap" else kernels + host
+    return float(combine_host(kernels, host, composition == "overlap"))
 
 
 def predict(p: PricedRun, t: dict, composition: str) -> tuple[float, float]:

@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from hardware_catalog import InputError, load_catalog  # noqa: E402
 from provisioner.study import kv_dtype_of, model_in_dtype  # noqa: E402
+from simcore.engine_overheads import combine_host  # noqa: E402
 from simcore.kernels import KernelPerformanceModel  # noqa: E402
 
 OUT = ROOT / "simcore" / "data" / "engine_overheads.json"
@@ -228,9 +229,7 @@ def host(terms: dict, sequences: float) -> float:
 
 def combine(composition: str, kernels, host_s):
     """One iteration: host work after the kernels (serial) or beside them (overlap)."""
-    if composition == "overlap":
-        return np.maximum(kernels, host_s)
-    return kernels + host_s
+    return combine_host(kernels, host_s, composition == "overlap")
 
 
 def tpot_after(run: Run, terms: dict, composition: str) -> float:

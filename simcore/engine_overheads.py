@@ -30,11 +30,23 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from hardware_catalog import ModelSpec
     from simcore.latency import LatencyCurves
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "engine_overheads.json"
+
+
+def combine_host(gpu_seconds, host_seconds, overlap: bool):
+    """An iteration's time from its GPU work and the engine's host work: the host work after
+    the GPU's (serial), or beside it (an engine that prepares step n + 1 while step n runs:
+    the longer of the two). Scalars or numpy arrays; the one rule the simulators, the
+    calibration fit and the fit of the defaults share."""
+    if overlap:
+        return np.maximum(gpu_seconds, host_seconds)
+    return gpu_seconds + host_seconds
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
+from simcore.engine_overheads import combine_host
 from simcore.interp import PiecewiseLinear, piecewise_linear
 
 
@@ -131,10 +132,7 @@ class LatencyCurves:
         """An iteration whose GPU work (kernels, context attention, chunk extras) takes
         `gpu_seconds`, with the engine's host work: after it (serial), or beside it (an engine
         that prepares step n + 1 while step n runs: the longer of the two)."""
-        host = self.host_time(sequences)
-        if self.overlap_host:
-            return np.maximum(gpu_seconds, host)
-        return gpu_seconds + host
+        return combine_host(gpu_seconds, self.host_time(sequences), self.overlap_host)
 
     def with_engine_overheads(self, iteration_s: float, sequence_s: float,
                               first_token_s: float, overlap: bool = False) -> "LatencyCurves":
