@@ -430,9 +430,10 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
         write_reports(out, texts)
     if as_json:
         print_json(document)
-    elif output_format in ("csv", "markdown"):
-        frame = result.to_pandas()
-        sys.stdout.write(frame.to_csv() if output_format == "csv" else markdown_table(frame))
+    elif output_format == "csv":
+        sys.stdout.write(result.to_pandas().to_csv())
+    elif output_format == "markdown":
+        sys.stdout.write(markdown_table(document))
     else:
         console = _console()
         shown = hardware_view(document)

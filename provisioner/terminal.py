@@ -554,20 +554,65 @@ def latency_lines(document: dict) -> list[str]:
             "between tokens; ITL: every gap):", *lines] if lines else []
 
 
-def markdown_table(frame) -> str:
-    """A DataFrame as a Markdown table (index first; empty cells for missing values)."""
-    import pandas as pd
-    columns = [frame.index.name or "", *map(str, frame.columns)]
+def markdown_table(document: dict) -> str:
+    """The optimum per design as a paste-ready Markdown table: few columns, units in the
+    header, formatted numbers; the best design in bold, infeasible ones with their reason,
+    and the goal and rate in a line above it."""
+    inputs, best = document["inputs"], document["summary"].get("best_design")
+    header = ["design", "machines", "layout", "GPUs", "$/h", "kW", "rate (req/s)",
+              "binding SLO (margin)", "TTFT P99 (ms)", "TPOT P99 (ms)", "$/M tokens"]
+    rows = []
+    for entry in document["designs"]:
+        optimum, name = entry["optimum"], entry["design"]
+        if not optimum:
+            rows.append([name, "-", "-", "-", "-", "-", "-",
+                         _escape(entry.get("reason") or entry.get("status", "")), "-", "-", "-"])
+            continue
+        name = f"**{name}**" if name == best else name
+        latency, units = optimum.get("latency_ms") or {}, optimum.get("unit_costs") or {}
+        margin = optimum.get("binding_margin")
+        rows.append([
+            name, _machines(optimum), _layout_cell(optimum.get("layout") or {}),
+            f"{optimum['gpus']:,}", f"{optimum['cost_per_hour']:,.2f}",
+            f"{optimum['power_kw']:,.1f}", f"{optimum['rate_rps']:,.4g}",
+            f"{optimum.get('binding_slo') or '-'}"
+            + (f" ({margin:+.1%})" if margin is not None else ""),
+            _ms_cell(latency, "ttft"), _ms_cell(latency, "tpot"),
+            f"{units['usd_per_m_tokens_blended']:,.2f}"
+            if units.get("usd_per_m_tokens_blended") is not None else "-"])
+    goal = inputs["goal"]["name"] if isinstance(inputs.get("goal"), dict) else inputs.get("goal")
+    lines = [f"Optimum per design ({goal}; best in bold)", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
 
-    def cell(value) -> str:
-        if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-            return ""
-        return str(value).replace("|", "\\|")
 
-    rows = [[cell(index), *map(cell, values)] for index, values in
-            zip(frame.index, frame.itertuples(index=False))]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
+def _machines(optimum: dict) -> str:
+    if optimum.get("machines") is not None:
+        return f"{optimum['machines']:,}"
+    return f"{optimum['prompt_machines']:,} P + {optimum['token_machines']:,} T"
+
+
+def _layout_cell(layout: dict) -> str:
+    """TP/PP/EP of each pool (prompt / token), as the terminal table shows them."""
+    def one(pool: dict) -> str:
+        text = f"TP{pool.get('tp', 1)}"
+        if pool.get("pp", 1) > 1:
+            text += f" PP{pool['pp']}"
+        if pool.get("ep", 1) > 1:
+            text += f" EP{pool['ep']}"
+        return text
+    pools = [layout[k] for k in ("pool", "prompt", "token") if k in layout]
+    return " / ".join(one(p) for p in pools) or "-"
+
+
+def _ms_cell(latency: dict, metric: str) -> str:
+    value = (latency.get(metric) or {}).get("p99")
+    return "-" if value is None else _ms(value)
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
 
 
 def _ms(value: float) -> str:

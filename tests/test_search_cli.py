@@ -373,20 +373,27 @@ def test_quiet_keeps_stderr_for_warnings_and_errors(run_cli, tmp_path):
 
 @pytest.mark.parametrize("output", ["csv", "markdown"])
 def test_format_prints_one_row_per_design(run_cli, tmp_path, output):
-    """Issue 27: CSV and Markdown on stdout, whole numbers, one row per design."""
+    """Issue 27: CSV and Markdown on stdout, whole numbers, one row per design; Markdown
+    paste-ready (issue 40): a title line, few columns with units, formatted numbers."""
     run = run_cli("search", "--designs", "baseline-a100,splitwise-hh", "--rate", "20",
                   "--duration", "20", "--verify-seeds", "1", "--no-cache", "--out",
                   tmp_path / "out", "-q", "--format", output)
     assert run.returncode == 0, run.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     lines = run.stdout.strip().splitlines()
-    body = lines[1:] if output == "csv" else lines[2:]
+    body = lines[1:] if output == "csv" else lines[4:]
     assert len(body) == 2
     for entry, line in zip(report["designs"], body):
         assert entry["design"] in line
         assert f"{entry['optimum']['gpus']}" in line
     if output == "markdown":
-        assert lines[1].startswith("|---|")
+        assert lines[0].startswith("Optimum per design") and lines[3].startswith("|---|")
+        assert "$/h" in lines[2] and "TTFT P99 (ms)" in lines[2] and lines[2].count("|") == 12
+        best = report["summary"]["best_design"]
+        assert any(f"**{best}**" in line for line in body)
+        for entry, line in zip(report["designs"], body):
+            assert f"{entry['optimum']['cost_per_hour']:,.2f}" in line
+            assert "e-0" not in line and "0000" not in line  # no raw floats
 
 
 def test_shell_completion_is_on(run_cli):
