@@ -437,11 +437,13 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
     else:
         console = _console()
         shown = hardware_view(document)
+        # on a terminal the lines wrap between words; piped, each stays one line (for grep)
+        soft = not console.is_terminal
         for line in headline_lines(document):   # a load curve's plan comes first
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False, soft_wrap=soft)
         console.print(optimum_table(shown, console.width))
         for line in hardware_lines(document) + search_notes(shown) + load_curve_lines(document):
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False, soft_wrap=soft)
         moved = sensitivity_table(document, console.width)
         if moved is not None:
             console.print(moved)
@@ -451,7 +453,7 @@ def _search(options: SearchOptions, spec: Optional[Path], output_format: str) ->
                       f"({document['summary']['evaluations']} points evaluated); reports in "
                       f"{out}/", highlight=False)
         for line in best_lines(document):
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False, soft_wrap=soft)
     _search_warnings(document, options.settings.exhaustive)
     if not document["summary"]["feasible_designs"]:
         note("[bold red]no feasible configuration[/] for any design: "

@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich import box
 from rich.table import Table
 
 from provisioner.study import window_text
@@ -165,14 +166,16 @@ class SearchProgress:
             self._progress.__exit__(*exc)
 
 
-NARROW = 100   # below this many columns the table gives each design a block, not a row
+NARROW = 100   # below this many columns the table drops columns (`_narrow_table`), or gives
+#                each design a block when even those do not fit (`_block_table`)
 
 
 def optimum_table(document: dict, width: int | None = None) -> Table:
-    """The optimum per design: a row each, or below NARROW columns a block each (the label
-    and the figures, which wrap only between figures)."""
+    """The optimum per design: a row each (below NARROW columns, fewer columns), or a block
+    each where even those do not fit the width."""
     if width is not None and width < NARROW:
-        return _narrow_table(document)
+        table = _narrow_table(document)
+        return table if _natural_width(table) <= width else _block_table(document)
     goal = document["inputs"]["goal"]
     seeds = document["inputs"]["options"]["verify_seeds"]
     table = Table(title=f"Optimum per design — {goal['name']} ({goal['paper_name']}); "
@@ -215,6 +218,50 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
 
 
 def _narrow_table(document: dict) -> Table:
+    """Below NARROW columns: still a row per design, with the fewest columns that answer (the
+    rate in the title when every design has the same, the layout under the design's name) and
+    no vertical rules, so that 80 columns hold it without a word broken."""
+    goal = document["inputs"]["goal"]
+    optima = [e["optimum"] for e in document["designs"] if e["optimum"] is not None]
+    rates = {_fmt(o["rate_rps"], ".4g") for o in optima}
+    title = f"Optimum per design — {goal['name']}"
+    if len(rates) == 1:
+        title += f", {next(iter(rates))} req/s"
+    table = Table(title=title + "; * best", box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="P prompt / T token machines; layout: TP (xPP) and instances per "
+                          "machine (prompt / token); binding: the SLO with the smallest margin")
+    table.add_column("design", overflow="fold")
+    table.add_column("machines", justify="right", no_wrap=True)
+    columns = ([] if len(rates) == 1 else ["req/s"]) + ["$/h", "kW", "GPUs"]
+    for column in columns:
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("binding", justify="right", overflow="fold")
+    best = document["summary"]["best_design"]
+    for entry in document["designs"]:
+        name = f"[bold]{entry['design']}[/] *" if entry["design"] == best else entry["design"]
+        o = entry["optimum"]
+        if o is None:
+            table.add_row(name, "-", *["-"] * len(columns), _no_optimum(entry))
+            continue
+        if o.get("layout"):
+            name += f"\n[dim]{layout_label(o['layout'])}[/]"
+        pools = (f"{o['machines']}" if "machines" in o
+                 else f"{o['prompt_machines']} P + {o['token_machines']} T")
+        cell = _figures(o)
+        table.add_row(name, pools, *(cell[c] for c in columns), _binding(o))
+    return table
+
+
+def _natural_width(table: Table) -> int:
+    """The columns a table takes when nothing in it wraps."""
+    from rich.measure import Measurement
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options, table).maximum
+
+
+def _block_table(document: dict) -> Table:
+    """Where `_narrow_table` does not fit: a block per design (the label and the figures, which wrap only
+    between figures)."""
     goal = document["inputs"]["goal"]
     table = Table(title=f"Optimum per design — {goal['name']}; * best", show_header=False,
                   caption="P prompt / T token machines; layout: TP (xPP) and instances per "
@@ -237,6 +284,7 @@ def _narrow_table(document: dict) -> Table:
             figures.insert(1, f"layout {layout_label(o['layout'])}")
         table.add_row(name, "\n".join(figures))
     return table
+
 
 
 def _no_optimum(entry: dict) -> str:

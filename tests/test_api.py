@@ -279,6 +279,27 @@ def test_every_optimum_reports_its_latencies_in_milliseconds(cli, tmp_path):
     assert "itl_p99" in (out / "evaluations.csv").read_text().splitlines()[0]
 
 
+def test_at_80_columns_each_design_is_still_one_row():
+    """Issue 40: at 80 columns the optimum table was 64 stacked lines; now a row per design
+    (its cost, power, GPUs and binding SLO on the line of its name) within 80 columns."""
+    import io
+
+    from rich.console import Console
+
+    from provisioner.terminal import optimum_table
+    document = provisioner.search(designs="baseline-a100,splitwise-ha", model="bloom-176b",
+                                  rate=70, duration=30, verify_seeds=1).to_dict()
+    buffer = io.StringIO()
+    Console(file=buffer, width=80).print(optimum_table(document, 80))
+    lines = buffer.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80
+    for entry in document["designs"]:
+        o = entry["optimum"]
+        row = next(line for line in lines if line.strip().startswith(entry["design"]))
+        for figure in (f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", str(o["gpus"])):
+            assert figure in row
+
+
 def test_the_sensitivity_table_never_cuts_a_number():
     """Issue 27: `COLUMNS=80 provision search --sensitivity` broke "$1,707/h" over three
     lines; at every width each figure of every cell is whole (a block per assumption when
