@@ -372,8 +372,8 @@ class Execution:
                                           "a local cluster).", Text(), metavar="ADDRESS",
                                   echo=False)
     cache_dir: Optional[str] = option(None, "Evaluation cache directory.", Text(),
-                                      default_text="~/.cache/provision", metavar="DIR",
-                                      echo=False)
+                                      default_text="the platform's user cache folder, per "
+                                                   "project", metavar="DIR", echo=False)
     no_cache: bool = option(False, "Neither read nor write the evaluation cache.", Flag(),
                             flag="--no-cache", echo=False)
     quiet: bool = option(False, "No progress or compile notice on stderr (results, warnings "

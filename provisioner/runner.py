@@ -31,9 +31,28 @@ from provisioner.study import Outcome, Point
 CACHE_FORMAT = "4"  # bump when the cached record layout or the key's contents change
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "provision"
+PROJECT_MARKERS = (".git", "pyproject.toml", "provision.yaml")
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The project a run belongs to: the nearest folder from the current one up that holds a
+    repository, a pyproject.toml or a provision.yaml; the current folder when none does."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return here
+
+
+def default_cache_dir(start: Path | None = None) -> Path:
+    """The platform's user cache folder (XDG_CACHE_HOME or ~/.cache on Linux, ~/Library/Caches
+    on macOS, %LOCALAPPDATA% on Windows), one subfolder per project (its folder's name and a
+    digest of its path), so that projects neither share nor clear each other's evaluations."""
+    from platformdirs import user_cache_dir
+    root = project_root(start)
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:10]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in root.name) or "root"
+    return Path(user_cache_dir("provision", appauthor=False)) / "projects" / f"{name}-{digest}"
 
 
 def default_jobs() -> int:

@@ -130,3 +130,22 @@ def test_a_search_on_swapped_entries_warns_and_keeps_its_answer(tmp_path, cli):
         assert reports[0][section] == reports[1][section], section
     for path, record in _records(cache).items():   # every entry read was overwritten
         assert record["key"] == path.stem
+
+
+def test_the_default_cache_is_per_project_under_the_platform_cache(tmp_path, monkeypatch):
+    """Issue 40: the evaluation cache sat in ~/.cache/provision for every project; now a
+    folder per project (the nearest folder up with .git, pyproject.toml or provision.yaml)
+    under the platform's user cache folder (XDG_CACHE_HOME on Linux)."""
+    from provisioner.runner import default_cache_dir, project_root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    one, two = tmp_path / "one", tmp_path / "two"
+    (one / "specs" / "deep").mkdir(parents=True)
+    (one / "pyproject.toml").write_text("")
+    (two / ".git").mkdir(parents=True)
+    assert project_root(one / "specs" / "deep") == one.resolve()
+    first, second = default_cache_dir(one / "specs" / "deep"), default_cache_dir(two)
+    assert first == default_cache_dir(one)          # anywhere inside the project: the same
+    assert first != second
+    for folder, name in ((first, "one"), (second, "two")):
+        assert folder.parent == tmp_path / "xdg" / "provision" / "projects"
+        assert folder.name.startswith(name + "-")
