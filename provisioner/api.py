@@ -164,6 +164,10 @@ def assumptions(study: Study) -> list[dict]:
          f"generated; admission FCFS by the current blocks, leaving {o.kv_watermark:.0%} of "
          "the blocks free; when blocks run out the latest admitted decode is preempted and "
          "recomputed (its prompt and tokens so far prefilled again on its machine)"},
+        {"name": "batching", "value": "prefill first: an iteration without chunks runs the "
+                                      "waiting prompts alone while the running decodes wait"
+         if o.prefill_first else "mixed: an iteration runs the waiting prompts and the "
+                                 "running decodes together"},
         {"name": "kv_transfer", "value": "serialized after the prompt" if serialized else
          f"serialized below {o.layerwise_min_prompt_tokens} prompt tokens, layer-wise (only "
          "the last layer and the link's fixed time visible) from there"},

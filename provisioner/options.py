@@ -32,6 +32,7 @@ GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
 CURVE_SHAPES = ("step", "linear")      # a load curve between its rows (LoadCurve.linear)
 KV_ADMISSIONS = ("reserve", "paged")   # SimOptions.kv_admission
+BATCHINGS = ("mixed", "prefill-first")  # SimOptions.prefill_first
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
@@ -169,6 +170,14 @@ class StudyOptions:
               "by the current blocks leaving a 1% watermark, the latest admitted preempted and "
               "recomputed when blocks run out).", OneOf(KV_ADMISSIONS),
         default_text="paged; reserve with --assumptions splitwise-sim", outcome=True)
+    batching: Optional[str] = option(
+        None, "Iterations without chunks on a machine with running decodes and waiting prompts: "
+              "mixed (prompts and decodes in one iteration: vLLM V1, TensorRT-LLM, the "
+              "Splitwise simulator) or prefill-first (the prompts run alone, the decodes wait: "
+              "SGLang's scheduler, vLLM V0 and Vidur's vLLM scheduler). Chunked iterations "
+              "always mix (Sarathi-Serve).", OneOf(BATCHINGS),
+        default_text="the engine's: prefill-first under sglang, else mixed; mixed with "
+                     "--assumptions splitwise-sim", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(README: Assumption presets).", OneOf(PRESETS), outcome=True)

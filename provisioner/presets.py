@@ -81,13 +81,29 @@ def preset_perf(name: str, source: PerfSource) -> PerfSource:
 DEFAULT_KV_ADMISSION = {"provision": "paged", "splitwise-sim": "reserve"}
 
 
-def preset_sim_options(name: str, reserve: float | None,
-                       kv_admission: str | None = None) -> SimOptions:
-    """The simulation options of the preset; an explicit --memory-reserve or --kv-admission
-    wins."""
+# How an engine batches waiting prompts beside running decodes without chunks
+# (SimOptions.prefill_first): SGLang's scheduler runs a prefill batch whenever one is ready
+# (decodes mix in only with --enable-mixed-chunk); vLLM V1 schedules the running decodes and
+# then the waiting prompts in one step, and TensorRT-LLM's in-flight batching mixes them too.
+PREFILL_FIRST_ENGINES = ("sglang",)
+
+
+def default_batching(name: str, engine: str) -> str:
+    """The batching rule of the preset and engine: the Splitwise simulator mixes."""
+    return "prefill-first" if name == "provision" and engine in PREFILL_FIRST_ENGINES \
+        else "mixed"
+
+
+def preset_sim_options(name: str, reserve: float | None, kv_admission: str | None = None,
+                       batching: str | None = None, engine: str = "vllm") -> SimOptions:
+    """The simulation options of the preset; an explicit --memory-reserve, --kv-admission or
+    --batching wins."""
     reserve = DEFAULT_RESERVE[name] if reserve is None else reserve
     admission = kv_admission or DEFAULT_KV_ADMISSION[name]
+    prefill_first = (batching or default_batching(name, engine)) == "prefill-first"
     if name == "provision":
-        return SimOptions(memory_reserve_fraction=reserve, kv_admission=admission)
+        return SimOptions(memory_reserve_fraction=reserve, kv_admission=admission,
+                          prefill_first=prefill_first)
     return SimOptions(memory_reserve_fraction=reserve, kv_admission=admission,
+                      prefill_first=prefill_first,
                       layerwise_min_prompt_tokens=_NEVER_LAYERWISE, tbt_per_output_token=True)

@@ -738,7 +738,8 @@ def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
                 failures: tuple = ()) -> SimOptions:
     """The preset's simulation options; with failure options, those too (explicit schedule
     rows `failures`, random failures, recovery), seeded by --seed."""
-    options = preset_sim_options(study.assumptions, study.memory_reserve, study.kv_admission)
+    options = preset_sim_options(study.assumptions, study.memory_reserve, study.kv_admission,
+                                 study.batching, study.engine)
     if resilience is None:
         return options
     return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,

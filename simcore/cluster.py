@@ -126,6 +126,11 @@ class SimOptions:
     kv_admission: str = "reserve"
     kv_block_tokens: int = 16
     kv_watermark: float = 0.01
+    # an iteration without chunks on a machine that has running decodes and waiting prompts:
+    # False mixes them (continuous batching: vLLM V1, TensorRT-LLM's in-flight batching, the
+    # Splitwise simulator); True runs the prompts alone and the decodes wait (prefill first:
+    # SGLang's default scheduler, vLLM V0 and Vidur's vLLM scheduler)
+    prefill_first: bool = False
 
     def __post_init__(self):
         if self.kv_admission not in ("reserve", "paged"):
@@ -185,6 +190,7 @@ class MachineArrays:
     kv_paged: bool = False
     kv_block_tokens: int = 16
     kv_watermark: float = 0.01
+    prefill_first: bool = False  # SimOptions.prefill_first
 
     @property
     def count(self) -> int:
@@ -295,7 +301,8 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
         regenerate=options.restart == "regenerate",
         replica_peer=peer, spans=spans, kv_paged=options.kv_admission == "paged",
-        kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark))
+        kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark),
+        prefill_first=bool(options.prefill_first))
 
 
 def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:

@@ -55,6 +55,11 @@ recomputes after a failure: the prefill yields no token, the next decode its nex
 gap to it includes the stall and the recompute; nothing is sent twice. Swapping to host memory
 is not modelled. Each machine counts the decodes it preempted (result `preemptions`).
 
+Prefill first (`SimOptions.prefill_first`; SGLang's scheduler, vLLM V0): an iteration without
+chunks that takes prompts on a machine with running decodes runs the prompts alone; the decodes
+gain no token and their next gap spans it. Otherwise (vLLM V1, TensorRT-LLM, the paper's
+simulator) the prompts and the decodes share the iteration.
+
 Chunked prefill (designs with prefill: chunked; Sarathi-Serve's stall-free batching): a machine
 runs a chunked iteration when it serves both phases (a baseline machine) or, on a Splitwise
 design, when it has running decodes or a partially prefilled prompt (a mixed-pool machine, or
@@ -545,7 +550,8 @@ class _ReferenceSimulation:
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
             tokens += req.prefill
-        decodes = list(mc.running)
+        # prefill first: prompts run alone, the running decodes wait (SimOptions.prefill_first)
+        decodes = [] if prompts and self.m.prefill_first else list(mc.running)
         if not prompts and not decodes:
             return
         if self.m.chunk_tokens > 0:  # a chunked design's whole prompts count as one piece each

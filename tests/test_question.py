@@ -145,6 +145,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "memory_reserve": ({}, 0.25),
     "assumptions": ({}, "splitwise-sim"),
     "kv_admission": ({}, "reserve"),
+    "batching": ({}, "prefill-first"),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
     "survive_failures": ({}, 2),
     "mtbf_hours": ({}, 1000.0),

@@ -44,7 +44,12 @@ def _count_gaps(requests, machine, curves, gaps, now):
     first_end = now
     ticks = machine.run_ticks
     if ticks == 1:
-        gaps[_itl_bin(now - machine.run_start)] += decodes - machine.fresh_count
+        # (prefill first: prompt-only iterations since the last token at last_end)
+        start = machine.last_end if machine.paused else machine.run_start
+        gaps[_itl_bin(now - start)] += decodes - machine.fresh_count
+    elif machine.paused:
+        _count_paused_run(machine, curves, gaps, decodes)
+        first_end = machine.run_start + _first_tick_s(machine, curves, decodes)
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
@@ -70,6 +75,31 @@ def _count_gaps(requests, machine, curves, gaps, now):
     machine.fresh_count = 0
     if machine.silent_head != NONE:
         _count_silent(requests, machine, curves, gaps, now)
+
+
+@_inlined
+def _first_tick_s(machine, curves, decodes):
+    """The first iteration's time of the decode run in flight."""
+    return _tick_s(machine, _decode_time(curves, machine.kind, decodes),
+                   curves.context_s[machine.kind], 0, decodes,
+                   _host_time(curves, machine.kind, decodes), curves.overlap_host[machine.kind])
+
+
+@_compiled
+def _count_paused_run(machine, curves, gaps, decodes):
+    """`_count_gaps` of a decode run after prompt-only iterations (prefill first): the first
+    gap of the decodes that were running is from their last token (last_end); the fresh ones
+    count their own in `_count_gaps`. O(ticks), only after such iterations."""
+    decode = _decode_time(curves, machine.kind, decodes)
+    per_token = curves.context_s[machine.kind]
+    host = _host_time(curves, machine.kind, decodes)
+    overlap = curves.overlap_host[machine.kind]
+    first_end = machine.run_start + _tick_s(machine, decode, per_token, 0, decodes, host,
+                                            overlap)
+    gaps[_itl_bin(first_end - machine.last_end)] += decodes - machine.fresh_count
+    for run in range(1, machine.run_ticks):
+        gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes, host, overlap))] += \
+            decodes
 
 
 @_compiled
@@ -100,8 +130,9 @@ def _count_silent(requests, machine, curves, gaps, now):
             else:
                 gap = _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
                 end = end + gap
-            if tick > 0 or not fresh:
-                gaps[_itl_bin(gap)] -= 1
+            if tick > 0 or not fresh:  # (prefill first: its first gap from its last token)
+                gaps[_itl_bin(end - machine.last_end if tick == 0 and machine.paused
+                              else gap)] -= 1
             if tick == silent - 1 and request.lost_at >= 0:  # it regenerated the last token
                 request.recovery_s += end - request.lost_at  # sent: back where it was lost
                 request.lost_at = -1.0
@@ -123,7 +154,10 @@ def _end_decodes(state, m, now):
     requests, machines, curves, gaps = state.requests, state.machines, state.curves, state.gaps
     settings = state.settings
     machine = machines[m]
+    if machine.run_ticks == 0:  # prefill first: prompts ran alone, the decodes gained nothing
+        return 0
     _count_gaps(requests, machine, curves, gaps, now)
+    machine.paused = False
     if settings.kv_paged and machine.running_count > 0:
         _grow_blocks(state.residues[m], machine, settings.kv_block)
     machine.last_end = now

@@ -82,6 +82,8 @@ MACHINE = np.dtype([
     ("touched", np.bool_),          # on the list of machines step (4) visits at this instant
     ("down", np.bool_),             # failed, not yet repaired
     ("retired", np.bool_),          # out of its pool (a plan's resize): takes no new request
+    ("paused", np.bool_),           # prefill first: its decodes waited an iteration of prompts
+    #                                 since their last token (at last_end)
     ("load_stale", np.bool_),       # its leaf in the load tree awaits the next read
     ("busy_until", np.float64), ("mixed_since", np.float64),
     ("run_start", np.float64), ("run_busy_s", np.float64),  # a run's start, busy_s before it
@@ -119,7 +121,8 @@ KNOT_BUCKETS = 2048
 Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
     "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate",
-    "kv_paged", "kv_block"])  # paged KV admission, its block in tokens
+    "kv_paged", "kv_block",  # paged KV admission, its block in tokens
+    "prefill_first"])  # whole-prompt iterations pause the running decodes
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act

@@ -178,7 +178,7 @@ def _new_settings(m: MachineArrays) -> Settings:
                     int(m.prompt_token_limit), int(m.queue_threshold),
                     int(m.layerwise_min_prompt_tokens), float(m.detection_s),
                     bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate),
-                    bool(m.kv_paged), int(m.kv_block_tokens))
+                    bool(m.kv_paged), int(m.kv_block_tokens), bool(m.prefill_first))
 
 
 def new_state(m: MachineArrays, requests: np.recarray) -> State:

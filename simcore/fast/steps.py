@@ -225,7 +225,7 @@ def _take_prompts(requests, machine, m, limit, curves, chunked_design, settings)
 @_inlined
 def _take_work(state, machine, m):
     """Waiting decodes admitted, then chunks or prompts taken. Returns (count, tokens, chunk
-    extras)."""
+    extras, whether chunks were taken)."""
     requests, curves, settings = state.requests, state.curves, state.settings
     if settings.kv_paged:
         _admit_paged(state, machine, m)
@@ -234,10 +234,11 @@ def _take_work(state, machine, m):
     if _chunks_now(requests, machine, settings):
         # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
         budget = max(0, settings.chunk_tokens - machine.running_count)
-        return _take_chunks(requests, machine, m, curves, budget, settings)
+        count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings)
+        return count, tokens, extra, True
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
                                   settings.chunk_tokens > 0, settings)
-    return count, tokens, 0.0
+    return count, tokens, 0.0, False
 
 
 @_inlined
@@ -248,9 +249,9 @@ def _start_iteration(state, m, now, limit):
     preempted = settings.kv_paged and _preempt(state, m) > 0
     if preempted:  # (vLLM: an iteration that preempts admits nothing new)
         _refresh(state.pools, machines, m, CHANGED_PENDING)
-        count, tokens, extra = 0, 0, 0.0
+        count, tokens, extra, chunked = 0, 0, 0.0, False
     else:
-        count, tokens, extra = _take_work(state, machine, m)
+        count, tokens, extra, chunked = _take_work(state, machine, m)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
@@ -263,18 +264,22 @@ def _start_iteration(state, m, now, limit):
             ticks = _memory_ticks(state.residues[m], machine, ticks, settings.kv_block)
         _start_decode_run(requests, machine, curves, now, limit, ticks)
     else:
+        if settings.prefill_first and not chunked and decodes > 0:
+            # prefill first: the prompts run alone, the running decodes gain no token
+            decodes = 0
+            machine.paused = True
         duration = _with_host(curves, machine.kind, _iteration_time(
             curves, machine.kind, tokens, decodes, machine.running_context) + extra,
             count + decodes)
-        machine.run_ticks = 1
+        machine.run_ticks = 1 if decodes > 0 or machine.running_count == 0 else 0
         machine.run_start = now
         machine.busy_until = now + duration
         machine.busy_s += duration
         if settings.chunk_tokens > 0 and machine.role == ROLE_BOTH and limit == INF:
             _start_chunk_run(state, m)
     _heap_push(busy_heap, machine.busy_until, m)
-    machine.iterations += machine.run_ticks
-    machine.batch_size_sum += (count + decodes) * machine.run_ticks
+    machine.iterations += max(machine.run_ticks, 1)
+    machine.batch_size_sum += (count + decodes) * max(machine.run_ticks, 1)
     if machine.memory > machine.max_memory:
         machine.max_memory = machine.memory
 
