@@ -322,23 +322,27 @@ def optimum_record(entry: dict) -> dict | None:
 
 def page_view(result, document: dict) -> dict:
     """What the page shows of a finished search: the answer, the optimum per design, the
-    figures (plotly figure dicts) and the report's tables as HTML."""
-    from provisioner.figures import (design_space_figure, hardware_figure,
-                                     latency_load_figure, optimum_html, plotly_template)
+    figures (plotly figure dicts, the ones report.html draws for such a search, the cost-power
+    front first) and the report's tables as HTML."""
+    from provisioner.figures import (curve_margin_figure, design_space_figure,
+                                     hardware_figure, latency_load_figure, load_curve_figure,
+                                     optimum_html, plotly_template)
     from provisioner.tables import answer_sentence
     inputs = document["inputs"]
+    built = {"fig-pareto": hardware_figure(result.designs)}
+    if built["fig-pareto"] is not None:
+        built["fig-pareto"]["layout"]["title"]["text"] = (
+            "Cost against power of each design's optimum (dotted: the Pareto front; "
+            "x: uncalibrated latencies)")
+    if document.get("load_curve") is not None:
+        built.update({"fig-load-curve": load_curve_figure(document),
+                      "fig-curve-margins": curve_margin_figure(document)})
+    elif document["summary"].get("hardware") is None:   # --hardware: dozens of designs
+        built.update({"fig-design-space": design_space_figure(result.designs, inputs),
+                      "fig-latency-load": latency_load_figure(result.designs, inputs)})
     figures = {}
-    for div_id, build in (("fig-pareto", lambda: hardware_figure(result.designs)),
-                          ("fig-design-space", lambda: design_space_figure(result.designs,
-                                                                           inputs)),
-                          ("fig-latency-load", lambda: latency_load_figure(result.designs,
-                                                                           inputs))):
-        figure = build()
+    for div_id, figure in built.items():
         if figure is not None:
-            if div_id == "fig-pareto":
-                figure["layout"]["title"]["text"] = (
-                    "Cost against power of each design's optimum (dotted: the Pareto front; "
-                    "x: uncalibrated latencies)")
             figure["layout"]["template"] = plotly_template()
             figures[div_id] = figure
     return {"answer": answer_sentence(document),
@@ -523,10 +527,14 @@ td:first-child,th:first-child{text-align:left}
 <div id="fig-pareto"></div>
 <div id="fig-design-space"></div>
 <div id="fig-latency-load"></div>
+<div id="fig-load-curve"></div>
+<div id="fig-curve-margins"></div>
 <div id="tables"></div>
 <script>
 const CHOICES = {{CHOICES}};
 const FORM_KEYS = Array.from(document.querySelectorAll('#question [name]')).map(e => e.name);
+const FIGURES = ['fig-pareto', 'fig-design-space', 'fig-latency-load', 'fig-load-curve',
+                 'fig-curve-margins'];
 let current = null;      // the query string on show
 let poller = null;
 
@@ -621,7 +629,7 @@ function showAnswer(answer) {
       cell(o.cost_per_hour.toFixed(2)) + cell(o.power_kw.toFixed(1)) + cell(o.gpus) + '</tr>';
   }
   document.getElementById('optima').innerHTML = rows;
-  for (const id of ['fig-pareto', 'fig-design-space', 'fig-latency-load']) {
+  for (const id of FIGURES) {
     const div = document.getElementById(id);
     const figure = answer.figures[id];
     if (figure) Plotly.react(div, figure.data, figure.layout, {displaylogo: false});

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -27,7 +28,7 @@ from hardware_catalog import InputError
 from provisioner.check import check_report
 from provisioner.options import Execution
 from provisioner.serve import (DEFAULT_HOST, Explorer, make_server, optimum_record, page_url,
-                               parse_query, to_query)
+                               page_view, parse_query, to_query)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SMALL = dict(designs=("baseline-a100", "splitwise-ha"), model="bloom-176b", rate=20.0,
@@ -156,6 +157,18 @@ def test_a_downloaded_report_with_changed_slo_limits_passes_check(served, tmp_pa
     assert checked.unchanged, checked.lines()
 
 
+def test_a_hardware_search_shows_its_cost_power_front():
+    """--hardware's dozens of designs: the front, not a design-space panel per design."""
+    result = provisioner.search(hardware="dgx-a100,dgx-h100", rate=20.0, duration=20.0,
+                                verify_seeds=1, jobs=1)
+    document = result.to_dict()
+    view = page_view(result, document)
+    assert list(view["figures"]) == ["fig-pareto"]
+    front = view["figures"]["fig-pareto"]["data"][-1]
+    assert front["name"].startswith("Pareto front") and front["text"]
+    assert view["optima"] == {e["design"]: optimum_record(e) for e in document["designs"]}
+
+
 def test_the_page_serves_plotly_once(served):
     _, server = served
     code, page, _ = get(server, "/")
@@ -254,6 +267,7 @@ class DevTools:
         os.close(to_browser)
         os.close(to_us)
         self._buffer, self._id, self.session = b"", 0, None
+        self.problems: list[str] = []   # the page's uncaught errors and console warnings
 
     def send(self, method: str, params: dict | None = None, timeout: float = 30) -> dict:
         self._id += 1
@@ -266,6 +280,7 @@ class DevTools:
             while b"\0" in self._buffer:
                 raw, self._buffer = self._buffer.split(b"\0", 1)
                 answer = json.loads(raw)
+                self._heard(answer)
                 if answer.get("id") == self._id:
                     assert "error" not in answer, answer
                     return answer["result"]
@@ -276,10 +291,25 @@ class DevTools:
                 assert chunk, "chromium closed the pipe"
                 self._buffer += chunk
 
+    def _heard(self, message: dict) -> None:
+        """Record an event of the page that is an error or a warning (plotly.js warns through
+        console.trace("WARN: ..."))."""
+        params = message.get("params", {})
+        if message.get("method") == "Runtime.exceptionThrown":
+            self.problems.append(json.dumps(params.get("exceptionDetails"))[:500])
+        elif message.get("method") == "Runtime.consoleAPICalled":
+            text = " ".join(str(a.get("value", a.get("description", "")))
+                            for a in params.get("args", []))
+            if params.get("type") in ("error", "warning", "assert") or \
+                    re.search(r"\b(warn|warning|error|invalid)\b", text, re.IGNORECASE):
+                self.problems.append(f"{params.get('type')}: {text}"[:500])
+
     def open(self, url: str) -> None:
-        target = self.send("Target.createTarget", {"url": url})["targetId"]
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = self.send("Target.attachToTarget",
                                  {"targetId": target, "flatten": True})["sessionId"]
+        self.send("Runtime.enable")          # from here on, the page's console is heard
+        self.send("Page.navigate", {"url": url})
 
     def evaluate(self, expression: str):
         answer = self.send("Runtime.evaluate", {"expression": expression,
@@ -339,5 +369,9 @@ def test_the_page_in_a_browser_follows_the_rate(served, tmp_path):
         assert json.loads(browser.evaluate(OPTIMA_JS)) == library_optima(rate=35.0)
         link = browser.evaluate("document.getElementById('download').href")
         assert "/report.json?" in link and "rate=35" in link
+        assert browser.problems == []
+        browser.evaluate("console.warn('a warning'); true")   # the probe hears the console
+        browser.evaluate("true")
+        assert any("a warning" in p for p in browser.problems), browser.problems
     finally:
         browser.close()
