@@ -40,6 +40,7 @@ from provisioner.options import SearchOptions, _cli_type, check_value, leaves
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 KEPT_QUESTIONS = 32          # finished questions kept in memory (the disk cache keeps the rest)
+ABANDONED_S = 5.0            # a queued question nobody asked about for this long is not searched
 SLO_PREFIX = "slo_"          # slo_ttft_p99=6: an SLO limit override
 
 # The options a query string may carry: the question's (echoed in report.json), not how or
@@ -179,7 +180,7 @@ class Question:
         self.state = "queued"            # queued, running, done, error
         self.progress: dict[str, int] = {}
         self.finished: list[str] = []
-        self.started = time.monotonic()
+        self.started = self.asked = time.monotonic()
         self.seconds: float | None = None
         self.error: str | None = None
         self.result = None               # provisioner.api.SearchResult
@@ -246,6 +247,7 @@ class Explorer:
             question = self.questions.get(canonical)
             if question is not None:
                 self.questions.move_to_end(canonical)
+                question.asked = time.monotonic()
                 return question
             question = Question(canonical, options, limits)
             self.questions[canonical] = question
@@ -292,6 +294,14 @@ class Explorer:
         with self.searching:
             if self.closed:
                 question.state, question.error = "error", "the server is stopping"
+                return
+            if time.monotonic() - question.asked > ABANDONED_S:
+                # the page moved on while it waited (its polls stopped): not searched; asked
+                # again, it is a new question
+                with self.lock:
+                    if self.questions.get(question.query) is question:
+                        del self.questions[question.query]
+                question.state, question.error = "error", "abandoned before it was searched"
                 return
             question.state, question.started = "running", time.monotonic()
             try:

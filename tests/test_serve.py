@@ -143,6 +143,27 @@ def test_the_endpoint_answers_as_the_library(served):
     assert json.loads(body) == provisioner.search(**SMALL, jobs=1).to_dict()
 
 
+def test_a_question_the_page_moved_on_from_is_not_searched(tmp_path, monkeypatch):
+    """Moving the rate five times queues five searches; those the page stopped polling while
+    an earlier search ran are dropped (asked again, they are new questions)."""
+    explorer = Explorer(cache_dir=tmp_path / "cache", jobs=1)
+    ran = []
+    monkeypatch.setattr(provisioner, "search", lambda **k: ran.append(k["rate"]) or 1 / 0)
+    with explorer.searching:                    # a search is running
+        old = explorer.ask("rate=5")
+        new = explorer.ask("rate=6")
+        old.asked -= 60                          # its polls stopped a minute ago
+        new.asked += 60                          # still polled
+    deadline = time.monotonic() + 10
+    while "queued" in (old.state, new.state) or "running" in (old.state, new.state):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    explorer.close()
+    assert ran == [6.0] and new.state == "error" and "ZeroDivisionError" in new.error
+    assert old.state == "error" and "abandoned" in old.error
+    assert list(explorer.questions) == ["rate=6"]
+
+
 def test_a_downloaded_report_with_changed_slo_limits_passes_check(served, tmp_path):
     _, server = served
     query = f"{QUERY}&slo_tbt_p50=1.5&slo_e2e_p50=1.5"
