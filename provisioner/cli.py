@@ -528,7 +528,7 @@ def export(report: Path = typer.Argument(..., metavar="REPORT.json",
 
 
 @app.command()
-def serve(report: Optional[Path] = typer.Argument(None, metavar="[REPORT.json]",
+def serve(report: Optional[Path] = typer.Argument(None, metavar="REPORT.json",
                                                   help="Open on this report's question."),
           spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE",
                                               help="Open on this spec file's question."),
