@@ -527,6 +527,47 @@ def export(report: Path = typer.Argument(..., metavar="REPORT.json",
         console.print(str(path), highlight=False, soft_wrap=True)
 
 
+@app.command()
+def serve(report: Optional[Path] = typer.Argument(None, metavar="REPORT.json",
+                                                  help="Open on this report's question."),
+          spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE",
+                                              help="Open on this spec file's question."),
+          host: str = typer.Option("127.0.0.1", "--host", metavar="HOST",
+                                   help="Address to listen on (loopback only unless "
+                                        "--allow-remote)."),
+          port: int = typer.Option(8765, "--port", metavar="N", min=0, max=65535,
+                                   help="Port to listen on (0: any free port)."),
+          allow_remote: bool = typer.Option(False, "--allow-remote",
+                                            help="Listen on a non-loopback address: anyone "
+                                                 "who reaches it can run searches here."),
+          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                                  help="Evaluation cache of the page's "
+                                                       "searches (default: "
+                                                       "~/.cache/provision/serve)."),
+          jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", min=1,
+                                             max=1024, help="Parallel evaluations (default: "
+                                                            "one per core).")):
+    """A local what-if page: the answer of a search (the default question, REPORT's or
+    --spec's), re-searched in the background as the rate, SLO limits, goal, budget, prices
+    and hardware change; the question is in the page's address."""
+    from provisioner.api import resolve_study
+    from provisioner.serve import Explorer, base_options, make_server, page_url
+
+    base = base_options(report, spec)
+    explorer = Explorer(base, cache_dir, jobs)
+    _, options, _ = explorer.canonical(explorer.base_query)   # as the page will ask it
+    resolve_study(build(SearchOptions, options))               # bad names: refused here
+    server = make_server(explorer, host, port, allow_remote)
+    note(f"provision serve: {page_url(server, explorer.base_query)} (Ctrl-C stops; "
+         f"evaluation cache {explorer.cache_dir})")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        note("provision serve: stopped")
+    finally:
+        server.server_close()
+
+
 class StdoutFailed(Exception):
     """Writing to standard output failed (a full device, a closed pipe): not an OSError, so
     no command's own OSError handling mistakes it for one of its files."""
