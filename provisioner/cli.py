@@ -543,7 +543,8 @@ def serve(report: Optional[Path] = typer.Argument(None, metavar="REPORT.json",
           cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR",
                                                   help="Evaluation cache of the page's "
                                                        "searches (default: "
-                                                       "~/.cache/provision/serve)."),
+                                                       "serve/ in the project's cache "
+                                                       "folder)."),
           jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", min=1,
                                              max=1024, help="Parallel evaluations (default: "
                                                             "one per core).")):
