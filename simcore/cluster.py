@@ -119,6 +119,10 @@ class SimOptions:
     # "regenerate" (DejaVu's baseline) prefills its prompt only, then decodes the tokens
     # already sent again, one iteration each, silently (not sent, no inter-token gap)
     restart: str = "recompute"
+    # speculative decoding (issue 39; simcore.specdecode.SpecDecode, None: off): the decode
+    # curves price its steps, each request's steps drawn with spec_seed
+    spec_decode: object = None
+    spec_seed: int = 0
 
     def __post_init__(self):
         if self.prompt_token_limit < 1:
@@ -259,7 +263,7 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
     return MachineArrays(
         role=role, kind=kind, kv_capacity=capacity, link_bytes_per_s=link,
         layerwise_visible_s=visible,
-        curves=tuple(layouts.curves(perf, model, by_name[name], chosen)
+        curves=tuple(_spec_curves(layouts.curves(perf, model, by_name[name], chosen), options)
                      for name, chosen in kinds),
         kv_bytes_per_token=model.kv_bytes_per_token,
         layers=model.layers, mixed_pool=mixed,
@@ -271,6 +275,16 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         detection_s=float(options.detection_s), replicate=options.recovery == "replicate",
         regenerate=options.restart == "regenerate",
         replica_peer=peer, spans=spans)
+
+
+def _spec_curves(curves: LatencyCurves, options: SimOptions) -> LatencyCurves:
+    """The curves of a speculative run's steps (`LatencyCurves.with_spec_decode`), or as
+    they are."""
+    spec = options.spec_decode
+    if spec is None:
+        return curves
+    from simcore.specdecode import CONTEXT_UNITS
+    return curves.with_spec_decode(spec.tokens, spec.draft_fraction, CONTEXT_UNITS)
 
 
 def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:

@@ -195,6 +195,9 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     if expected > MAX_CURVE_REQUESTS:
         raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
                          f"{MAX_CURVE_REQUESTS:,}; simulate part of it or lower its rates")
+    if options.spec_decode is not None:
+        raise InputError("speculative decoding is not simulated over a load curve yet: drop "
+                         "it or simulate one rate")
     machines, schedule, reason = run_machines(cluster, model, perf, options, end_s)
     counts: list[int] = []
     if reason:

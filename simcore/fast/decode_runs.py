@@ -114,7 +114,7 @@ def _end_decodes(state, m, now):
     machine = machines[m]
     _count_gaps(requests, machine, curves, gaps, now)
     machine.last_end = now
-    machine.running_context += machine.running_count * machine.run_ticks  # a token each
+    machine.running_context += machine.running_rate * machine.run_ticks  # a unit each
     machine.decode_clock += machine.run_ticks
     finished = 0
     while (machine.running_root != NONE
@@ -153,7 +153,8 @@ def _tick_s(machine, decode, per_token, tick, decodes, host, overlap):
     running context (each iteration adds a token per decode): the one formula the run's
     replays (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for
     bit; the engine's host time (`host`, the batch's) as `_with_host` adds it."""
-    return _combined(decode + per_token * float(machine.running_context + tick * decodes),
+    return _combined(decode + per_token * float(machine.running_context
+                                                 + tick * machine.running_rate),
                      host, overlap)
 
 

@@ -49,6 +49,9 @@ REQUEST = np.dtype([
     ("kv_transfer", np.float64),
     ("last_token", np.float64),     # its latest output token (made current as generated is)
     ("lost_at", np.float64), ("ready_at", np.float64), ("recovery_s", np.float64),
+    # its context after g decode units: context_base + context_rate x g (prompt + generated;
+    # speculative decoding: units are steps, context in 1/CONTEXT_UNITS tokens, simcore.specdecode)
+    ("context_base", np.int64), ("context_rate", np.int32),
 ], align=True)
 
 INT32_LIMIT = 2**31 - 1
@@ -61,6 +64,7 @@ MACHINE = np.dtype([
     ("memory", np.int64),           # KV tokens reserved by admitted requests
     ("capacity", np.int64),         # KV tokens it can hold
     ("running_context", np.int64),  # context tokens of the running decodes
+    ("running_rate", np.int64),     # what their context grows by per iteration (their rates)
     ("decode_clock", np.int64),     # iterations ended; every running decode is in each
     ("run_ticks", np.int64),        # iterations in flight (a run of decode-only ones; see (4))
     ("chunk_left", np.int64),       # a chunk run's iteration ends not yet applied (see (4))
@@ -102,7 +106,8 @@ Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU
     "prompt_index", "decode_index",  # per SKU, where each of KNOT_BUCKETS buckets starts
     "prompt_scale", "decode_scale",  # per SKU, KNOT_BUCKETS / the knots' range
     # per SKU, the engine's host time (LatencyCurves.with_host) and whether it overlaps
-    "iteration_overhead", "sequence_overhead", "overlap_host"])
+    "iteration_overhead", "sequence_overhead", "overlap_host",
+    "decode_q"])  # per SKU, each decode's tokens in a forward pass (speculative: k + 1)
 
 # Knots are near-uniform grids (every 16 prompt tokens; every batch size, then every 8), so a
 # query's bucket of the range gives its knot within a few steps instead of a binary search.

@@ -166,7 +166,8 @@ def _start_iteration(state, m, now, limit):
     extra = 0.0
     if _chunks_now(requests, machine, settings):
         # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
-        budget = max(0, settings.chunk_tokens - machine.running_count)
+        budget = max(0, settings.chunk_tokens
+                     - curves.decode_q[machine.kind] * machine.running_count)
         count, tokens, extra = _take_chunks(requests, machine, m, curves, budget)
     else:
         count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
