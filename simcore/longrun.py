@@ -1,7 +1,7 @@
 """Long runs: a day or a week of a load curve in one simulation, in bounded memory (issue 29).
 
-A week at the shared curves' scale is 17-27 million requests; at 152 bytes a request record,
-keeping every record (as `simulate` does) would take 2.6-4.1 GB before any result. A long run
+A week at the shared curves' scale is 17-27 million requests; at 160 bytes a request record,
+keeping every record (as `simulate` does) would take 2.7-4.3 GB before any result. A long run
 instead streams: the arrivals are drawn step by step of the curve as the run goes
 (`curve_chunks`), the compiled core keeps `SLOTS` request records and reuses the slot of a
 finished request (`simcore.fastsim.run_streamed`: the same run, instant for instant, as with

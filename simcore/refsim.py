@@ -61,8 +61,8 @@ ends none). Each gap is counted in a histogram with
 Speculative decoding (`steps`, `simcore.specdecode`; none by default): a request's decodes
 are counted in steps. Its `output` here is its steps + 1 (the first token, then S steps, each
 emitting 1..k+1 tokens, drawn before the run), its reservation stays prompt + output tokens,
-and its context after g units is context_base + context_rate x g, in 1/CONTEXT_UNITS tokens
-(its mean tokens per step each step). The curves price the steps
+and its context after g >= 1 units is CONTEXT_UNITS x (prompt + 1) + context_rate x (g - 1),
+in 1/CONTEXT_UNITS tokens (its mean tokens per step each step). The curves price the steps
 (`LatencyCurves.with_spec_decode`; a decode puts `decode_query_tokens` tokens into a mixed pass
 and into the chunk budget). Everything above reads "token" of a decode as "step": the tokens of
 one step reach the client together, so each step ends one inter-token gap. Not with failures.
@@ -137,14 +137,14 @@ class _Request:
     prefilled: int = 0           # tokens of its prefill computed so far (chunked prefill)
 
     reservation: int = 0         # KV tokens held while it decodes: prompt + output tokens
-    # context after g decode units: context_base + context_rate x g (prompt + generated;
-    # speculative decoding: units are steps, context in 1/CONTEXT_UNITS tokens)
-    context_base: int = 0
+    # context after g >= 1 decode units: context_units x (prompt + 1) + context_rate x (g - 1)
+    # (prompt + g; speculative decoding: units are steps, context in 1/CONTEXT_UNITS tokens)
+    context_units: int = 1
     context_rate: int = 1
 
     @property
     def context(self) -> int:
-        return self.context_base + self.context_rate * self.generated
+        return self.context_units * (self.prompt + 1) + self.context_rate * (self.generated - 1)
 
 
 @dataclass(eq=False)
@@ -200,12 +200,13 @@ class _ReferenceSimulation:
         self.trace = trace  # with a list: every iteration as a dict (machine, start, end,
         #                     decodes, chunks), for tests
         prompt, output = workload.prompt_tokens, workload.output_tokens
-        units, reserve, base, rate = (steps if steps is not None else
-                                      (output, prompt + output, prompt, np.ones(len(prompt))))
+        units, reserve, rate, per_token = (steps if steps is not None else
+                                           (output, prompt + output, np.ones(len(prompt)), 1))
         self.requests = [_Request(i, float(a), int(p), int(o), prefill=int(p),
-                                  reservation=int(v), context_base=int(b), context_rate=int(c))
-                         for i, (a, p, o, v, b, c) in enumerate(zip(
-                             workload.arrival_s, prompt, units, reserve, base, rate))]
+                                  reservation=int(v), context_units=int(per_token),
+                                  context_rate=int(c))
+                         for i, (a, p, o, v, c) in enumerate(zip(
+                             workload.arrival_s, prompt, units, reserve, rate))]
         self.machines = [_Machine(i, int(m.role[i]), int(m.kind[i]), int(m.kv_capacity[i]))
                          for i in range(m.count)]
         self.kv_arrivals: list[tuple[float, int]] = []

@@ -123,8 +123,15 @@ def spec_steps(workload: Workload, options: SimOptions):
     if options.has_failures:
         raise InputError("speculative decoding is not simulated with machine failures yet: "
                          "drop one of them")
-    steps = decode_steps(workload.output_tokens, spec, options.spec_seed)
-    return step_plan(workload.prompt_tokens, workload.output_tokens, steps)
+    known = _SPEC_STEPS.setdefault(workload, {})  # a search runs one sample on many clusters
+    key = (spec, options.spec_seed)
+    if key not in known:
+        steps = decode_steps(workload.output_tokens, spec, options.spec_seed)
+        known[key] = step_plan(workload.prompt_tokens, workload.output_tokens, steps)
+    return known[key]
+
+
+_SPEC_STEPS: "weakref.WeakKeyDictionary[Workload, dict]" = weakref.WeakKeyDictionary()
 
 
 def run_machines(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,

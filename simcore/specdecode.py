@@ -23,10 +23,12 @@ How the simulators see it (both alike; README "Simulation semantics"):
   (a mixed iteration's prompt pass counts k + 1 tokens per decode, and so does the chunk
   budget).
 - The drafter's decode, per drafted token, as a fraction of the target's decode at the same
-  batch: mtp and eagle one decoder layer of the target (DeepSeek-V3's MTP module is one
-  transformer block sharing the embedding and output head; EAGLE's draft head is one decoder
-  layer): 1 / layers; draft:MODEL the draft model's decode, in proportion to its active
-  parameters (decode is memory bound where speculation pays: the weights read per step).
+  batch: mtp and eagle one decoder layer of the target plus its output head (DeepSeek-V3's MTP
+  module is one transformer block sharing the embedding and output head with the model;
+  EAGLE's draft head is one decoder layer using the target's LM head): 1 / layers + the LM
+  head's share of the active parameters (vocab x hidden / active params); draft:MODEL the
+  draft model's decode, in proportion to its active parameters (decode is memory bound where
+  speculation pays: the weights read per step).
 - TTFT is unchanged; TBT stays (E2E - TTFT) / (L - 1); the tokens of one step reach the
   client together, so the ITL histogram counts one gap per step (S gaps per request).
 
@@ -120,37 +122,50 @@ def resolve(method: str, tokens: int | None, acceptance: tuple | None, model,
         fraction = (draft.active_params_b or draft.params_b) / target
         name = draft.name
     else:
-        fraction, name = 1.0 / model.layers, ""
+        active = (model.active_params_b or model.params_b) * 1e9
+        head = model.vocab_size * model.hidden / active if model.vocab_size else 0.0
+        fraction, name = 1.0 / model.layers + head, ""
     return SpecDecode(method, k, rates, fraction, name)
+
+
+STEP_BLOCK = 64   # at most this many steps drawn at once per unfinished request
 
 
 def decode_steps(output_tokens: np.ndarray, spec: SpecDecode, seed: int) -> np.ndarray:
     """Per request, the decode steps its L - 1 tokens after the first take: each step's
-    accepted drafts drawn from the profile (seeded by `seed`, all requests' steps drawn in
-    rounds, request order within a round), the last step truncated at the tokens left."""
+    tokens (1 + accepted drafts: j + 1 with probability a_1 ... a_j (1 - a_(j+1))) drawn from
+    the profile, seeded by `seed`, in blocks of steps for every unfinished request (request
+    order within a block; a block is about the steps the mean request left needs, 2 to
+    STEP_BLOCK); the last step is truncated at the tokens left."""
     left = np.maximum(np.asarray(output_tokens, dtype=np.int64) - 1, 0)
     steps = np.zeros(len(left), np.int64)
     rng = np.random.default_rng([int(seed) & (2**63 - 1), 39])
-    accept = np.asarray(spec.acceptance, dtype=np.float64)
+    # P(at least j drafts accepted), j = 1..k, ascending: a step emits 1 + the number of
+    # them above its uniform draw
+    reach = np.cumprod(np.asarray(spec.acceptance, dtype=np.float64))[::-1]
+    most = spec.tokens + 1
     active = np.flatnonzero(left > 0)
     while len(active):
-        drawn = rng.random((len(active), spec.tokens)) < accept
-        emitted = 1 + np.cumprod(drawn, axis=1).sum(axis=1)
-        left[active] -= np.minimum(emitted, left[active])
-        steps[active] += 1
-        active = active[left[active] > 0]
+        need = left[active]
+        block = int(min(STEP_BLOCK, max(2, np.ceil(need.mean() / spec.tokens_per_step) + 1)))
+        draws = rng.random((len(active), block))
+        emitted = most - np.searchsorted(reach, draws, side="right")  # tokens of each step
+        total = np.cumsum(emitted, axis=1)
+        done = total[:, -1] >= need
+        first = np.argmax(total >= need[:, None], axis=1)        # the step that ends it
+        steps[active] += np.where(done, first + 1, block)
+        left[active] = np.where(done, 0, need - total[:, -1])
+        active = active[~done]
     return steps
 
 
 def step_plan(prompt_tokens: np.ndarray, output_tokens: np.ndarray, steps: np.ndarray):
-    """What the simulators take per request: (decode units: steps + 1, KV reservation:
-    prompt + output, context base and context per step in 1/CONTEXT_UNITS tokens). The
-    context after g units (g >= 1: the first token and g - 1 steps) is base + rate x g =
-    CONTEXT_UNITS x (prompt + 1) + rate x (g - 1), rate the request's mean tokens per step."""
+    """What the simulators take: per request (decode units: steps + 1, KV reservation:
+    prompt + output, context per step in 1/CONTEXT_UNITS tokens), and CONTEXT_UNITS. The
+    context after g units (g >= 1: the first token and g - 1 steps) is CONTEXT_UNITS x
+    (prompt + 1) + rate x (g - 1), rate the request's mean tokens per step."""
     prompt = np.asarray(prompt_tokens, dtype=np.int64)
     output = np.asarray(output_tokens, dtype=np.int64)
-    units = steps + 1
     rate = np.where(steps > 0, np.rint(CONTEXT_UNITS * (output - 1) / np.maximum(steps, 1)),
                     CONTEXT_UNITS).astype(np.int64)
-    base = CONTEXT_UNITS * (prompt + 1) - rate
-    return units, prompt + output, base, rate
+    return steps + 1, prompt + output, rate, CONTEXT_UNITS

@@ -4,6 +4,7 @@ and at large batch, default-off runs unchanged, and bad option values refused.""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -120,7 +121,7 @@ def test_default_off_is_the_run_of_before():
     m = CLUSTERS["chunked"]
     w = workload(120, 5, rate=12.0, prompt=(1, 1500), output=(1, 200))
     ones = np.ones(len(w), np.int64)
-    unit = (w.output_tokens, w.prompt_tokens + w.output_tokens, w.prompt_tokens, ones)
+    unit = (w.output_tokens, w.prompt_tokens + w.output_tokens, ones, 1)
     for run in (simulate_reference, setup.simulate_fast):
         before, explicit = run(w, m), run(w, m, steps=unit)
         for key in before:
@@ -145,3 +146,23 @@ SEARCH = ["search", "--designs", "baseline-h100", "--model", "llama-3.1-8b", "--
 ])
 def test_bad_spec_decode_options_are_refused_in_one_line(cli, args, name):
     assert_bad_input(cli([*SEARCH, *args]), name)
+
+
+def test_spec_file_keys_are_echoed_and_assumed(cli, tmp_path):
+    """A spec file's spec_decode, spec_tokens and acceptance (a list): report.json echoes them,
+    its sim_options carry the resolved method, and an assumption names it with its source."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: llama-3.1-8b\ndesigns: baseline-h100\nrate: 2\nduration: 20\n"
+                    "spec_decode: eagle\nspec_tokens: 2\nacceptance: [0.8, 0.6]\n")
+    outcome = cli(["search", "--spec", spec, "--no-cache", "-q", "--out", tmp_path / "out"])
+    assert outcome.code == 0, outcome.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    options = report["inputs"]["options"]
+    assert (options["spec_decode"], options["spec_tokens"], options["acceptance"]) == (
+        "eagle", 2, [0.8, 0.6])
+    used = report["inputs"]["sim_options"]["spec_decode"]
+    assert used["tokens"] == 2 and used["acceptance"] == [0.8, 0.6]
+    assert used["tokens_per_step"] == pytest.approx(1 + 0.8 + 0.48)
+    (assumed,) = [a["value"] for a in report["assumptions"]
+                  if a["name"] == "speculative_decoding"]
+    assert "eagle, k=2" in assumed and "EAGLE" in assumed

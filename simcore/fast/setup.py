@@ -96,15 +96,15 @@ def _fill(requests: np.recarray, first: int, arrival, prompt, output, steps=None
     prompt = np.ascontiguousarray(prompt, dtype=np.int64)
     output = np.ascontiguousarray(output, dtype=np.int64)
     if steps is None:
-        units, reserve, base, rate = output, prompt + output, prompt, np.ones_like(prompt)
+        units, reserve, rate = output, prompt + output, np.ones_like(prompt)
     else:
-        units, reserve, base, rate = (np.ascontiguousarray(a, dtype=np.int64) for a in steps)
+        units, reserve, rate = (np.ascontiguousarray(a, dtype=np.int64) for a in steps[:3])
     _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
-                   prompt, units, reserve, base, rate)
+                   prompt, units, reserve, rate)
 
 
 @_compiled
-def _fill_requests(requests, first, arrival, prompt, output, reserve, base, rate):
+def _fill_requests(requests, first, arrival, prompt, output, reserve, rate):
     """Every field of requests first, first + 1, ... in their slots, in one pass (numpy's
     field-by-field assignment of a large record array costs more than a tenth of a run)."""
     for i in range(len(arrival)):
@@ -113,7 +113,7 @@ def _fill_requests(requests, first, arrival, prompt, output, reserve, base, rate
         request.number = first + i
         request.arrival, request.prompt, request.output = arrival[i], prompt[i], output[i]
         request.reservation = reserve[i]
-        request.context_base, request.context_rate = base[i], rate[i]
+        request.context_rate = rate[i]
         request.generated = 0
         request.prompt_machine = request.token_machine = NONE
         request.queue_next = request.batch_next = NONE
@@ -154,6 +154,7 @@ def _fill_pools(pools, machines):
 def _new_machines(m: MachineArrays) -> np.recarray:
     machines = np.zeros(m.count, MACHINE).view(np.recarray)
     machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
+    machines.context_units = 1   # (speculative decoding: `simulate_fast` sets its units)
     machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
                  "batch_head", "fresh_head", "silent_head"):
@@ -223,6 +224,7 @@ def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator.
     `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`)."""
     state = new_state(m, _new_requests(workload, steps))
+    state.machines.context_units[:] = 1 if steps is None else steps[3]
     state.progress.counts[1] = len(workload)
     if _run(state, INF) != RUN_DONE:
         raise Stalled("simulation stalled with unfinished requests")
