@@ -38,18 +38,19 @@ def _count_gaps(requests, machine, curves, gaps, now):
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
+        growth = machine.running_rate  # the context each iteration adds
         host = _host_time(curves, machine.kind, decodes)
         overlap = curves.overlap_host[machine.kind]
-        first = _tick_s(machine, decode, per_token, 0, decodes, host, overlap)
+        first = _tick_s(machine, decode, per_token, 0, growth, host, overlap)
         first_end = machine.run_start + first
         low = _itl_bin(first)
         gaps[low] -= machine.fresh_count
-        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, decodes, host,
+        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, growth, host,
                                        overlap)):
             gaps[low] += ticks * decodes
         else:
             for run in range(ticks):
-                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes, host,
+                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, growth, host,
                                       overlap))] += decodes
     r = machine.fresh_head
     while r != NONE:
@@ -73,6 +74,7 @@ def _count_silent(requests, machine, curves, gaps, now):
     ticks, clock, decodes = machine.run_ticks, machine.decode_clock, machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)
     per_token = curves.context_s[machine.kind]
+    growth = machine.running_rate  # the context each iteration adds
     host = _host_time(curves, machine.kind, decodes)
     overlap = curves.overlap_host[machine.kind]
     previous = NONE
@@ -88,7 +90,7 @@ def _count_silent(requests, machine, curves, gaps, now):
             if ticks == 1:
                 gap, end = now - machine.run_start, now
             else:
-                gap = _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
+                gap = _tick_s(machine, decode, per_token, tick, growth, host, overlap)
                 end = end + gap
             if tick > 0 or not fresh:
                 gaps[_itl_bin(gap)] -= 1
@@ -148,13 +150,13 @@ def _start_decode_run(requests, machine, curves, now, limit):
 
 
 @_inlined
-def _tick_s(machine, decode, per_token, tick, decodes, host, overlap):
+def _tick_s(machine, decode, per_token, tick, growth, host, overlap):
     """The time of the tick-th iteration of a decode run that started with the machine's
-    running context (each iteration adds a token per decode): the one formula the run's
-    replays (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for
-    bit; the engine's host time (`host`, the batch's) as `_with_host` adds it."""
-    return _combined(decode + per_token * float(machine.running_context
-                                                 + tick * machine.running_rate),
+    running context (each iteration adds `growth`, the sum of its decodes' context rates: a
+    token each without speculative decoding): the one formula the run's replays
+    (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for bit; the
+    engine's host time (`host`, the batch's) as `_with_host` adds it."""
+    return _combined(decode + per_token * float(machine.running_context + tick * growth),
                      host, overlap)
 
 
@@ -166,13 +168,14 @@ def _run_iterations(machine, curves, ticks, until, limit):
     decodes = machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)  # the batch is the same throughout
     per_token = curves.context_s[machine.kind]
+    growth = machine.running_rate  # the context each iteration adds
     host = _host_time(curves, machine.kind, decodes)
     overlap = curves.overlap_host[machine.kind]
     machine.busy_s = machine.run_busy_s
     end = machine.run_start
     run = 0
     while run < ticks and end < until:  # each as _iteration_time's decode-only case
-        duration = _tick_s(machine, decode, per_token, run, decodes, host, overlap)
+        duration = _tick_s(machine, decode, per_token, run, growth, host, overlap)
         if run > 0 and end + duration > limit:
             break
         end = end + duration
