@@ -45,8 +45,8 @@ catalog = load_catalog()
 calls = []
 current = binding.simulate_fast  # gives `simulate` the results it reads; the first core still
 # runs the set-up simulation (the role whose bias the alternation cancels)
-binding.simulate_fast = lambda w, m: (calls.append((w, m)), first.simulate_fast(w, m),
-                                      current(w, m))[2]
+binding.simulate_fast = lambda w, m, **kw: (calls.append((w, m)), first.simulate_fast(w, m),
+                                            current(w, m, **kw))[2]
 medians = {}
 for workload in ("coding", "conversation"):
     calls.clear()

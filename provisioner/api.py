@@ -151,7 +151,8 @@ def assumptions(study: Study) -> list[dict]:
     return [
         {"name": "preset", "value": study.assumptions},
         {"name": "latency_source", "value": latency_source(
-            study.perf, study.perf.load(study.catalog), study.model, machines.values())},
+            study.perf, study.perf.load(study.catalog), study.model, machines.values())
+         + spec_note(o)},
         {"name": "memory", "value": f"HBM as the catalog states it (GiB-class figures, as "
                                     f"nvidia-smi reports); {o.memory_reserve_fraction:.0%} "
                                     "reserved; KV capacity = GPUs x HBM x (1 - reserve) - "
@@ -195,7 +196,28 @@ def assumptions(study: Study) -> list[dict]:
         {"name": "verification", "value": f"every SLO on {study.settings.verify_seeds} workload "
                                           f"sample(s), seeds {list(_seeds(study))}"},
         *failure_assumptions(study),
+        *spec_decode_assumptions(study),
     ]
+
+
+def spec_note(options) -> str:
+    """'; speculative decoding: ...' after the latency source when it is on, else ''."""
+    spec = options.spec_decode
+    return "" if spec is None else f"; speculative decoding: {spec.describe()}"
+
+
+def spec_decode_assumptions(study: Study) -> list[dict]:
+    """With --spec-decode: the method, k, the acceptance and its source (none otherwise)."""
+    spec = study.sim_options.spec_decode
+    if spec is None:
+        return []
+    from simcore.specdecode import SOURCES
+    return [{"name": "speculative_decoding", "value": (
+        f"{spec.describe()}; acceptance default source: {SOURCES[spec.method]}; a step "
+        f"verifies {spec.tokens + 1} tokens per request (the decode curve at "
+        f"{spec.tokens + 1} x the batch) plus drafting {spec.tokens} x "
+        f"{spec.draft_fraction:.3g} x a decode; steps drawn per request and sample seed; ITL "
+        "one gap per step")}]
 
 
 def failure_assumptions(study: Study) -> list[dict]:
@@ -554,7 +576,7 @@ def simulate_question(question: SimulateQuestion) -> SimulationRun | CurveSimula
     return SimulationRun(q.cluster, q.model, q.requests, result, evaluate_slos(result, q.slo),
                          uncalibrated_skus(q.cluster.design, q.model, q.perf_model), q.slo,
                          latency_source(q.perf, q.perf_model, q.model,
-                                        q.cluster.design.machines()),
+                                        q.cluster.design.machines()) + spec_note(q.sim_options),
                          layout_record(q.cluster.design, q.model,
                                        q.sim_options.memory_reserve_fraction), q.window_s,
                          None if q.window is None else q.window.as_dict())

@@ -164,6 +164,8 @@ class SimulationEvaluator:
         options = s.sim_options
         if options.has_failures or failures:
             options = replace(options, failures=options.failures + failures, failure_seed=seed)
+        if options.spec_decode is not None:  # each sample draws its own steps
+            options = replace(options, spec_seed=seed)
         result = simulate(cluster, requests, s.model, s.perf.load(s.catalog), s.reference,
                           options)
         return result, requests

@@ -90,6 +90,44 @@ def option(default: Any, help: str, check: Any, *, short: str | None = None,
         "metavar": metavar, "outcome": outcome})
 
 
+SPEC_TOKENS_MAX = 16
+
+
+@dataclass(frozen=True)
+class SpecMethod:
+    """--spec-decode: none, mtp, eagle or draft:MODEL."""
+
+    def __call__(self, value: Any) -> str:
+        value = getattr(value, "value", value)
+        if isinstance(value, str) and (value in ("none", "mtp", "eagle") or (
+                value.startswith("draft:") and value[6:].strip() and "\n" not in value)):
+            return value
+        raise Invalid(f"must be {self.describe()}, got {value!r}")
+
+    def describe(self) -> str:
+        return "none, mtp, eagle or draft:MODEL"
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """--acceptance: a rate in [0, 1], or a comma list (a spec file: a list) of them."""
+
+    def __call__(self, value: Any) -> tuple:
+        items = value.split(",") if isinstance(value, str) else (
+            list(value) if isinstance(value, (list, tuple)) else [value])
+        try:
+            rates = tuple(float(v) for v in items)
+        except (TypeError, ValueError):
+            raise Invalid(f"must be {self.describe()}, got {value!r}") from None
+        if (not rates or len(rates) > SPEC_TOKENS_MAX
+                or not all(0.0 <= r <= 1.0 for r in rates)):
+            raise Invalid(f"must be {self.describe()}, got {value!r}")
+        return rates
+
+    def describe(self) -> str:
+        return f"a rate in [0, 1] or a comma list of up to {SPEC_TOKENS_MAX} of them"
+
+
 def _text_or_none(value):
     return None if value is None else Text()(value)
 
@@ -189,6 +227,21 @@ class StudyOptions:
         (), "Machine prices for this run: SKU=USD_PER_HOUR[,SKU=USD_PER_HOUR...] (replace the "
             "catalog's cost_per_hour; a spec file may give a mapping).", Prices(),
         default_text="the catalog's", metavar="SKU=USD,...", outcome=False)
+    spec_decode: str = option(
+        "none", "Speculative decoding: none, mtp (the model's multi-token-prediction module), "
+                "eagle (an EAGLE-style one-layer draft head) or draft:MODEL (a catalog model "
+                "drafting on the same GPUs). Each decode step drafts --spec-tokens tokens and "
+                "emits 1 + the accepted ones; its time is the verification of k + 1 tokens per "
+                "request plus the drafting (README: Speculative decoding).", SpecMethod(),
+        metavar="none|mtp|eagle|draft:MODEL", outcome=True)
+    spec_tokens: Optional[int] = option(
+        None, "--spec-decode: tokens drafted per step (k).", count(1, SPEC_TOKENS_MAX),
+        default_text="1 for mtp, 3 for eagle and draft:MODEL", outcome=True)
+    acceptance: Optional[tuple] = option(
+        None, "--spec-decode: the chance a drafted token is accepted when every one before it "
+              "was: one rate for every position, or a comma list, one per drafted token.",
+        Acceptance(), metavar="RATE[,RATE...]", outcome=True,
+        default_text="0.85 for mtp (DeepSeek-V3 report), 0.75 eagle, 0.7 draft:MODEL")
     chunk_tokens: Optional[Any] = option(
         None, f"Prompt tokens per iteration of chunked-prefill designs (sarathi-*, or prefill: "
               f"chunked), {CHUNK_TOKENS_MIN}-{CHUNK_TOKENS_MAX}; auto (search only) searches "

@@ -334,6 +334,9 @@ def resolve_study(options: SearchOptions) -> Study:
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures", auto_spares)
+    refuse_spec_decode_with(s, options.resilience.mtbf_hours is not None,
+                            options.question.survive_failures is not None, False,
+                            options.question.load_curve is not None)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     designs_option = "hardware" if options.question.hardware is not None else "designs"
@@ -486,6 +489,8 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     workload = workload_source(s.workload)
     rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
+    refuse_spec_decode_with(s, options.resilience.mtbf_hours is not None, False,
+                            c.failures is not None, c.load_curve is not None)
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                                 sim_options(s, options.resilience), rate)
@@ -734,12 +739,60 @@ def check_resilience(resilience: FailureOptions, configured: bool, how: str,
                              f"{option_ref(how)} or {option_ref('mtbf_hours')}", field=name)
 
 
+def refuse_spec_decode_with(study: StudyOptions, mtbf: bool, survive: bool, failures: bool,
+                            curve: bool = False) -> None:
+    """Speculative decoding is not simulated with failures or over a load curve yet."""
+    if study.spec_decode == "none":
+        return
+    for name, given in (("mtbf_hours", mtbf), ("survive_failures", survive),
+                        ("failures", failures), ("load_curve", curve)):
+        if given:
+            raise InputError(f"{option_ref('spec_decode')} is not simulated with "
+                             f"{option_ref(name)} yet: drop one of them", field="spec_decode")
+
+
+def spec_decode(study: StudyOptions):
+    """--spec-decode's `simcore.specdecode.SpecDecode` (None: none), with --spec-tokens and
+    --acceptance, which apply only with it."""
+    if study.spec_decode == "none":
+        for name in ("spec_tokens", "acceptance"):
+            if getattr(study, name) is not None:
+                raise InputError(f"{option_ref(name)} applies with {option_ref('spec_decode')} "
+                                 "mtp, eagle or draft:MODEL", field=name)
+        return None
+    from simcore.specdecode import resolve
+    catalog = study_catalog(study)
+    model = resolve_model(study, catalog)
+    method, _, draft_name = study.spec_decode.partition(":")
+    draft = None
+    if method == "draft":
+        try:
+            draft = catalog.model(draft_name)
+        except InputError:
+            raise InputError(f"{option_ref('spec_decode')} {study.spec_decode}: no catalog "
+                             f"model {draft_name!r} to draft with (see `provision catalog`)",
+                             field="spec_decode") from None
+    try:
+        return resolve(method, study.spec_tokens, study.acceptance, model, draft)
+    except InputError as error:
+        raise InputError(f"{option_ref('acceptance')}: {error}", field="acceptance") from None
+
+
 def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
                 failures: tuple = ()) -> SimOptions:
     """The preset's simulation options; with failure options, those too (explicit schedule
     rows `failures`, random failures, recovery), seeded by --seed."""
     options = preset_sim_options(study.assumptions, study.memory_reserve, study.kv_admission,
                                  study.batching, study.engine)
+    spec = spec_decode(study)
+    if spec is not None:
+        # speculative steps are modelled with KV reserved up front (paged blocks would count
+        # steps, not tokens): the default admission gives way, an explicit paged is refused
+        if study.kv_admission == "paged":
+            raise InputError("--spec-decode is modelled with KV reserved up front: leave out "
+                             "--kv-admission paged (or give reserve)", field="kv_admission")
+        options = replace(options, spec_decode=spec, spec_seed=study.seed,
+                          kv_admission="reserve")
     if resilience is None:
         return options
     return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,
@@ -794,7 +847,12 @@ def sim_options_echo(study: Study) -> dict:
     failure options appear only when failures are simulated, so other reports do not change;
     the failure seed is each sample's seed, not an option."""
     echoed = asdict(study.sim_options)
-    echoed.pop("pool_plan")  # a run's resizing (a load curve's plan), never a study's option
+    echoed.pop("pool_plan")
+    echoed.pop("spec_seed")  # each sample's seed
+    if study.sim_options.spec_decode is None:  # off: reports as before
+        echoed.pop("spec_decode")
+    else:
+        echoed["spec_decode"] = study.sim_options.spec_decode.as_dict()  # a run's resizing (a load curve's plan), never a study's option
     failing = study.sim_options.has_failures or study.survive_failures
     for key in FAILURE_FIELDS:
         if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):
@@ -971,6 +1029,9 @@ def _identity_of(value: Any) -> Any:
     if isinstance(value, SimOptions):
         record = asdict(value)
         record.pop("failure_seed")   # each sample's own seed (part of the key already)
+        record.pop("spec_seed")
+        if value.spec_decode is None:  # off: the key of before
+            record.pop("spec_decode")
         return record
     if is_dataclass(value):          # an options group: the fields declared outcome=True
         return {f.name: getattr(value, f.name) for f in fields(value)

@@ -131,12 +131,19 @@ class SimOptions:
     # Splitwise simulator); True runs the prompts alone and the decodes wait (prefill first:
     # SGLang's default scheduler, vLLM V0 and Vidur's vLLM scheduler)
     prefill_first: bool = False
+    # speculative decoding (issue 39; simcore.specdecode.SpecDecode, None: off): the decode
+    # curves price its steps, each request's steps drawn with spec_seed
+    spec_decode: object = None
+    spec_seed: int = 0
 
     def __post_init__(self):
         if self.kv_admission not in ("reserve", "paged"):
             raise InputError("kv_admission must be reserve or paged")
         if self.kv_block_tokens < 1 or not 0 <= self.kv_watermark < 1:
             raise InputError("kv_block_tokens must be >= 1 and kv_watermark in [0, 1)")
+        if self.spec_decode is not None and self.kv_admission == "paged":
+            raise InputError("speculative decoding is modelled with KV reserved up front "
+                             "(kv_admission reserve)")
         if self.prompt_token_limit < 1:
             raise InputError("prompt_token_limit must be >= 1")
         if self.recovery not in ("restart", "replicate"):
@@ -289,7 +296,7 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
     return MachineArrays(
         role=role, kind=kind, kv_capacity=capacity, link_bytes_per_s=link,
         layerwise_visible_s=visible,
-        curves=tuple(layouts.curves(perf, model, by_name[name], chosen)
+        curves=tuple(_spec_curves(layouts.curves(perf, model, by_name[name], chosen), options)
                      for name, chosen in kinds),
         kv_bytes_per_token=model.kv_bytes_per_token,
         layers=model.layers, mixed_pool=mixed,
@@ -303,6 +310,16 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         replica_peer=peer, spans=spans, kv_paged=options.kv_admission == "paged",
         kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark),
         prefill_first=bool(options.prefill_first))
+
+
+def _spec_curves(curves: LatencyCurves, options: SimOptions) -> LatencyCurves:
+    """The curves of a speculative run's steps (`LatencyCurves.with_spec_decode`), or as
+    they are."""
+    spec = options.spec_decode
+    if spec is None:
+        return curves
+    from simcore.specdecode import CONTEXT_UNITS
+    return curves.with_spec_decode(spec.tokens, spec.draft_fraction, CONTEXT_UNITS)
 
 
 def instance_failures(machine_rows: np.ndarray, spans) -> np.ndarray:

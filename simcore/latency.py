@@ -60,6 +60,10 @@ class LatencyCurves:
     sequence_overhead_s: float = 0.0
     first_token_s: float = 0.0
     overlap_host: bool = False
+    # Speculative decoding (`with_spec_decode`, simcore.specdecode): each decode puts this many
+    # tokens into an iteration's forward pass (k + 1: its drafts and the token they follow;
+    # 1 without), which a mixed pass and the chunk budget count.
+    decode_query_tokens: int = 1
 
     def __post_init__(self):
         for x, y, what in ((self.prompt_tokens, self.prompt_seconds, "prompt"),
@@ -117,7 +121,8 @@ class LatencyCurves:
         pt = np.asarray(prompt_tokens, dtype=np.float64)
         b = np.asarray(batch, dtype=np.float64)
         ctx = self.context_seconds_per_token * np.asarray(context_tokens, dtype=np.float64)
-        prompt = self.mixed_prompt_factor * piecewise_linear(pt + b, self.prompt_tokens,
+        prompt = self.mixed_prompt_factor * piecewise_linear(pt + b * self.decode_query_tokens,
+                                                             self.prompt_tokens,
                                                              self.prompt_seconds)
         decode = piecewise_linear(b, self.decode_batch, self.decode_seconds)
         both = np.maximum(prompt, decode) + ctx
@@ -149,6 +154,23 @@ class LatencyCurves:
         attention = c0 * max(self.chunk_attention_s * c, self.chunk_kv_read_s)
         w = self.prompt_time(np.array([c0 + c, c0, c]))
         return max(attention, float(w[0] - w[1] - w[2]))
+
+    def with_spec_decode(self, tokens: int, draft_fraction: float,
+                         context_units: int) -> "LatencyCurves":
+        """The curves of speculative decoding with `tokens` (k) drafted tokens per step
+        (simcore.specdecode): a decode step of b requests costs the zero-context decode of
+        b (k + 1) tokens (the verification) plus k x draft_fraction x the decode of b (the
+        drafting); the context term stays once per request, counted in 1 / context_units of a
+        token. The new decode knots are the old ones and the old ones / (k + 1), so the
+        verification term is the old curve exactly."""
+        q = tokens + 1
+        x0 = self.decode_batch
+        x = np.union1d(x0, x0[x0 / q >= x0[0]] / q)
+        verify = piecewise_linear(x * q, x0, self.decode_seconds)
+        draft = tokens * draft_fraction * piecewise_linear(x, x0, self.decode_seconds)
+        return replace(self, decode_batch=x, decode_seconds=verify + draft,
+                       context_seconds_per_token=self.context_seconds_per_token / context_units,
+                       decode_query_tokens=q)
 
     def with_chunk_terms(self, attention_s: float, kv_read_s: float) -> "LatencyCurves":
         return replace(self, chunk_attention_s=float(attention_s),

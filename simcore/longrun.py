@@ -1,7 +1,7 @@
 """Long runs: a day or a week of a load curve in one simulation, in bounded memory (issue 29).
 
-A week at the shared curves' scale is 17-27 million requests; at 152 bytes a request record,
-keeping every record (as `simulate` does) would take 2.6-4.1 GB before any result. A long run
+A week at the shared curves' scale is 17-27 million requests; at 160 bytes a request record,
+keeping every record (as `simulate` does) would take 2.7-4.3 GB before any result. A long run
 instead streams: the arrivals are drawn step by step of the curve as the run goes
 (`curve_chunks`), the compiled core keeps `SLOTS` request records and reuses the slot of a
 finished request (`simcore.fastsim.run_streamed`: the same run, instant for instant, as with
@@ -195,6 +195,9 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     if expected > MAX_CURVE_REQUESTS:
         raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
                          f"{MAX_CURVE_REQUESTS:,}; simulate part of it or lower its rates")
+    if options.spec_decode is not None:
+        raise InputError("speculative decoding is not simulated over a load curve yet: drop "
+                         "it or simulate one rate")
     machines, schedule, reason = run_machines(cluster, model, perf, options, end_s)
     counts: list[int] = []
     if reason:

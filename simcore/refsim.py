@@ -83,6 +83,15 @@ failure includes the loss and the recovery; a token regenerated after a loss, no
 ends none). Each gap is counted in a histogram with
 `simcore.cluster.itl_bin`.
 
+Speculative decoding (`steps`, `simcore.specdecode`; none by default): a request's decodes
+are counted in steps. Its `output` here is its steps + 1 (the first token, then S steps, each
+emitting 1..k+1 tokens, drawn before the run), its reservation stays prompt + output tokens,
+and its context after g >= 1 units is CONTEXT_UNITS x (prompt + 1) + context_rate x (g - 1),
+in 1/CONTEXT_UNITS tokens (its mean tokens per step each step). The curves price the steps
+(`LatencyCurves.with_spec_decode`; a decode puts `decode_query_tokens` tokens into a mixed pass
+and into the chunk budget). Everything above reads "token" of a decode as "step": the tokens of
+one step reach the client together, so each step ends one inter-token gap. Not with failures.
+
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
 join their pools, by index. A machine that leaves takes no new request (the router and the
@@ -152,13 +161,15 @@ class _Request:
     recovery_s: float = 0.0
     prefilled: int = 0           # tokens of its prefill computed so far (chunked prefill)
 
-    @property
-    def reservation(self) -> int:
-        return self.prompt + self.output
+    reservation: int = 0         # KV tokens held while it decodes: prompt + output tokens
+    # context after g >= 1 decode units: context_units x (prompt + 1) + context_rate x (g - 1)
+    # (prompt + g; speculative decoding: units are steps, context in 1/CONTEXT_UNITS tokens)
+    context_units: int = 1
+    context_rate: int = 1
 
     @property
     def context(self) -> int:
-        return self.prompt + self.generated
+        return self.context_units * (self.prompt + 1) + self.context_rate * (self.generated - 1)
 
 
 @dataclass(eq=False)
@@ -199,21 +210,29 @@ class _Machine:
 RESTART, RETARGET, RESTORE = 0, 1, 2
 
 
-def simulate_reference(workload: Workload, machines: MachineArrays, trace: list | None = None):
-    """Run the reference event loop; returns per-request arrays and per-machine statistics."""
-    sim = _ReferenceSimulation(workload, machines, trace)
+def simulate_reference(workload: Workload, machines: MachineArrays, trace: list | None = None,
+                       steps=None):
+    """Run the reference event loop; returns per-request arrays and per-machine statistics.
+    `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`: decode
+    units, reservations, context bases and rates); None: one token per decode."""
+    sim = _ReferenceSimulation(workload, machines, trace, steps)
     return sim.run()
 
 
 class _ReferenceSimulation:
-    def __init__(self, workload: Workload, m: MachineArrays, trace: list | None = None):
+    def __init__(self, workload: Workload, m: MachineArrays, trace: list | None = None,
+                 steps=None):
         self.m = m
         self.trace = trace  # with a list: every iteration as a dict (machine, start, end,
         #                     decodes, chunks), for tests
-        self.requests = [_Request(i, float(a), int(p), int(o), prefill=int(p))
-                         for i, (a, p, o) in enumerate(zip(workload.arrival_s,
-                                                           workload.prompt_tokens,
-                                                           workload.output_tokens))]
+        prompt, output = workload.prompt_tokens, workload.output_tokens
+        units, reserve, rate, per_token = (steps if steps is not None else
+                                           (output, prompt + output, np.ones(len(prompt)), 1))
+        self.requests = [_Request(i, float(a), int(p), int(o), prefill=int(p),
+                                  reservation=int(v), context_units=int(per_token),
+                                  context_rate=int(c))
+                         for i, (a, p, o, v, c) in enumerate(zip(
+                             workload.arrival_s, prompt, units, reserve, rate))]
         self.machines = [_Machine(i, int(m.role[i]), int(m.kind[i]), int(m.kv_capacity[i]))
                          for i in range(m.count)]
         self.kv_arrivals: list[tuple[float, int]] = []
@@ -595,7 +614,8 @@ class _ReferenceSimulation:
                 or bool(mc.prompt_queue and mc.prompt_queue[0].prefilled > 0))
 
     def _start_chunked_iteration(self, mc: _Machine, now: float) -> None:
-        budget, chunks = max(0, self.m.chunk_tokens - len(mc.running)), []
+        q = self.m.curves[mc.kind].decode_query_tokens  # each decode's tokens in the pass
+        budget, chunks = max(0, self.m.chunk_tokens - q * len(mc.running)), []
         for req in mc.prompt_queue:
             if budget == 0:
                 break

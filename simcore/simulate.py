@@ -94,8 +94,9 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     if reason:
         return _infeasible(workload, reason)
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
+    steps = spec_steps(workload, options)
     try:
-        raw = run(workload, machines)
+        raw = run(workload, machines, steps=steps)
     except Stalled:
         if not len(machines.failures):
             raise
@@ -110,6 +111,27 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
             "recomputed_tokens": raw.get("recomputed_tokens", np.zeros(n, np.int64)),
             "recovery_s": raw.get("recovery_s", np.zeros(n)), "schedule": schedule})
     return result
+
+
+def spec_steps(workload: Workload, options: SimOptions):
+    """Speculative decoding's per-request plan for the simulators (`simcore.specdecode`), or
+    None when it is off."""
+    spec = options.spec_decode
+    if spec is None:
+        return None
+    from simcore.specdecode import decode_steps, step_plan
+    if options.has_failures:
+        raise InputError("speculative decoding is not simulated with machine failures yet: "
+                         "drop one of them")
+    known = _SPEC_STEPS.setdefault(workload, {})  # a search runs one sample on many clusters
+    key = (spec, options.spec_seed)
+    if key not in known:
+        steps = decode_steps(workload.output_tokens, spec, options.spec_seed)
+        known[key] = step_plan(workload.prompt_tokens, workload.output_tokens, steps)
+    return known[key]
+
+
+_SPEC_STEPS: "weakref.WeakKeyDictionary[Workload, dict]" = weakref.WeakKeyDictionary()
 
 
 def run_machines(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,

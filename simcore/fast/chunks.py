@@ -117,7 +117,7 @@ def _set_chunk_base(curves, machine, piece):
     machine.chunk_base = machine.chunk_piece_s
     if decodes > 0:
         machine.chunk_base = max(curves.mixed_factor[kind] * _piecewise_linear(
-            float(piece + decodes), curves.prompt_x[kind], curves.prompt_y[kind],
+            float(piece + decodes * curves.decode_q[kind]), curves.prompt_x[kind], curves.prompt_y[kind],
             curves.prompt_n[kind], curves.prompt_index[kind], curves.prompt_scale[kind]),
             _decode_time(curves, kind, decodes))
 

@@ -53,18 +53,19 @@ def _count_gaps(requests, machine, curves, gaps, now):
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
+        growth = machine.running_rate  # the context each iteration adds
         host = _host_time(curves, machine.kind, decodes)
         overlap = curves.overlap_host[machine.kind]
-        first = _tick_s(machine, decode, per_token, 0, decodes, host, overlap)
+        first = _tick_s(machine, decode, per_token, 0, growth, host, overlap)
         first_end = machine.run_start + first
         low = _itl_bin(first)
         gaps[low] -= machine.fresh_count
-        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, decodes, host,
+        if low == _itl_bin(_tick_s(machine, decode, per_token, ticks - 1, growth, host,
                                        overlap)):
             gaps[low] += ticks * decodes
         else:
             for run in range(ticks):
-                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes, host,
+                gaps[_itl_bin(_tick_s(machine, decode, per_token, run, growth, host,
                                       overlap))] += decodes
     r = machine.fresh_head
     while r != NONE:
@@ -81,7 +82,7 @@ def _count_gaps(requests, machine, curves, gaps, now):
 def _first_tick_s(machine, curves, decodes):
     """The first iteration's time of the decode run in flight."""
     return _tick_s(machine, _decode_time(curves, machine.kind, decodes),
-                   curves.context_s[machine.kind], 0, decodes,
+                   curves.context_s[machine.kind], 0, machine.running_rate,
                    _host_time(curves, machine.kind, decodes), curves.overlap_host[machine.kind])
 
 
@@ -94,11 +95,12 @@ def _count_paused_run(machine, curves, gaps, decodes):
     per_token = curves.context_s[machine.kind]
     host = _host_time(curves, machine.kind, decodes)
     overlap = curves.overlap_host[machine.kind]
-    first_end = machine.run_start + _tick_s(machine, decode, per_token, 0, decodes, host,
+    growth = machine.running_rate  # the context each iteration adds
+    first_end = machine.run_start + _tick_s(machine, decode, per_token, 0, growth, host,
                                             overlap)
     gaps[_itl_bin(first_end - machine.last_end)] += decodes - machine.fresh_count
     for run in range(1, machine.run_ticks):
-        gaps[_itl_bin(_tick_s(machine, decode, per_token, run, decodes, host, overlap))] += \
+        gaps[_itl_bin(_tick_s(machine, decode, per_token, run, growth, host, overlap))] += \
             decodes
 
 
@@ -113,6 +115,7 @@ def _count_silent(requests, machine, curves, gaps, now):
     ticks, clock, decodes = machine.run_ticks, machine.decode_clock, machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)
     per_token = curves.context_s[machine.kind]
+    growth = machine.running_rate  # the context each iteration adds
     host = _host_time(curves, machine.kind, decodes)
     overlap = curves.overlap_host[machine.kind]
     previous = NONE
@@ -128,7 +131,7 @@ def _count_silent(requests, machine, curves, gaps, now):
             if ticks == 1:
                 gap, end = now - machine.run_start, now
             else:
-                gap = _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
+                gap = _tick_s(machine, decode, per_token, tick, growth, host, overlap)
                 end = end + gap
             if tick > 0 or not fresh:  # (prefill first: its first gap from its last token)
                 gaps[_itl_bin(end - machine.last_end if tick == 0 and machine.paused
@@ -161,7 +164,7 @@ def _end_decodes(state, m, now):
     if settings.kv_paged and machine.running_count > 0:
         _grow_blocks(state.residues[m], machine, settings.kv_block)
     machine.last_end = now
-    machine.running_context += machine.running_count * machine.run_ticks  # a token each
+    machine.running_context += machine.running_rate * machine.run_ticks  # a unit each
     machine.decode_clock += machine.run_ticks
     finished = 0
     while (machine.running_root != NONE
@@ -222,7 +225,8 @@ def _peak_before(residues, machine, curves, block, now):
     started = 0  # iterations after the first that started before now
     end = machine.run_start
     for tick in range(machine.run_ticks - 1):
-        end = end + _tick_s(machine, decode, per_token, tick, decodes, host, overlap)
+        end = end + _tick_s(machine, decode, per_token, tick, machine.running_rate, host,
+                            overlap)
         if end >= now:
             break
         started = tick + 1
@@ -272,6 +276,7 @@ def _preempt(state, m):
         machine.memory -= _blocks(context, block)
         machine.running_count -= 1
         machine.running_context -= context
+        machine.running_rate -= request.context_rate
         request.finish_tick = NONE  # not running: dropped from the lists below
         request.prefill = context
         request.heap_child = NONE
@@ -356,12 +361,13 @@ def _start_decode_run(requests, machine, curves, now, limit, ticks_cap):
 
 
 @_inlined
-def _tick_s(machine, decode, per_token, tick, decodes, host, overlap):
+def _tick_s(machine, decode, per_token, tick, growth, host, overlap):
     """The time of the tick-th iteration of a decode run that started with the machine's
-    running context (each iteration adds a token per decode): the one formula the run's
-    replays (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for
-    bit; the engine's host time (`host`, the batch's) as `_with_host` adds it."""
-    return _combined(decode + per_token * float(machine.running_context + tick * decodes),
+    running context (each iteration adds `growth`, the sum of its decodes' context rates: a
+    token each without speculative decoding): the one formula the run's replays
+    (`_run_iterations`, `_count_gaps`, `_count_silent`) share, so they agree bit for bit; the
+    engine's host time (`host`, the batch's) as `_with_host` adds it."""
+    return _combined(decode + per_token * float(machine.running_context + tick * growth),
                      host, overlap)
 
 
@@ -373,13 +379,14 @@ def _run_iterations(machine, curves, ticks, until, limit):
     decodes = machine.running_count
     decode = _decode_time(curves, machine.kind, decodes)  # the batch is the same throughout
     per_token = curves.context_s[machine.kind]
+    growth = machine.running_rate  # the context each iteration adds
     host = _host_time(curves, machine.kind, decodes)
     overlap = curves.overlap_host[machine.kind]
     machine.busy_s = machine.run_busy_s
     end = machine.run_start
     run = 0
     while run < ticks and end < until:  # each as _iteration_time's decode-only case
-        duration = _tick_s(machine, decode, per_token, run, decodes, host, overlap)
+        duration = _tick_s(machine, decode, per_token, run, growth, host, overlap)
         if run > 0 and end + duration > limit:
             break
         end = end + duration

@@ -139,6 +139,7 @@ def _fail(state, m, now):
     machine.prompt_head = machine.prompt_tail = machine.wait_head = machine.wait_tail = NONE
     machine.running_root = machine.batch_head = NONE
     machine.prompt_len = machine.running_count = machine.running_context = 0
+    machine.running_rate = 0
     machine.memory = machine.pending = machine.committed = 0
     _refresh(pools, machines, m, CHANGED_ALL)
 

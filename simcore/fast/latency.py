@@ -106,7 +106,7 @@ def _iteration_time(curves, kind, tokens, batch, context):
     if tokens == 0:
         return decode + c.context_s[kind] * float(context)
     prompt = c.mixed_factor[kind] * _piecewise_linear(
-        float(tokens + batch), c.prompt_x[kind], c.prompt_y[kind], c.prompt_n[kind],
+        float(tokens + batch * c.decode_q[kind]), c.prompt_x[kind], c.prompt_y[kind], c.prompt_n[kind],
         c.prompt_index[kind], c.prompt_scale[kind])
     return max(prompt, decode) + c.context_s[kind] * float(context)
 

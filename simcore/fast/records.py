@@ -22,8 +22,8 @@ NONE = -1
 INF = np.inf
 
 # Counts and indices are int32 (tokens of one request, request and machine indices and numbers,
-# epochs: all far below 2**31, checked on entry) and times float64: 152 bytes a request instead
-# of 232, so the records of an 840k-request run take 128 MB instead of 195 and more of them
+# epochs: all far below 2**31, checked on entry) and times float64: 160 bytes a request instead
+# of 240, so the records of an 840k-request run take 134 MB instead of 202 and more of them
 # stay in cache. Arithmetic on them is int64 in numba, so nothing overflows in between.
 REQUEST = np.dtype([
     # the fields a finishing decode touches (the first cache line)
@@ -36,6 +36,10 @@ REQUEST = np.dtype([
     ("prompt_machine", np.int32), ("token_machine", np.int32),
     ("queue_next", np.int32),       # prompt queue, later (remote decode) the decode wait
     ("batch_next", np.int32),       # prompts of the iteration in flight; running: silent decodes
+    # its context after g >= 1 decode units: units x (prompt + 1) + context_rate x (g - 1),
+    # units its machine's context_units (1: prompt + g tokens; speculative decoding: units are
+    # steps, context in 1/CONTEXT_UNITS tokens, simcore.specdecode)
+    ("context_rate", np.int32),
     # chunked prefill
     ("prefilled", np.int32),        # tokens of its prefill computed by ended iterations
     ("piece", np.int32),            # tokens of its prefill in the iteration in flight
@@ -63,6 +67,8 @@ MACHINE = np.dtype([
     ("memory", np.int64),           # KV tokens reserved by admitted requests
     ("capacity", np.int64),         # KV tokens it can hold
     ("running_context", np.int64),  # context tokens of the running decodes
+    ("running_rate", np.int64),     # what their context grows by per iteration (their rates)
+    ("context_units", np.int64),    # context units per token (1; speculative decoding: 256)
     ("decode_clock", np.int64),     # iterations ended; every running decode is in each
     ("run_ticks", np.int64),        # iterations in flight (a run of decode-only ones; see (4))
     ("chunk_left", np.int64),       # a chunk run's iteration ends not yet applied (see (4))
@@ -110,7 +116,8 @@ Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU
     "prompt_index", "decode_index",  # per SKU, where each of KNOT_BUCKETS buckets starts
     "prompt_scale", "decode_scale",  # per SKU, KNOT_BUCKETS / the knots' range
     # per SKU, the engine's host time (LatencyCurves.with_host) and whether it overlaps
-    "iteration_overhead", "sequence_overhead", "overlap_host"])
+    "iteration_overhead", "sequence_overhead", "overlap_host",
+    "decode_q"])  # per SKU, each decode's tokens in a forward pass (speculative: k + 1)
 
 # Knots are near-uniform grids (every 16 prompt tokens; every batch size, then every 8), so a
 # query's bucket of the range gives its knot within a few steps instead of a binary search.

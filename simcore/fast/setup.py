@@ -30,6 +30,7 @@ def _stack_curves(curves) -> Curves:
     pn, dn = np.zeros(k, np.int64), np.zeros(k, np.int64)
     ctx, attention, kv_read, mixed = np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k)
     per_iteration, per_sequence, overlap = np.zeros(k), np.zeros(k), np.zeros(k, np.bool_)
+    decode_q = np.ones(k, np.int64)
     for i, c in enumerate(curves):
         pn[i], dn[i] = len(c.prompt_tokens), len(c.decode_batch)
         px[i, :pn[i]], py[i, :pn[i]] = c.prompt_tokens, c.prompt_seconds
@@ -39,9 +40,10 @@ def _stack_curves(curves) -> Curves:
         mixed[i] = c.mixed_prompt_factor
         per_iteration[i], per_sequence[i] = c.iteration_overhead_s, c.sequence_overhead_s
         overlap[i] = c.overlap_host
+        decode_q[i] = c.decode_query_tokens
     return Curves(px, py, pn, dx, dy, dn, ctx, attention, kv_read, mixed, _bucket_starts(px, pn),
                   _bucket_starts(dx, dn), _bucket_scales(px, pn), _bucket_scales(dx, dn),
-                  per_iteration, per_sequence, overlap)
+                  per_iteration, per_sequence, overlap, decode_q)
 
 
 _STACKED: dict = {}   # ids of a tuple of curves -> (those curves, kept alive; their stack)
@@ -81,23 +83,28 @@ def _check_sizes(count: int, prompt: np.ndarray, output: np.ndarray) -> None:
         raise ValueError("the compiled core holds request indices and token counts in 32 bits")
 
 
-def _new_requests(workload: Workload) -> np.recarray:
-    """Every request of the workload in its own slot."""
+def _new_requests(workload: Workload, steps=None) -> np.recarray:
+    """Every request of the workload in its own slot; `steps` as `simulate_fast` takes it."""
     _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
-    _fill(requests, 0, workload.arrival_s, workload.prompt_tokens, workload.output_tokens)
+    _fill(requests, 0, workload.arrival_s, workload.prompt_tokens, workload.output_tokens, steps)
     return requests
 
 
-def _fill(requests: np.recarray, first: int, arrival, prompt, output) -> None:
+def _fill(requests: np.recarray, first: int, arrival, prompt, output, steps=None) -> None:
     """Requests `first`, `first` + 1, ... (in arrival order) into their slots."""
+    prompt = np.ascontiguousarray(prompt, dtype=np.int64)
+    output = np.ascontiguousarray(output, dtype=np.int64)
+    if steps is None:
+        units, reserve, rate = output, prompt + output, np.ones_like(prompt)
+    else:
+        units, reserve, rate = (np.ascontiguousarray(a, dtype=np.int64) for a in steps[:3])
     _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
-                   np.ascontiguousarray(prompt, dtype=np.int64),
-                   np.ascontiguousarray(output, dtype=np.int64))
+                   prompt, units, reserve, rate)
 
 
 @_compiled
-def _fill_requests(requests, first, arrival, prompt, output):
+def _fill_requests(requests, first, arrival, prompt, output, reserve, rate):
     """Every field of requests first, first + 1, ... in their slots, in one pass (numpy's
     field-by-field assignment of a large record array costs more than a tenth of a run)."""
     for i in range(len(arrival)):
@@ -105,7 +112,8 @@ def _fill_requests(requests, first, arrival, prompt, output):
         request = requests[r]
         request.number = first + i
         request.arrival, request.prompt, request.output = arrival[i], prompt[i], output[i]
-        request.reservation = prompt[i] + output[i]
+        request.reservation = reserve[i]
+        request.context_rate = rate[i]
         request.generated = 0
         request.prompt_machine = request.token_machine = NONE
         request.queue_next = request.batch_next = NONE
@@ -146,6 +154,7 @@ def _fill_pools(pools, machines):
 def _new_machines(m: MachineArrays) -> np.recarray:
     machines = np.zeros(m.count, MACHINE).view(np.recarray)
     machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
+    machines.context_units = 1   # (speculative decoding: `simulate_fast` sets its units)
     machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
     machines.watermark = m.kv_watermark_tokens()
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
@@ -216,9 +225,11 @@ def _machine_results(state: State) -> dict:
             "end_s": np.float64(state.progress.clock[0])}  # the last instant
 
 
-def simulate_fast(workload: Workload, m: MachineArrays) -> dict:
-    """Run the compiled core; returns the same dictionary as the reference simulator."""
-    state = new_state(m, _new_requests(workload))
+def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
+    """Run the compiled core; returns the same dictionary as the reference simulator.
+    `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`)."""
+    state = new_state(m, _new_requests(workload, steps))
+    state.machines.context_units[:] = 1 if steps is None else steps[3]
     state.progress.counts[1] = len(workload)
     if _run(state, INF) != RUN_DONE:
         raise Stalled("simulation stalled with unfinished requests")

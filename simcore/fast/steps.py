@@ -233,7 +233,9 @@ def _take_work(state, machine, m):
         _admit_decodes(requests, machine)
     if _chunks_now(requests, machine, settings):
         # Sarathi-Serve's Algorithm 3: the running decodes' tokens count in the budget first
-        budget = max(0, settings.chunk_tokens - machine.running_count)
+        # (speculative decoding: each decode verifies decode_q tokens)
+        budget = max(0, settings.chunk_tokens
+                     - curves.decode_q[machine.kind] * machine.running_count)
         count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings)
         return count, tokens, extra, True
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,

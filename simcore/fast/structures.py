@@ -171,7 +171,9 @@ def _append_running(requests, machine, r):
         request.batch_next = machine.silent_head  # (free while it decodes)
         machine.silent_head = r
     machine.running_count += 1
-    machine.running_context += request.prompt + request.generated
+    machine.running_context += (machine.context_units * (request.prompt + 1)
+                                + request.context_rate * (request.generated - 1))
+    machine.running_rate += request.context_rate
 
 
 @_compiled
@@ -182,7 +184,9 @@ def _pop_running(requests, machine):
     machine.running_root = _pop_root(requests, r)
     request.generated = request.output - (request.finish_tick - machine.decode_clock)
     machine.running_count -= 1
-    machine.running_context -= request.prompt + request.generated
+    machine.running_context -= (machine.context_units * (request.prompt + 1)
+                                + request.context_rate * (request.generated - 1))
+    machine.running_rate -= request.context_rate
     return r
 
 
