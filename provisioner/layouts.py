@@ -248,21 +248,23 @@ def latency_floor_problem(study: Study, design: Design, shape: WorkloadShape,
     tbt = np.fmin.reduce([a[1] for a in alone])
     e2e = ttft + np.minimum.reduce([a[2] - a[0] for a in alone])
     values = {"ttft": ttft, "tbt": tbt, "e2e": e2e}
-    if study.slo.kind == "slowdown":
+    if any(study.slo.slowdown(metric) for metric in values):
         reference = layouts.curves(perf, study.model, study.reference, layouts.default_layout(
             study.model, study.reference, reserve))
         ref = uncontended_latencies(shape.prompt, shape.output, reference, per_token)
         with np.errstate(invalid="ignore", divide="ignore"):
-            values = {k: v / r for (k, v), r in zip(values.items(), ref)}
-        unit, scale = "x", 1.0
-    else:
-        unit, scale = "ms", 1000.0
+            values = {k: v / r if study.slo.slowdown(k) else v
+                      for (k, v), r in zip(values.items(), ref)}
     from slo_profiles import PERCENTILES
     missed, slack = [], 1.0
     for (metric, pct), limit in study.slo.limits.items():
+        if metric not in values:
+            continue
         kept = values[metric][~np.isnan(values[metric])]
         if not len(kept):
             continue
+        unit = study.slo.unit(metric)
+        scale = 1.0 if unit == "x" else 1000.0
         value = float(np.percentile(kept, PERCENTILES[pct])) * scale
         slack = min(slack, 1.0 - value / limit)
         if value > limit:
