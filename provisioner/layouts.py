@@ -165,7 +165,18 @@ def request_too_long(workload, why: str) -> InputError | None:
     """The error for a trace whose longest request (prompt + output tokens: its KV cache) is
     what no layout holds, naming the trace file, the request's row and its prompt column
     (None for a built-in workload: its sizes are no file's)."""
-    if workload is None or getattr(workload, "kind", None) != "trace":
+    kind = getattr(workload, "kind", None)
+    if kind == "lengths":   # --isl/--osl: name them
+        return InputError(f"{option_ref('isl')} {workload.isl} {option_ref('osl')} "
+                          f"{workload.osl}: requests of up to {workload.sizes().longest():,} "
+                          f"tokens, more KV cache than {why}; ask for shorter lengths")
+    if kind == "bench":
+        sizes = workload.sizes()
+        index = int(np.argmax(sizes.prompt_tokens + sizes.output_tokens))
+        return InputError(f"a request of {int(sizes.prompt_tokens[index]):,} prompt + "
+                          f"{int(sizes.output_tokens[index]):,} output tokens, more KV cache "
+                          f"than {why}", source=workload.path)
+    if workload is None or kind != "trace":
         return None
     from hardware_catalog.csvschema import TRACE, read_table
     table = read_table(TRACE, workload.path)

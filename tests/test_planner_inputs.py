@@ -165,6 +165,7 @@ SEARCH = ["search", "--designs", "splitwise-hh", "--duration", "1", "--rate", "5
     (["--isl", "lognormal:2000,9", "--osl", "300"], ("--isl", "sigma")),
     (["--isl", "normal:2000,5", "--osl", "300"], ("--isl",)),
     (["--isl", "2000", "--osl", "99999999999"], ("--osl",)),
+    (["--isl", "9999000", "--osl", "10"], ("--isl 9999000 --osl 10", "shorter")),
     (["--ttft-p99-ms", "0"], ("--ttft-p99-ms",)),
     (["--tpot-p99-ms", "-50"], ("--tpot-p99-ms",)),
     (["--tbt-p90-ms", "abc"], ("--tbt-p90-ms",)),
