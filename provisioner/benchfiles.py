@@ -367,12 +367,15 @@ class BenchLengths:
     prompt_tokens: list[int]
     output_tokens: list[int]
     runs: int
+    # each request's send time (s), where the file records them: vLLM's start_times, one run
+    start_times: list[float] | None = None
 
 
 def read_bench_lengths(path: str | Path) -> BenchLengths:
     """Every successful request's (input, output) tokens: `vllm bench serve --save-detailed`'s
     input_lens / output_lens (errors "" or absent), GuideLLM's requests.successful
-    prompt_tokens / output_tokens. A file without per-request lengths is refused in one line
+    prompt_tokens / output_tokens; and their send times where the file records them (vLLM's
+    start_times, in a file of one run; GuideLLM's sampled records are not all requests). A file without per-request lengths is refused in one line
     (its means alone would make every request the mean request)."""
     source = str(path)
     documents = _documents(Path(path))
@@ -382,6 +385,7 @@ def read_bench_lengths(path: str | Path) -> BenchLengths:
                          "--save-result` JSON or a GuideLLM report", source=source)
     prompt: list[int] = []
     output: list[int] = []
+    times: list[float] = []
     if kind == "guidellm":
         benchmarks = documents[0].get("benchmarks")
         if not isinstance(benchmarks, list) or not benchmarks:
@@ -411,6 +415,10 @@ def read_bench_lengths(path: str | Path) -> BenchLengths:
                 continue
             n = len(d["input_lens"])
             errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+            starts = d.get("start_times") if len(documents) == 1 else None
+            if starts is not None and (not isinstance(starts, list) or len(starts) != n):
+                raise InputError(f"must be a list of {n} entries (one per request, as "
+                                 "input_lens)", source=source, field="start_times")
             if len(d["output_lens"]) != n or len(errors) != n:
                 raise InputError(f"must be a list of {n} entries (one per request, as "
                                  "input_lens)", source=source, field="output_lens")
@@ -422,6 +430,9 @@ def read_bench_lengths(path: str | Path) -> BenchLengths:
                                       where))
                 output.append(_length({"output_lens": d["output_lens"][i]}, "output_lens",
                                       source, where))
+                if starts is not None:
+                    times.append(_number({"start_times": starts[i]}, "start_times", source,
+                                         where))
         runs = len(documents)
     if not prompt:
         what = ("requests.successful records (prompt_tokens, output_tokens)"
@@ -429,7 +440,8 @@ def read_bench_lengths(path: str | Path) -> BenchLengths:
                 "input_lens / output_lens (run `vllm bench serve --save-result --save-detailed`)")
         raise InputError(f"no per-request lengths to use as a workload: the file holds no "
                          f"{what}", source=source)
-    return BenchLengths(source, kind, prompt, output, runs)
+    return BenchLengths(source, kind, prompt, output, runs,
+                        times if times and len(times) == len(prompt) else None)
 
 
 def _length(mapping: dict, key: str, source: str, where: str) -> int:

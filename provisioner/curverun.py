@@ -33,6 +33,9 @@ def curve_options(study) -> SimOptions:
 def curve_sizes(workload):
     """What the curve's requests draw their sizes from: a built-in table, the given lengths, a
     trace or a result file's lengths."""
+    if workload.kind == "bench":   # its lengths under Poisson arrivals, never its gaps
+        from simcore.workload import ResampledSizes
+        return ResampledSizes(workload.sizes())
     return workload.sizes()
 
 

@@ -35,7 +35,7 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WIND
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (ENGINE_NAMES, SYNTHESIZED, Budget, Goal, PerfSource, Study,
+from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study,
                                Window, WorkloadSource, kv_dtype_of, lengths_source,
                                model_in_dtype, perf_source, workload_source)
 from simcore import Cluster, SimOptions, Workload
@@ -297,7 +297,7 @@ def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Cata
     if name == "max-rate" and rate is not None:
         raise InputError(f"{option_ref('goal')} max-rate searches the rate: drop "
                          f"{option_ref('rate')}", field="rate")
-    if name != "max-rate" and rate is None and workload.kind in SYNTHESIZED:
+    if name != "max-rate" and rate is None and not workload.timed:
         rate = DEFAULT_RATE
     return Goal(name, rate, resolve_budget(options, catalog))
 
@@ -513,7 +513,7 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     perf = source.load(catalog)
     check_engine_coverage(source, perf, model, [cluster.design])
     workload = asked_workload(s)
-    rate = DEFAULT_RATE if s.rate is None and workload.kind in SYNTHESIZED else s.rate
+    rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),

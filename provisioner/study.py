@@ -100,10 +100,18 @@ class WorkloadSource:
             identity["burstiness_cv"] = self.burstiness_cv
         return identity
 
+    @property
+    def timed(self) -> bool:
+        """Does it record arrival times, replayed when no rate is asked? A trace does; a result
+        file when it records its requests' send times (vLLM's start_times)."""
+        if self.kind == "trace":
+            return True
+        return self.kind == "bench" and _bench(self.path, self.sha256)[1]
+
     def requests_at(self, rate_rps: float | None, duration_s: float, seed: int) -> int:
         """How many requests `at` gives, without drawing their sizes."""
         if rate_rps is None:
-            return len(_trace(self.path, self.sha256))
+            return len(self.sizes())
         return arrival_count(rate_rps, duration_s, seed, **self._arrival())
 
     def _arrival(self) -> dict:
@@ -118,7 +126,7 @@ class WorkloadSource:
         if self.kind == "lengths":
             return SyntheticSizes(parse_lengths(self.isl), parse_lengths(self.osl))
         if self.kind == "bench":
-            return _bench(self.path, self.sha256)
+            return _bench(self.path, self.sha256)[0]
         return _trace(self.path, self.sha256)
 
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
@@ -129,16 +137,18 @@ class WorkloadSource:
         redraws its (prompt, output) pairs, so the burstiness of the real trace is kept while
         the sizes vary as they would on another day."""
         arrival = self._arrival()
-        if self.kind in SYNTHESIZED:
+        if self.kind in SYNTHESIZED and (rate_rps is not None or not self.timed):
             return synthesize(self.sizes(), rate_rps, duration_s, seed, **arrival)
-        trace = _trace(self.path, self.sha256)
+        trace = self.sizes()
         if rate_rps is not None:
             return synthesize(trace, rate_rps, duration_s, seed, **arrival)
         return trace if seed == (base_seed if base_seed is not None else seed) else \
             resample_sizes(trace, seed)
 
 
-SYNTHESIZED = ("builtin", "lengths", "bench")   # sizes only: arrivals at a rate, always
+# sizes to draw under Poisson arrivals at a rate (a result file's recorded send times are
+# replayed only when no rate is asked: `timed`)
+SYNTHESIZED = ("builtin", "lengths", "bench")
 
 
 @lru_cache(maxsize=4)
@@ -147,17 +157,23 @@ def _trace(path: str, sha256: str):
 
 
 @lru_cache(maxsize=4)
-def _bench(path: str, sha256: str) -> Workload:
-    """A result file's per-request lengths as a workload to resample sizes from (arrival times
-    are not used: its requests' send times are not all recorded, and a search sets the rate)."""
+def _bench(path: str, sha256: str) -> tuple[Workload, bool]:
+    """A result file's successful requests as a workload (their lengths; their recorded send
+    times from the first, when the file has them), and whether it has them."""
     from provisioner.benchfiles import read_bench_lengths
     lengths = read_bench_lengths(path)
     prompt = np.asarray(lengths.prompt_tokens, dtype=np.int64)
+    output = np.asarray(lengths.output_tokens, dtype=np.int64)
     note = (f"{len(prompt)} successful requests of {lengths.runs} "
             f"{'benchmark(s)' if lengths.format == 'guidellm' else 'run(s)'} in "
             f"{Path(path).name} ({lengths.format})")
-    return Workload(Path(path).name, np.zeros(len(prompt)), prompt,
-                    np.asarray(lengths.output_tokens, dtype=np.int64), (note,))
+    if lengths.start_times is None:
+        return Workload(Path(path).name, np.zeros(len(prompt)), prompt, output, (note,)), False
+    times = np.asarray(lengths.start_times, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    note += ", at their recorded send times (start_times) from the first"
+    return Workload(Path(path).name, times[order] - times.min(), prompt[order], output[order],
+                    (note,)), True
 
 
 def lengths_source(isl: str, osl: str) -> WorkloadSource:

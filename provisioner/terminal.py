@@ -483,10 +483,14 @@ def asked_input_lines(inputs: dict) -> list[str]:
         lines.append(f"Workload: prompt lengths {options.get('isl')}, output lengths "
                      f"{options.get('osl')} tokens (--isl/--osl, drawn independently), Poisson "
                      f"arrivals {at}")
+    elif workload.get("kind") == "bench" and rate is None:
+        lines.append(f"Workload: the successful requests of {workload.get('name')} (a "
+                     f"serving-benchmark result) at their recorded send times (no --rate: "
+                     f"replayed; other samples redraw their lengths)")
     elif workload.get("kind") == "bench":
         lines.append(f"Workload: the per-request prompt and output lengths of "
                      f"{workload.get('name')} (a serving-benchmark result), resampled under "
-                     f"Poisson arrivals {at}; the file's send times are not replayed")
+                     f"Poisson arrivals {at}")
     profile = inputs.get("slo_profile", {})
     if any(value is not None for key, value in options.items() if key.endswith("_ms")
            and key.split("_")[0] in ("ttft", "tpot", "e2e", "itl")):

@@ -311,6 +311,24 @@ class SyntheticSizes:
                    + math.ceil(self.output.quantile(1 - 1e-6)))
 
 
+@dataclass(frozen=True, eq=False)
+class ResampledSizes:
+    """A workload's (prompt, output) pairs, resampled with replacement, whatever its arrival
+    times (a result file's lengths under a load curve: Poisson arrivals, never its gaps)."""
+    workload: Workload
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        picks = rng.integers(0, len(self.workload), size=count)
+        return self.workload.prompt_tokens[picks], self.workload.output_tokens[picks]
+
+    def longest(self) -> int:
+        return int((self.workload.prompt_tokens + self.workload.output_tokens).max())
+
+
 # ------------------------------------------------------------------------------------ synthesis
 def synthesize(sizes: str | Workload, rate_rps: float, duration_s: float, seed: int,
                arrival: str = "poisson", burstiness_cv: float = 1.0) -> Workload:
@@ -407,6 +425,9 @@ def _size_sampler(sizes: str | Workload):
             picks = rng.integers(0, len(sizes), size=count)
             return sizes.prompt_tokens[picks], sizes.output_tokens[picks]
         return resample, sizes.name, f"sizes resampled from the {len(sizes)} requests of {sizes.name}"
+    if isinstance(sizes, ResampledSizes):
+        return sizes.sample, sizes.name, (f"sizes resampled from the {len(sizes.workload)} "
+                                          f"requests of {sizes.name}")
     if isinstance(sizes, SyntheticSizes):
         return sizes.sample, sizes.name, (f"prompt lengths {sizes.prompt.text}, output lengths "
                                           f"{sizes.output.text} tokens, drawn independently")

@@ -137,6 +137,21 @@ def test_a_vllm_detailed_result_is_a_workload_of_its_lengths():
     assert sample.notes[1].startswith("poisson arrivals at 20 req/s")
 
 
+def test_without_a_rate_a_vllm_result_replays_its_recorded_send_times():
+    s = study(workload=str(DETAILED), model="llama-3.1-8b", designs="splitwise-hh")
+    assert s.goal.rate_rps is None and s.workload.timed
+    d = json.loads(DETAILED.read_text())
+    base = s.workload.at(None, s.duration_s, s.seed, base_seed=s.seed)
+    starts = np.array(d["start_times"])
+    assert np.allclose(base.arrival_s, np.sort(starts) - starts.min())
+    assert base.prompt_tokens.tolist() == d["input_lens"]   # (sent in order)
+    other = s.workload.at(None, s.duration_s, 1, base_seed=s.seed)   # another sample
+    assert np.array_equal(other.arrival_s, base.arrival_s)
+    assert other.prompt_tokens.tolist() != base.prompt_tokens.tolist()
+    untimed = study(workload=str(GUIDELLM), model="llama-3.1-8b", designs="splitwise-hh")
+    assert not untimed.workload.timed and untimed.goal.rate_rps == 70.0
+
+
 def test_a_guidellm_report_is_a_workload_and_a_search_runs_on_it():
     d = json.loads(GUIDELLM.read_text())
     pairs = {(r["prompt_tokens"], r["output_tokens"]) for b in d["benchmarks"]
