@@ -355,3 +355,98 @@ def _guidellm_model(document: dict) -> str | None:
     for key in ("config", "spec", "backend", "model"):
         node = node.get(key) if isinstance(node, dict) else None
     return node if isinstance(node, str) else None
+
+
+# ------------------------------------------------------------------ a result file as a workload
+@dataclass(frozen=True)
+class BenchLengths:
+    """The per-request prompt and output lengths of a result file's successful requests (every
+    run or benchmark in it), for `--workload FILE`: sizes to draw from, not arrivals."""
+    file: str
+    format: str
+    prompt_tokens: list[int]
+    output_tokens: list[int]
+    runs: int
+    # each request's send time (s), where the file records them: vLLM's start_times, one run
+    start_times: list[float] | None = None
+
+
+def read_bench_lengths(path: str | Path) -> BenchLengths:
+    """Every successful request's (input, output) tokens: `vllm bench serve --save-detailed`'s
+    input_lens / output_lens (errors "" or absent), GuideLLM's requests.successful
+    prompt_tokens / output_tokens; and their send times where the file records them (vLLM's
+    start_times, in a file of one run; GuideLLM's sampled records are not all requests). A file without per-request lengths is refused in one line
+    (its means alone would make every request the mean request)."""
+    source = str(path)
+    documents = _documents(Path(path))
+    kind = _format_of(documents[0])
+    if kind is None:
+        raise InputError("not a serving-benchmark result: expected a `vllm bench serve "
+                         "--save-result` JSON or a GuideLLM report", source=source)
+    prompt: list[int] = []
+    output: list[int] = []
+    times: list[float] = []
+    if kind == "guidellm":
+        benchmarks = documents[0].get("benchmarks")
+        if not isinstance(benchmarks, list) or not benchmarks:
+            raise InputError("must be a non-empty list of benchmarks", source=source,
+                             field="benchmarks")
+        for i, benchmark in enumerate(benchmarks):
+            where = f"benchmarks[{i}].requests.successful"
+            requests = benchmark.get("requests") if isinstance(benchmark, dict) else None
+            successful = requests.get("successful") if isinstance(requests, dict) else None
+            if not successful:
+                continue
+            if not isinstance(successful, list):
+                raise InputError("must be a list of request records", source=source, field=where)
+            for j, record in enumerate(successful):
+                if not isinstance(record, dict):
+                    raise InputError("must be a mapping", source=source, field=f"{where}[{j}]")
+                prompt.append(_length(record, "prompt_tokens", source, f"{where}[{j}]."))
+                output.append(_length(record, "output_tokens", source, f"{where}[{j}]."))
+        runs = len(benchmarks)
+    else:
+        for number, d in enumerate(documents, 1):
+            if _format_of(d) != "vllm-bench-serve":
+                raise InputError(f"line {number} is not a `vllm bench serve` result",
+                                 source=source)
+            if not (isinstance(d.get("input_lens"), list) and isinstance(d.get("output_lens"),
+                                                                          list)):
+                continue
+            n = len(d["input_lens"])
+            errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+            starts = d.get("start_times") if len(documents) == 1 else None
+            if starts is not None and (not isinstance(starts, list) or len(starts) != n):
+                raise InputError(f"must be a list of {n} entries (one per request, as "
+                                 "input_lens)", source=source, field="start_times")
+            if len(d["output_lens"]) != n or len(errors) != n:
+                raise InputError(f"must be a list of {n} entries (one per request, as "
+                                 "input_lens)", source=source, field="output_lens")
+            for i in range(n):
+                if errors[i]:
+                    continue
+                where = f"request {i + 1} "
+                prompt.append(_length({"input_lens": d["input_lens"][i]}, "input_lens", source,
+                                      where))
+                output.append(_length({"output_lens": d["output_lens"][i]}, "output_lens",
+                                      source, where))
+                if starts is not None:
+                    times.append(_number({"start_times": starts[i]}, "start_times", source,
+                                         where))
+        runs = len(documents)
+    if not prompt:
+        what = ("requests.successful records (prompt_tokens, output_tokens)"
+                if kind == "guidellm" else
+                "input_lens / output_lens (run `vllm bench serve --save-result --save-detailed`)")
+        raise InputError(f"no per-request lengths to use as a workload: the file holds no "
+                         f"{what}", source=source)
+    return BenchLengths(source, kind, prompt, output, runs,
+                        times if times and len(times) == len(prompt) else None)
+
+
+def _length(mapping: dict, key: str, source: str, where: str) -> int:
+    value = _number(mapping, key, source, where, positive=True)
+    if value != int(value):
+        raise InputError(f"must be a whole number of tokens, got {value!r}", source=source,
+                         field=f"{where}{key}")
+    return int(value)

@@ -31,8 +31,12 @@ def curve_options(study) -> SimOptions:
 
 
 def curve_sizes(workload):
-    """What the curve's requests draw their sizes from: a built-in table, or a trace."""
-    return workload.name if workload.kind == "builtin" else workload.at(None, 0, 0)
+    """What the curve's requests draw their sizes from: a built-in table, the given lengths, a
+    trace or a result file's lengths."""
+    if workload.kind == "bench":   # its lengths under Poisson arrivals, never its gaps
+        from simcore.workload import ResampledSizes
+        return ResampledSizes(workload.sizes())
+    return workload.sizes()
 
 
 def longest_request(sizes) -> int:
@@ -41,6 +45,8 @@ def longest_request(sizes) -> int:
         from simcore.workload import builtin_size_table
         table = builtin_size_table(sizes)
         return int(table.prompt_quantiles[-1] + table.output_quantiles[-1])
+    if hasattr(sizes, "longest"):    # --isl/--osl
+        return sizes.longest()
     return int((sizes.prompt_tokens + sizes.output_tokens).max())
 
 

@@ -378,7 +378,8 @@ def latency_load_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
     if not curves:
         return None
     slowdown = inputs["slo_profile"]["kind"] == "slowdown"
-    units = ["ms" if not slowdown or m in ABSOLUTE_METRICS else "slowdown (x)"
+    in_ms = set(inputs["slo_profile"].get("ms_metrics", ()))   # given in ms (--ttft-p99-ms)
+    units = ["ms" if not slowdown or m in ABSOLUTE_METRICS or m in in_ms else "slowdown (x)"
              for m in METRIC_TITLES]
     columns = len(METRIC_TITLES)
     titles = [f"{r.design.name}: {METRIC_TITLES[m]}" for r, _ in curves for m in METRIC_TITLES]

@@ -165,7 +165,18 @@ def request_too_long(workload, why: str) -> InputError | None:
     """The error for a trace whose longest request (prompt + output tokens: its KV cache) is
     what no layout holds, naming the trace file, the request's row and its prompt column
     (None for a built-in workload: its sizes are no file's)."""
-    if workload is None or getattr(workload, "kind", None) != "trace":
+    kind = getattr(workload, "kind", None)
+    if kind == "lengths":   # --isl/--osl: name them
+        return InputError(f"{option_ref('isl')} {workload.isl} {option_ref('osl')} "
+                          f"{workload.osl}: requests of up to {workload.sizes().longest():,} "
+                          f"tokens, more KV cache than {why}; ask for shorter lengths")
+    if kind == "bench":
+        sizes = workload.sizes()
+        index = int(np.argmax(sizes.prompt_tokens + sizes.output_tokens))
+        return InputError(f"a request of {int(sizes.prompt_tokens[index]):,} prompt + "
+                          f"{int(sizes.output_tokens[index]):,} output tokens, more KV cache "
+                          f"than {why}", source=workload.path)
+    if workload is None or kind != "trace":
         return None
     from hardware_catalog.csvschema import TRACE, read_table
     table = read_table(TRACE, workload.path)
@@ -248,21 +259,23 @@ def latency_floor_problem(study: Study, design: Design, shape: WorkloadShape,
     tbt = np.fmin.reduce([a[1] for a in alone])
     e2e = ttft + np.minimum.reduce([a[2] - a[0] for a in alone])
     values = {"ttft": ttft, "tbt": tbt, "e2e": e2e}
-    if study.slo.kind == "slowdown":
+    if any(study.slo.slowdown(metric) for metric in values):
         reference = layouts.curves(perf, study.model, study.reference, layouts.default_layout(
             study.model, study.reference, reserve))
         ref = uncontended_latencies(shape.prompt, shape.output, reference, per_token)
         with np.errstate(invalid="ignore", divide="ignore"):
-            values = {k: v / r for (k, v), r in zip(values.items(), ref)}
-        unit, scale = "x", 1.0
-    else:
-        unit, scale = "ms", 1000.0
+            values = {k: v / r if study.slo.slowdown(k) else v
+                      for (k, v), r in zip(values.items(), ref)}
     from slo_profiles import PERCENTILES
     missed, slack = [], 1.0
     for (metric, pct), limit in study.slo.limits.items():
+        if metric not in values:
+            continue
         kept = values[metric][~np.isnan(values[metric])]
         if not len(kept):
             continue
+        unit = study.slo.unit(metric)
+        scale = 1.0 if unit == "x" else 1000.0
         value = float(np.percentile(kept, PERCENTILES[pct])) * scale
         slack = min(slack, 1.0 - value / limit)
         if value > limit:

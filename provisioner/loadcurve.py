@@ -443,7 +443,8 @@ def run_asked_curve(q):
                 for k, (w, n) in enumerate(zip(spans, run.window_requests))]
                if run.feasible else [(w, None) for w in spans])
     whole = evaluate_slos(run.latencies if run.feasible else run, q.slo)
-    process = ("poisson arrivals" if q.workload.kind == "builtin"
+    from provisioner.study import SYNTHESIZED
+    process = ("poisson arrivals" if q.workload.kind in SYNTHESIZED
                else "arrivals with the trace's gaps")
     notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
              f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import inspect
 import os
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -27,6 +27,7 @@ from hardware_catalog.checks import (CHUNK_TOKENS_MAX, CHUNK_TOKENS_MIN, Flag, I
                                      Names, Number, NumberList, OneOf, OrAuto, Prices, Text,
                                      count,
                                      fraction, positive)
+from slo_profiles import MAX_LIMIT as MAX_SLO_MS, MS_OPTIONS
 
 GOALS = ("min-cost", "min-power", "max-rate")
 RECOVERIES = ("restart", "replicate")
@@ -132,14 +133,39 @@ def _text_or_none(value):
     return None if value is None else Text()(value)
 
 
+class Lengths:
+    """--isl / --osl: a token count or a distribution (simcore.workload.LENGTH_GRAMMAR), kept
+    in its canonical spelling (`uniform:1000-3000`)."""
+
+    def __call__(self, value: Any) -> str:
+        from simcore.workload import parse_lengths
+        return parse_lengths(value).text
+
+    def describe(self) -> str:
+        from simcore.workload import LENGTH_GRAMMAR
+        return LENGTH_GRAMMAR
+
+
+LENGTHS_HELP = ("N, uniform:LOW-HIGH or lognormal:MEDIAN,SIGMA; with --{other}, a workload of "
+                "these lengths under Poisson arrivals at --rate, instead of --workload")
+
+
 # --------------------------------------------------------------------------------- the tree
 @dataclass(frozen=True)
 class StudyOptions:
     """The question's data: model, workload, SLOs, performance model, catalog."""
     model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
                         short="-m", metavar="NAME", outcome=True)
-    workload: str = option("coding", "Built-in workload (coding, conversation) or a CSV trace.",
+    workload: str = option("coding", "Built-in workload (coding, conversation), a CSV trace, or "
+                                     "a `vllm bench serve` / GuideLLM result file (its requests' "
+                                     "lengths under Poisson arrivals at --rate).",
                            Text(), short="-w", path=True, metavar="NAME|CSV", outcome=True)
+    isl: Optional[str] = option(
+        None, "Input (prompt) tokens per request: " + LENGTHS_HELP.format(other="osl") + ".",
+        Lengths(), metavar="N|DIST", default_text="--workload's", outcome=True)
+    osl: Optional[str] = option(
+        None, "Output tokens per request: " + LENGTHS_HELP.format(other="isl") + ".",
+        Lengths(), metavar="N|DIST", default_text="--workload's", outcome=True)
     rate: Optional[float] = option(
         None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
               "a rate asks for its sizes under new arrivals.", positive(MAX_RATE), short="-r",
@@ -443,10 +469,40 @@ class Execution:
                          flag="--quiet", echo=False)
 
 
+# --ttft-p99-ms 500, --tpot-p99-ms 50, ...: one option per (metric, percentile) of
+# slo_profiles.MS_OPTIONS, generated here from that table
+_MS_WHAT = {"ttft": "time to first token", "tpot": "time per output token after the first, a "
+            "request's mean (the profile's tbt)", "e2e": "end-to-end latency",
+            "itl": "inter-token latency, every gap of every request"}
+
+
+def _ms_option(name: str, pct: str):
+    metric = name.split("_")[0]
+    return option(
+        None, f"{pct.upper()} limit in ms on {metric.upper()} ({_MS_WHAT[metric]}); replaces "
+              f"--slo's limits of {metric.upper()}, other metrics keep the profile's.",
+        positive(MAX_SLO_MS), metavar="MS", outcome=True, default_text="--slo's",
+        short=f"--tbt-{pct}-ms" if metric == "tpot" else None)
+
+
+SloLimits = make_dataclass(
+    "SloLimits", [(name, Optional[float], _ms_option(name, pct)) for name, _, pct in MS_OPTIONS],
+    frozen=True)
+SloLimits.__doc__ = "SLO limits in milliseconds given as options, over the --slo profile."
+SloLimits.__module__ = __name__
+
+
+def ms_limits(limits: Any) -> dict[tuple[str, str], float]:
+    """The (metric, percentile) -> ms limits given (slo_profiles.with_ms_limits takes them)."""
+    return {(metric, pct): getattr(limits, name) for name, metric, pct in MS_OPTIONS
+            if getattr(limits, name) is not None}
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """`provision search`: the question, its limits, the search and its execution."""
     study: StudyOptions = StudyOptions()
+    slo_limits: SloLimits = SloLimits()
     question: QuestionOptions = QuestionOptions()
     layout: LayoutOptions = LayoutOptions()
     resilience: FailureOptions = FailureOptions()
@@ -497,6 +553,7 @@ class ClusterOptions:
 @dataclass(frozen=True)
 class SimulateOptions:
     study: StudyOptions = StudyOptions()
+    slo_limits: SloLimits = SloLimits()
     cluster: ClusterOptions = ClusterOptions()
     layout: LayoutOptions = LayoutOptions()
     resilience: FailureOptions = FailureOptions()

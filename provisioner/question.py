@@ -29,22 +29,22 @@ from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins, pinned_design
 from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
+                                 ms_limits,
                                  WINDOW_LIFETIMES, WINDOW_QUANTILE, ClusterOptions,
                                  FailureOptions, QuestionOptions, SearchOptions, SimulateOptions,
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study, Window,
-                               WorkloadSource, kv_dtype_of, model_in_dtype, perf_source,
-                               workload_source)
+from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study,
+                               Window, WorkloadSource, kv_dtype_of, lengths_source,
+                               model_in_dtype, perf_source, workload_source)
 from simcore import Cluster, SimOptions, Workload
 from simcore import layout as layouts
 from simcore.cluster import kv_capacity_tokens
 from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads, fitted_overheads
 from simcore.metrics import uncontended_latencies
-from simcore.workload import (MAX_REQUESTS, builtin_size_table, check_request_count,
-                              load_trace)
-from slo_profiles import SloProfile, load_slo_profile
+from simcore.workload import MAX_REQUESTS, builtin_size_table, check_request_count
+from slo_profiles import SloProfile, load_slo_profile, with_ms_limits
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
 
@@ -78,7 +78,28 @@ def asked(tree: type, given: dict[str, Any], spec_path: str | Path | None,
     the block, errors name each option the way the caller wrote it."""
     options, spec_keys = _merged(tree, given, spec_path)
     with naming(spelling(tree, style, spec_keys)):
+        refuse_lengths_beside_workload(set(given) | spec_keys)
         yield options
+
+
+def refuse_lengths_beside_workload(names: set[str]) -> None:
+    """--isl/--osl make the workload: with --workload too, which one is meant is unclear."""
+    lengths = [name for name in ("isl", "osl") if name in names]
+    if lengths and "workload" in names:
+        raise InputError(f"give {option_ref('workload')} or {option_ref(lengths[0])}/"
+                         f"{option_ref('osl' if lengths[0] == 'isl' else 'isl')}, not both: "
+                         "the lengths make a workload of their own")
+
+
+def asked_workload(s: StudyOptions) -> WorkloadSource:
+    """--isl and --osl (both, or neither), else --workload."""
+    if s.isl is None and s.osl is None:
+        return workload_source(s.workload)
+    if s.isl is None or s.osl is None:
+        given, missing = ("isl", "osl") if s.osl is None else ("osl", "isl")
+        raise InputError(f"{option_ref(given)} needs {option_ref(missing)} too: a workload of "
+                         "given lengths has both (a number or a distribution each)")
+    return lengths_source(s.isl, s.osl)
 
 
 def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
@@ -276,7 +297,7 @@ def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Cata
     if name == "max-rate" and rate is not None:
         raise InputError(f"{option_ref('goal')} max-rate searches the rate: drop "
                          f"{option_ref('rate')}", field="rate")
-    if name != "max-rate" and rate is None and workload.kind == "builtin":
+    if name != "max-rate" and rate is None and not workload.timed:
         rate = DEFAULT_RATE
     return Goal(name, rate, resolve_budget(options, catalog))
 
@@ -313,6 +334,11 @@ def budget_like(text: str, catalog: Catalog) -> Budget:
     return Budget(kind, float(f"{count * per_machine:.10g}"), like=f"{machine.name}:{count}")
 
 
+def asked_slo(s: StudyOptions, limits) -> SloProfile:
+    """--slo's profile, with the limits given in milliseconds (--ttft-p99-ms ...) over it."""
+    return with_ms_limits(load_slo_profile(s.slo), ms_limits(limits))
+
+
 MIN_WINDOW_REQUESTS = 20
 
 
@@ -320,7 +346,7 @@ def resolve_study(options: SearchOptions) -> Study:
     """The search's question as records: every name looked up once, here."""
     s = options.study
     catalog = with_custom_designs(study_catalog(s), options.question.custom_designs)
-    workload = workload_source(s.workload)
+    workload = asked_workload(s)
     perf = resolve_perf(s)
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation
     load_curve = resolve_load_curve(options)
@@ -351,7 +377,7 @@ def resolve_study(options: SearchOptions) -> Study:
         # handful of requests say nothing): max-rate's floor holds 20 expected requests
         settings = replace(settings, min_rate=MIN_WINDOW_REQUESTS / duration)
     study = Study(catalog=catalog, model=model, workload=workload, window=window,
-                  duration_s=duration, seed=s.seed, slo=load_slo_profile(s.slo), perf=perf,
+                  duration_s=duration, seed=s.seed, slo=asked_slo(s, options.slo_limits), perf=perf,
                   reference=catalog.machine(SLO_REFERENCE_SKU),
                   designs=designs,
                   goal=goal, constraints=options.constraints, settings=settings,
@@ -378,13 +404,16 @@ def resolve_window(s: StudyOptions, workload: WorkloadSource, model: ModelSpec, 
 
 def tail_lengths(workload: WorkloadSource) -> tuple[int, int]:
     """The workload's P99 prompt and output tokens (WINDOW_QUANTILE): a built-in's quantile
-    tables, a trace's own requests."""
+    tables, the given lengths' distributions, a trace's or result file's own requests."""
     if workload.kind == "builtin":
         table = builtin_size_table(workload.name)
         sizes = [np.interp(WINDOW_QUANTILE, table.quantile_probs, q)
                  for q in (table.prompt_quantiles, table.output_quantiles)]
+    elif workload.kind == "lengths":
+        given = workload.sizes()
+        sizes = [given.prompt.quantile(WINDOW_QUANTILE), given.output.quantile(WINDOW_QUANTILE)]
     else:
-        trace = workload.at(None, 0.0, 0)
+        trace = workload.sizes()
         sizes = [np.quantile(tokens, WINDOW_QUANTILE)
                  for tokens in (trace.prompt_tokens, trace.output_tokens)]
     prompt, output = (max(int(np.ceil(size)), 1) for size in sizes)
@@ -483,11 +512,11 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     cluster = cluster_from_counts(design, *counts)
     source = resolve_perf(s)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, source.kv_dtype)
-    profile = load_slo_profile(s.slo)
+    profile = asked_slo(s, options.slo_limits)
     perf = source.load(catalog)
     check_engine_coverage(source, perf, model, [cluster.design])
-    workload = workload_source(s.workload)
-    rate = DEFAULT_RATE if s.rate is None and workload.kind == "builtin" else s.rate
+    workload = asked_workload(s)
+    rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
     refuse_spec_decode_with(s, options.resilience.mtbf_hours is not None, False,
                             c.failures is not None, c.load_curve is not None)
@@ -718,8 +747,8 @@ def check_workload_size(workload: WorkloadSource, rate: float | None, duration: 
     within MAX_REQUESTS requests."""
     if rate is not None:
         check_request_count(rate, duration)
-    if workload.kind == "trace":
-        workload.at(None, duration, seed)
+    if workload.kind in ("trace", "bench"):
+        workload.sizes()
 
 
 def check_resilience(resilience: FailureOptions, configured: bool, how: str,
@@ -968,7 +997,7 @@ def _read_named_file(name: str, value: str, study: StudyOptions) -> None:
     if name == "catalog":
         resolve_catalog(value)
     elif name == "workload":
-        load_trace(value)
+        workload_source(value).sizes()
     elif name == "slo":
         load_slo_profile(value)
     elif name == "model_config":

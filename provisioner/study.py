@@ -7,10 +7,13 @@ simulation said), `Metrics` (outcome plus prices) and `DesignResult` (one design
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hardware_catalog import Catalog, Design, InputError, MachineSku, ModelSpec, check_path
 from hardware_catalog.errors import option_ref
@@ -23,8 +26,9 @@ from simcore.kernels import (EnginePerformanceModel, KernelPerformanceModel,
 from simcore.perfmodel import (FittedPerformanceModel, default_performance_model,
                                load_performance_model, perf_model_version)
 from simcore.performance import PerformanceModel
-from simcore.workload import (BUILTIN_TABLES_PATH, arrival_count, builtin_workload_names,
-                              check_trace_size, load_trace, resample_sizes, synthesize)
+from simcore.workload import (BUILTIN_TABLES_PATH, SyntheticSizes, Workload, arrival_count,
+                              builtin_workload_names, check_trace_size, load_trace,
+                              parse_lengths, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the twelve, report order
@@ -78,12 +82,17 @@ class Goal:
 
 @dataclass(frozen=True)
 class WorkloadSource:
-    """A built-in size distribution by name, or a CSV trace (identified by its content)."""
+    """A built-in size distribution by name, a CSV trace (identified by its content), lengths
+    given as numbers (--isl/--osl) or a serving benchmark's result file (its per-request
+    lengths). Built-in, given lengths and a result file are sizes only: their arrivals are
+    always synthesized (`SYNTHESIZED`)."""
     name: str                 # as the user wrote it
-    kind: str                 # "builtin" or "trace"
-    sha256: str               # of the built-in tables file or of the trace file
-    path: str | None = None   # the file to read (trace only)
+    kind: str                 # "builtin", "trace", "lengths" or "bench"
+    sha256: str               # of the built-in tables file, the trace or result file, the lengths
+    path: str | None = None   # the file to read (trace and bench only)
     burstiness_cv: float = 1.0  # synthesized arrivals: Poisson (1) or gamma with this CV
+    isl: str | None = None    # "lengths": --isl and --osl, canonical
+    osl: str | None = None
 
     def identity(self) -> dict:
         identity = {"name": self.name, "kind": self.kind, "sha256": self.sha256}
@@ -91,30 +100,55 @@ class WorkloadSource:
             identity["burstiness_cv"] = self.burstiness_cv
         return identity
 
+    @property
+    def timed(self) -> bool:
+        """Does it record arrival times, replayed when no rate is asked? A trace does; a result
+        file when it records its requests' send times (vLLM's start_times)."""
+        if self.kind == "trace":
+            return True
+        return self.kind == "bench" and _bench(self.path, self.sha256)[1]
+
     def requests_at(self, rate_rps: float | None, duration_s: float, seed: int) -> int:
         """How many requests `at` gives, without drawing their sizes."""
         if rate_rps is None:
-            return len(_trace(self.path, self.sha256))
+            return len(self.sizes())
         return arrival_count(rate_rps, duration_s, seed, **self._arrival())
 
     def _arrival(self) -> dict:
         return {} if self.burstiness_cv == 1.0 else {"arrival": "gamma",
                                                      "burstiness_cv": self.burstiness_cv}
 
+    def sizes(self):
+        """What requests draw their sizes from: a built-in name, a trace or a result file's
+        lengths (a `Workload`), or the given lengths (`SyntheticSizes`)."""
+        if self.kind == "builtin":
+            return self.name
+        if self.kind == "lengths":
+            return SyntheticSizes(parse_lengths(self.isl), parse_lengths(self.osl))
+        if self.kind == "bench":
+            return _bench(self.path, self.sha256)[0]
+        return _trace(self.path, self.sha256)
+
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
-        """One sample of the workload: a built-in distribution under Poisson arrivals at
-        `rate_rps`, or the trace with its sizes under new arrivals. A trace replayed as it is
+        """One sample of the workload: a built-in distribution, the given lengths or a result
+        file's lengths under Poisson arrivals at `rate_rps`, or the trace with its sizes under
+        new arrivals. A trace replayed as it is
         (rate None) is itself for the base seed; any other seed keeps its arrival times and
         redraws its (prompt, output) pairs, so the burstiness of the real trace is kept while
         the sizes vary as they would on another day."""
         arrival = self._arrival()
-        if self.kind == "builtin":
-            return synthesize(self.name, rate_rps, duration_s, seed, **arrival)
-        trace = _trace(self.path, self.sha256)
+        if self.kind in SYNTHESIZED and (rate_rps is not None or not self.timed):
+            return synthesize(self.sizes(), rate_rps, duration_s, seed, **arrival)
+        trace = self.sizes()
         if rate_rps is not None:
             return synthesize(trace, rate_rps, duration_s, seed, **arrival)
         return trace if seed == (base_seed if base_seed is not None else seed) else \
             resample_sizes(trace, seed)
+
+
+# sizes to draw under Poisson arrivals at a rate (a result file's recorded send times are
+# replayed only when no rate is asked: `timed`)
+SYNTHESIZED = ("builtin", "lengths", "bench")
 
 
 @lru_cache(maxsize=4)
@@ -122,8 +156,38 @@ def _trace(path: str, sha256: str):
     return load_trace(path)
 
 
+@lru_cache(maxsize=4)
+def _bench(path: str, sha256: str) -> tuple[Workload, bool]:
+    """A result file's successful requests as a workload (their lengths; their recorded send
+    times from the first, when the file has them), and whether it has them."""
+    from provisioner.benchfiles import read_bench_lengths
+    lengths = read_bench_lengths(path)
+    prompt = np.asarray(lengths.prompt_tokens, dtype=np.int64)
+    output = np.asarray(lengths.output_tokens, dtype=np.int64)
+    note = (f"{len(prompt)} successful requests of {lengths.runs} "
+            f"{'benchmark(s)' if lengths.format == 'guidellm' else 'run(s)'} in "
+            f"{Path(path).name} ({lengths.format})")
+    if lengths.start_times is None:
+        return Workload(Path(path).name, np.zeros(len(prompt)), prompt, output, (note,)), False
+    times = np.asarray(lengths.start_times, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    note += ", at their recorded send times (start_times) from the first"
+    return Workload(Path(path).name, times[order] - times.min(), prompt[order], output[order],
+                    (note,)), True
+
+
+def lengths_source(isl: str, osl: str) -> WorkloadSource:
+    """--isl / --osl: a workload of those lengths (canonical spellings, checked)."""
+    isl, osl = parse_lengths(isl).text, parse_lengths(osl).text
+    name = f"isl={isl},osl={osl}"
+    return WorkloadSource(name, "lengths", hashlib.sha256(name.encode()).hexdigest(),
+                          isl=isl, osl=osl)
+
+
 def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
-    """A built-in name wins over a file of the same name in the working directory."""
+    """A built-in name wins over a file of the same name in the working directory. A JSON or
+    YAML file holding a `vllm bench serve` or GuideLLM result is a result file; others are
+    CSV traces."""
     if name in builtin_workload_names():
         return WorkloadSource(name, "builtin", file_sha256(BUILTIN_TABLES_PATH))
     check_path(name, "workload")
@@ -135,7 +199,14 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
                          f"({', '.join(builtin_workload_names())}) nor an existing file",
                          field="workload")
     check_trace_size(path)   # before hashing it
+    if path.suffix.lower() in BENCH_SUFFIXES:
+        from provisioner.benchfiles import bench_format
+        if bench_format(path) is not None:
+            return WorkloadSource(name, "bench", file_sha256(path), str(path))
     return WorkloadSource(name, "trace", file_sha256(path), str(path))
+
+
+BENCH_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
 
 DTYPE_BYTES = {"bf16": 2, "fp8": 1}   # bytes per value of a KV cache, and of bf16/fp8 weights

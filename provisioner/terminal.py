@@ -520,6 +520,38 @@ def _sensitivity_blocks(names: list[str], rows: list[tuple[str, list[str]]]) -> 
     return table
 
 
+def asked_input_lines(inputs: dict) -> list[str]:
+    """The workload when --isl/--osl or a result file made it, and the SLO limits when some
+    were given in ms (--ttft-p99-ms ...): nothing for a question without them."""
+    lines = []
+    workload, options = inputs.get("workload", {}), inputs.get("options", {})
+    rate = inputs.get("goal", {}).get("rate_rps")
+    at = f"at {rate:g} req/s" if rate is not None else "at the searched rate"
+    if workload.get("kind") == "lengths":
+        lines.append(f"Workload: prompt lengths {options.get('isl')}, output lengths "
+                     f"{options.get('osl')} tokens (--isl/--osl, drawn independently), Poisson "
+                     f"arrivals {at}")
+    elif workload.get("kind") == "bench" and rate is None:
+        lines.append(f"Workload: the successful requests of {workload.get('name')} (a "
+                     f"serving-benchmark result) at their recorded send times (no --rate: "
+                     f"replayed; other samples redraw their lengths)")
+    elif workload.get("kind") == "bench":
+        lines.append(f"Workload: the per-request prompt and output lengths of "
+                     f"{workload.get('name')} (a serving-benchmark result), resampled under "
+                     f"Poisson arrivals {at}")
+    profile = inputs.get("slo_profile", {})
+    if any(value is not None for key, value in options.items() if key.endswith("_ms")
+           and key.split("_")[0] in ("ttft", "tpot", "e2e", "itl")):
+        in_ms = set(profile.get("ms_metrics", ())) | {"itl"}
+        slowdown = profile.get("kind") == "slowdown"
+        limits = [f"{metric.upper()} {pct.upper()} {value:g}"
+                  + (" ms" if not slowdown or metric in in_ms else "x")
+                  for metric, per in profile.get("limits", {}).items()
+                  for pct, value in per.items()]
+        lines.append(f"SLOs: {profile.get('name')}: {', '.join(limits)}")
+    return lines
+
+
 def search_notes(document: dict) -> list[str]:
     """Lines under the table: KV capacity per machine, then a warning per uncalibrated design."""
     kv = document["inputs"].get("kv_capacity_tokens", {})
@@ -529,6 +561,7 @@ def search_notes(document: dict) -> list[str]:
                    if a["name"] == "latency_source"), None)
     if source is not None:
         lines.append(f"Latencies: {source}")
+    lines += asked_input_lines(document["inputs"])
     window = window_text(document["inputs"].get("window"),
                          document["inputs"]["options"].get("duration"))
     if window:

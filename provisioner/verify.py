@@ -405,22 +405,21 @@ RESAMPLES = 2000  # bootstrap resamples per percentile: its 95% interval to abou
 def latency_values(result, profile: SloProfile) -> dict[str, np.ndarray]:
     """A run's per-request values of each metric as the profile limits it (slowdowns or
     seconds), NaN where a request has none."""
-    suffix = "slowdown" if profile.kind == "slowdown" else "s"
-    return {metric: getattr(result, f"{metric}_{suffix}") for metric in REQUEST_METRICS}
+    return {metric: getattr(result, f"{metric}_slowdown" if profile.slowdown(metric)
+                            else f"{metric}_s") for metric in REQUEST_METRICS}
 
 
 def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
                          seed: int) -> dict[str, list[float]]:
     """{slo key: [low, high]} bootstrap 95% intervals of the limited percentiles of one run
     (`values`: its `latency_values`)."""
-    slowdown = profile.kind == "slowdown"
     rng = np.random.default_rng(seed)
     intervals = {}  # (ITL: its gaps are binned per run, not kept per request to resample)
     for metric in REQUEST_METRICS:
         ordered = np.sort(values[metric][~np.isnan(values[metric])])
         if len(ordered) == 0:
             continue
-        scale = 1.0 if slowdown else 1000.0
+        scale = 1.0 if profile.slowdown(metric) else 1000.0
         for name in ("p50", "p90", "p99"):
             boot = bootstrap_percentiles(ordered, PERCENTILES[name], RESAMPLES, rng) * scale
             intervals[f"{metric}_{name}"] = [float(np.percentile(boot, 2.5)),

@@ -121,12 +121,12 @@ def goodput(result, profile, window_s: float) -> tuple[int, float]:
     not more time to serve it in."""
     if not result.feasible or window_s <= 0:
         return 0, 0.0
-    slowdown = profile.kind == "slowdown"
     good = np.ones(len(result.workload), dtype=bool)
     for metric in ("ttft", "tbt", "e2e"):
         limits = [v for (m, _), v in profile.limits.items() if m == metric]
         if not limits:
             continue
+        slowdown = profile.slowdown(metric)
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
         values = values if slowdown else values * 1000.0
         good &= np.isnan(values) | (values <= max(limits))

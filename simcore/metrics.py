@@ -183,7 +183,6 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
     boolean per request, limits them to those requests (one window of a load curve)."""
     if not result.feasible:
         return SloReport(profile.name, False, result.reason, ())
-    slowdown = profile.kind == "slowdown"
     wanted: dict[str, list[str]] = {}
     for metric, pct in profile.limits:
         wanted.setdefault(metric, []).append(pct)
@@ -196,6 +195,7 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
             for pct, value in zip(pcts, gaps):
                 found[metric, pct] = None if np.isnan(value) else float(value) * 1000.0
             continue
+        slowdown = profile.slowdown(metric)
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
         if measured is not None:
             values = values[measured]

@@ -23,7 +23,7 @@ import numpy as np
 from hardware_catalog.checks import Invalid, Number
 from hardware_catalog.errors import InputError
 from hardware_catalog import read_text
-from hardware_catalog.csvschema import (MAX_REQUEST_TOKENS,  # noqa: F401 (the token bound)
+from hardware_catalog.csvschema import (MAX_REQUEST_TOKENS,
                                         MAX_TRACE_REQUESTS as MAX_REQUESTS, TRACE,
                                         TRACE_BYTES_PER_ROW, YEAR_S, read_table)
 from simcore.interp import KnotIndex, PiecewiseLinear
@@ -205,6 +205,130 @@ def _size_table(name: str, entry: dict[str, Any]) -> SizeTable:
         native_rate_rps=float(entry["native_rate_rps"]))
 
 
+# ------------------------------------------------------------- lengths given as numbers (--isl)
+LENGTH_GRAMMAR = ("N (every request N tokens), uniform:LOW-HIGH (whole numbers, both "
+                  "included) or lognormal:MEDIAN,SIGMA (median tokens, sigma of the log)")
+MAX_LENGTH_SIGMA = 3.0   # a lognormal wider than this has a P99 over 1000x its median: a typo
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A distribution of token counts: fixed, uniform (integers) or lognormal (rounded, at
+    least 1, at most MAX_REQUEST_TOKENS). `text` is its canonical spelling."""
+    kind: str          # "fixed", "uniform", "lognormal"
+    a: float           # the count; the low end; the median
+    b: float = 0.0     # -; the high end; sigma
+
+    @property
+    def text(self) -> str:
+        if self.kind == "fixed":
+            return f"{int(self.a)}"
+        if self.kind == "uniform":
+            return f"uniform:{int(self.a)}-{int(self.b)}"
+        return f"lognormal:{self.a:g},{self.b:g}"
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(count, int(self.a), dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(int(self.a), int(self.b) + 1, size=count).astype(np.int64)
+        values = self.a * np.exp(self.b * rng.standard_normal(count))
+        return np.clip(np.rint(values), 1, MAX_REQUEST_TOKENS).astype(np.int64)
+
+    def quantile(self, q: float) -> float:
+        if self.kind == "fixed":
+            return float(self.a)
+        if self.kind == "uniform":
+            return float(self.a + q * (self.b - self.a))
+        from statistics import NormalDist
+        q = min(max(q, 1e-9), 1 - 1e-9)
+        return float(min(self.a * math.exp(self.b * NormalDist().inv_cdf(q)),
+                         MAX_REQUEST_TOKENS))
+
+    def mean(self) -> float:
+        if self.kind == "fixed":
+            return float(self.a)
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2.0
+        return self.a * math.exp(self.b ** 2 / 2.0)
+
+
+def parse_lengths(value: Any) -> Lengths:
+    """`2000`, `uniform:1000-3000` or `lognormal:2000,0.5` (LENGTH_GRAMMAR); Invalid otherwise."""
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) \
+        else None
+    if not text or "\n" in text:
+        raise Invalid(f"must be {LENGTH_GRAMMAR}, got {value!r}"[:200])
+    kind, _, args = text.partition(":")
+    try:
+        if not args and kind.isdigit():
+            lengths = Lengths("fixed", _tokens(kind))
+        elif kind == "uniform":
+            low, high = args.split("-")
+            lengths = Lengths("uniform", _tokens(low), _tokens(high))
+            if lengths.b < lengths.a:
+                raise Invalid(f"uniform:{low}-{high}: LOW must not exceed HIGH")
+        elif kind == "lognormal":
+            median, sigma = args.split(",")
+            sigma_value = float(sigma)
+            if not 0 < sigma_value <= MAX_LENGTH_SIGMA:
+                raise Invalid(f"lognormal sigma must be > 0 and <= {MAX_LENGTH_SIGMA:g}, "
+                              f"got {sigma}")
+            lengths = Lengths("lognormal", _tokens(median), sigma_value)
+        else:
+            raise ValueError
+    except Invalid:
+        raise
+    except ValueError:
+        raise Invalid(f"must be {LENGTH_GRAMMAR}, got {value!r}"[:200]) from None
+    return lengths
+
+
+def _tokens(text: str) -> int:
+    text = text.strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_REQUEST_TOKENS:
+        raise Invalid(f"token counts must be whole numbers from 1 to {MAX_REQUEST_TOKENS:,}, "
+                      f"got {text!r}")
+    return int(text)
+
+
+@dataclass(frozen=True, eq=False)
+class SyntheticSizes:
+    """Prompt and output lengths drawn independently from two `Lengths` (--isl, --osl)."""
+    prompt: Lengths
+    output: Lengths
+
+    @property
+    def name(self) -> str:
+        return f"isl={self.prompt.text},osl={self.output.text}"
+
+    def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.prompt.sample(rng, count), self.output.sample(rng, count)
+
+    def longest(self) -> int:
+        """The most tokens a request may hold (a lognormal's at its 1 - 1e-6 quantile)."""
+        return int(math.ceil(self.prompt.quantile(1 - 1e-6))
+                   + math.ceil(self.output.quantile(1 - 1e-6)))
+
+
+@dataclass(frozen=True, eq=False)
+class ResampledSizes:
+    """A workload's (prompt, output) pairs, resampled with replacement, whatever its arrival
+    times (a result file's lengths under a load curve: Poisson arrivals, never its gaps)."""
+    workload: Workload
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        picks = rng.integers(0, len(self.workload), size=count)
+        return self.workload.prompt_tokens[picks], self.workload.output_tokens[picks]
+
+    def longest(self) -> int:
+        return int((self.workload.prompt_tokens + self.workload.output_tokens).max())
+
+
 # ------------------------------------------------------------------------------------ synthesis
 def synthesize(sizes: str | Workload, rate_rps: float, duration_s: float, seed: int,
                arrival: str = "poisson", burstiness_cv: float = 1.0) -> Workload:
@@ -301,6 +425,12 @@ def _size_sampler(sizes: str | Workload):
             picks = rng.integers(0, len(sizes), size=count)
             return sizes.prompt_tokens[picks], sizes.output_tokens[picks]
         return resample, sizes.name, f"sizes resampled from the {len(sizes)} requests of {sizes.name}"
+    if isinstance(sizes, ResampledSizes):
+        return sizes.sample, sizes.name, (f"sizes resampled from the {len(sizes.workload)} "
+                                          f"requests of {sizes.name}")
+    if isinstance(sizes, SyntheticSizes):
+        return sizes.sample, sizes.name, (f"prompt lengths {sizes.prompt.text}, output lengths "
+                                          f"{sizes.output.text} tokens, drawn independently")
     table = builtin_size_table(sizes)
     return table.sample, table.name, f"sizes sampled from built-in '{table.name}': {table.source}"
 

@@ -25,7 +25,7 @@ KINDS = ("slowdown", "absolute_ms")
 MAX_LIMIT = 1e7  # a slowdown factor, or milliseconds (about 2.8 hours): beyond it, a typo
 
 __all__ = ["SloProfile", "load_slo_profile", "builtin_slo_profiles", "METRICS", "REQUEST_METRICS",
-           "PERCENTILES"]
+           "PERCENTILES", "MS_OPTIONS", "with_ms_limits"]
 
 
 @dataclass(frozen=True)
@@ -34,17 +34,57 @@ class SloProfile:
     kind: str                                   # "slowdown" or "absolute_ms"
     limits: Mapping[tuple[str, str], float]     # (metric, "p50"/"p90"/"p99") -> limit
     description: str = ""
+    # request metrics limited in milliseconds although the profile's kind is slowdown: those
+    # given on the command line (`with_ms_limits`, --ttft-p99-ms ...)
+    absolute: tuple[str, ...] = ()
 
     def unit(self, metric: str) -> str:
         """"x" (a slowdown) or "ms", the unit of the metric's limits and values."""
-        return "x" if self.kind == "slowdown" and metric not in ABSOLUTE_METRICS else "ms"
+        return "x" if self.slowdown(metric) else "ms"
+
+    def slowdown(self, metric: str) -> bool:
+        """Is the metric limited (and measured) as a slowdown against the reference?"""
+        return (self.kind == "slowdown" and metric not in ABSOLUTE_METRICS
+                and metric not in self.absolute)
 
     def as_dict(self) -> dict:
         nested: dict[str, dict[str, float]] = {}
         for (metric, pct), limit in self.limits.items():
             nested.setdefault(metric, {})[pct] = limit
-        return {"name": self.name, "kind": self.kind, "description": self.description,
-                "limits": nested}
+        record = {"name": self.name, "kind": self.kind, "description": self.description,
+                  "limits": nested}
+        if self.absolute:
+            record["ms_metrics"] = list(self.absolute)
+        return record
+
+
+# Limits in milliseconds given on the command line (--ttft-p99-ms 500, ...): (option name,
+# the profile's metric, percentile). TPOT is the profile's tbt (a request's mean gap between
+# its output tokens, vLLM's TPOT); --tbt-P-ms is the same option.
+MS_OPTION_METRICS = {"ttft": "ttft", "tpot": "tbt", "e2e": "e2e", "itl": "itl"}
+MS_OPTIONS = tuple((f"{name}_{pct}_ms", metric, pct)
+                   for name, metric in MS_OPTION_METRICS.items() for pct in PERCENTILES)
+
+
+def with_ms_limits(profile: SloProfile, limits: Mapping[tuple[str, str], float]) -> SloProfile:
+    """The profile with limits in milliseconds given per (metric, percentile): a metric given
+    any replaces all of that metric's profile limits (its unit becomes ms, whatever the
+    profile's kind); the metrics not given keep the profile's. The name says what changed:
+    `splitwise+ttft-p99-500ms`."""
+    if not limits:
+        return profile
+    given = {metric for metric, _ in limits}
+    merged = {key: value for key, value in profile.limits.items() if key[0] not in given}
+    merged.update(limits)
+    ordered = {k: merged[k] for m in METRICS for p in PERCENTILES if (k := (m, p)) in merged}
+    absolute = tuple(m for m in REQUEST_METRICS
+                     if profile.kind == "slowdown" and (m in given or m in profile.absolute))
+    label = "+".join(f"{'tpot' if m == 'tbt' else m}-{p}-{v:g}ms" for (m, p), v in
+                     ordered.items() if (m, p) in limits)
+    return SloProfile(name=f"{profile.name}+{label}", kind=profile.kind, limits=ordered,
+                      description=f"{profile.description}; limits in ms given: "
+                                  f"{label.replace('+', ', ')}".lstrip("; "),
+                      absolute=absolute)
 
 
 def parse_slo_profile(name: str, data, source: str) -> SloProfile:

@@ -23,6 +23,7 @@ from provisioner.options import SearchOptions, build, from_keywords, leaves
 from provisioner.question import (echoed_options, from_echo, identity, options_from_echo,
                                   resolve_study, to_echo)
 from simcore import SimOptions
+from slo_profiles import MS_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PERF_TABLE = REPO / "examples" / "perf-tables" / "dgx-h100-bloom.yaml"
@@ -163,6 +164,9 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "sequence_overhead_us": ({}, 20.0),
     "first_token_overhead_ms": ({}, 10.0),
     "host_overlap": ({}, True),
+    "isl": ({"isl": "1000", "osl": "300"}, "uniform:1000-3000"),
+    "osl": ({"isl": "2000", "osl": "300"}, "lognormal:300,0.5"),
+    **{name: ({}, 500.0) for name, _, _ in MS_OPTIONS},   # --ttft-p99-ms ... over the profile
 }
 OTHER_CHANGES = {   # options that change the search or its points, never a sample's outcome
     "rate": 50.0, "chunk_tokens": 1024, "designs": ("splitwise-hh",), "goal": "min-power",
