@@ -143,6 +143,7 @@ SEARCH = ["search", "--designs", "baseline-h100", "--model", "llama-3.1-8b", "--
     (["--spec-tokens", "2"], "--spec-tokens"),
     (["--acceptance", "0.8"], "--acceptance"),
     (["--spec-decode", "mtp", "--mtbf-hours", "100"], "--mtbf-hours"),
+    (["--spec-decode", "mtp", "--kv-admission", "paged"], "--kv-admission"),
 ])
 def test_bad_spec_decode_options_are_refused_in_one_line(cli, args, name):
     assert_bad_input(cli([*SEARCH, *args]), name)
@@ -166,3 +167,5 @@ def test_spec_file_keys_are_echoed_and_assumed(cli, tmp_path):
     (assumed,) = [a["value"] for a in report["assumptions"]
                   if a["name"] == "speculative_decoding"]
     assert "eagle, k=2" in assumed and "EAGLE" in assumed
+    # KV reserved up front under speculative decoding (paged, the default, gives way)
+    assert report["inputs"]["sim_options"]["kv_admission"] == "reserve"
