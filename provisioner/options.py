@@ -154,7 +154,10 @@ LENGTHS_HELP = ("N, uniform:LOW-HIGH or lognormal:MEDIAN,SIGMA; with --{other}, 
 @dataclass(frozen=True)
 class StudyOptions:
     """The question's data: model, workload, SLOs, performance model, catalog."""
-    model: str = option("bloom-176b", "Model name (see `provision catalog`).", Text(),
+    model: str = option("bloom-176b", "Model name (see `provision catalog`), a Hugging Face id "
+                                      "(ORG/NAME: a catalog model's, or one whose config.json "
+                                      "is in the local Hugging Face cache) or a snapshot "
+                                      "folder.", Text(),
                         short="-m", metavar="NAME", outcome=True)
     workload: str = option("coding", "Built-in workload (coding, conversation), a CSV trace, or "
                                      "a `vllm bench serve` / GuideLLM result file (its requests' "

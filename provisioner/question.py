@@ -140,7 +140,8 @@ def input_files(options: Any, spec: str | Path | None = None) -> dict[str, Path]
 
 
 def resolve_model(study: StudyOptions, catalog: Catalog) -> ModelSpec:
-    """--model-config's config.json when given, else the catalog model --model names."""
+    """--model-config's config.json when given, else the model --model names: a catalog
+    name, or a Hugging Face id or snapshot folder (`provisioner.hfmodels`)."""
     if study.model_config is not None:
         from hardware_catalog.hf_config import model_from_hf_config
         check_path(study.model_config, "model_config")
@@ -148,6 +149,10 @@ def resolve_model(study: StudyOptions, catalog: Catalog) -> ModelSpec:
             raise InputError(f"model config file not found: {study.model_config}",
                              field="model_config")
         return model_from_hf_config(study.model_config)
+    if study.model not in catalog.models:  # a Hugging Face id or a snapshot folder?
+        from provisioner.hfmodels import looks_like_hf_id, resolve_hf_model
+        if looks_like_hf_id(study.model) or Path(study.model).is_dir():
+            return resolve_hf_model(study.model, catalog)
     return catalog.model(study.model)
 
 
