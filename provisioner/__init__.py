@@ -6,7 +6,16 @@
 `search`, `simulate` and `SearchResult` live in `provisioner.api`; they are loaded on first use
 so that `provision --version` and `--help` start without numpy, pandas or numba (~0.5 s).
 """
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # type checkers see the typed API; at run time it loads on first use
+    from hardware_catalog import InputError as InputError
+    from provisioner.api import SearchResult as SearchResult
+    from provisioner.api import SimulationRun as SimulationRun
+    from provisioner.api import search as search
+    from provisioner.api import simulate as simulate
 
 _API = ("search", "simulate", "SearchResult", "SimulationRun")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Unpack
 
 import html
 
@@ -40,6 +40,7 @@ from provisioner.figures import optimum_html
 from provisioner.reports import (WRITTEN_FILES, csv_text, machines_of, render_reports,
                                  report_document,
                                  sensitivity_dict, summary_dict, write_reports)
+from provisioner.keywords import SearchKeywords, SimulateKeywords
 from provisioner.runner import (DiskCache, Runner, RunStats, cache_run, default_cache_dir,
                                 default_jobs, warn)
 from provisioner.sensitivity import sensitivity
@@ -510,9 +511,10 @@ def check_writable_dir(path: str | Path, field_name: str) -> None:
 
 
 def search(*, spec: str | Path | None = None, on_batch: OnBatch | None = None,
-           **options) -> SearchResult:
+           **options: Unpack[SearchKeywords]) -> SearchResult:
     """Run a provisioning search; keywords are the CLI options (`rate=70`, `goal="min-cost"`,
-    `designs="splitwise-hh,splitwise-aa"` or a list of names and `Design` records, ...)."""
+    `designs="splitwise-hh,splitwise-aa"` or a list of names and `Design` records, ...),
+    typed in `provisioner.keywords.SearchKeywords`."""
     given = from_keywords(SearchOptions, options)
     if "cache_dir" not in given:
         given.setdefault("no_cache", True)  # from Python, nothing is written unless asked
@@ -553,8 +555,10 @@ class SimulationRun:
                 f"{self.workload.name}, {len(self.workload):,} requests; {passed})")
 
 
-def simulate(*, spec: str | Path | None = None, **options) -> SimulationRun:
-    """Simulate one cluster; keywords are `provision simulate`'s options with underscores."""
+def simulate(*, spec: str | Path | None = None,
+             **options: Unpack[SimulateKeywords]) -> SimulationRun:
+    """Simulate one cluster; keywords are `provision simulate`'s options with underscores
+    (typed in `provisioner.keywords.SimulateKeywords`)."""
     given = from_keywords(SimulateOptions, options)
     with asked(SimulateOptions, given, spec, python_style) as merged:
         return simulate_options(merged)

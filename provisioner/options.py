@@ -754,3 +754,47 @@ def given_options(tree: type, cli_values: dict[str, Any]) -> dict[str, Any]:
     known = option_fields(tree)
     return {name: check_value(known[name], value, flag_of(known[name]))
             for name, value in cli_values.items() if name in known and value is not None}
+
+
+# ------------------------------------------------------------------ typed Python keywords
+KEYWORDS_MODULE = "provisioner/keywords.py"   # written by scripts/generate_keywords.py
+
+
+def _keyword_type(f) -> str:
+    """The type a Python caller may pass for an option (what `from_keywords` accepts)."""
+    text = str(f.type).replace("typing.", "")
+    optional = text.startswith("Optional[")
+    inner = text[len("Optional["):-1] if optional else text
+    if inner == "Any":
+        return "Any"
+    inner = {"tuple": "str | Sequence[Any]", "dict": "dict[str, Any]"}.get(inner, inner)
+    if isinstance(f.metadata.get("check"), OneOf) and inner == "str":
+        inner = "Literal[" + ", ".join(repr(c) for c in f.metadata["check"].choices) + "]"
+    if f.metadata.get("path") and inner == "str":
+        inner = "str | PathLike[str]"
+    return inner + (" | None" if optional else "")
+
+
+def keywords_source() -> str:
+    """The source of provisioner/keywords.py: a TypedDict per command, every public option
+    with the type `from_keywords` accepts and its help's first sentence, so that
+    `search(**options: Unpack[SearchKeywords])` is typed from the declarations."""
+    lines = ['"""Typed keyword arguments of `provisioner.search` and `provisioner.simulate`.',
+             "", "Generated from the option declarations (provisioner/options.py) by",
+             "`python scripts/generate_keywords.py`; tests/test_keywords.py fails when it is stale.",
+             "Every key is optional: a key left out takes the option's default.", '"""',
+             "from __future__ import annotations", "", "from os import PathLike",
+             "from typing import Any, Literal, Sequence, TypedDict", ""]
+    for name, tree in (("SearchKeywords", SearchOptions), ("SimulateKeywords", SimulateOptions)):
+        lines += ["", f"class {name}(TypedDict, total=False):"]
+        for _path, f in leaves(tree):
+            if not (f.metadata["cli"] or f.metadata["spec"]):
+                continue
+            help_text = " ".join(f.metadata["help"].split())
+            first = help_text.split(". ")[0].rstrip(".")
+            comment = f"  # {first}"
+            line = f"    {f.name}: {_keyword_type(f)}"
+            if len(line + comment) > 99:
+                comment = comment[:99 - len(line) - 1] + "…"
+            lines.append(line + comment)
+    return "\n".join(lines) + "\n"
