@@ -776,25 +776,41 @@ def _keyword_type(f) -> str:
 
 
 def keywords_source() -> str:
-    """The source of provisioner/keywords.py: a TypedDict per command, every public option
-    with the type `from_keywords` accepts and its help's first sentence, so that
+    """The source of provisioner/keywords.py: a TypedDict per group of options (StudyOptions
+    -> StudyKeywords, ...), every public option with the type `from_keywords` accepts and its
+    help's first sentence, and per command one that inherits its groups', so that
     `search(**options: Unpack[SearchKeywords])` is typed from the declarations."""
     lines = ['"""Typed keyword arguments of `provisioner.search` and `provisioner.simulate`.',
              "", "Generated from the option declarations (provisioner/options.py) by",
              "`python scripts/generate_keywords.py`; tests/test_keywords.py fails when it is stale.",
              "Every key is optional: a key left out takes the option's default.", '"""',
              "from __future__ import annotations", "", "from os import PathLike",
-             "from typing import Any, Literal, Sequence, TypedDict", ""]
-    for name, tree in (("SearchKeywords", SearchOptions), ("SimulateKeywords", SimulateOptions)):
-        lines += ["", f"class {name}(TypedDict, total=False):"]
-        for _path, f in leaves(tree):
-            if not (f.metadata["cli"] or f.metadata["spec"]):
-                continue
-            help_text = " ".join(f.metadata["help"].split())
-            first = help_text.split(". ")[0].rstrip(".")
-            comment = f"  # {first}"
-            line = f"    {f.name}: {_keyword_type(f)}"
-            if len(line + comment) > 99:
-                comment = comment[:99 - len(line) - 1] + "…"
-            lines.append(line + comment)
+             "from typing import Any, Literal, Sequence, TypedDict"]
+    written: set[str] = set()
+    for command, tree in (("SearchKeywords", SearchOptions), ("SimulateKeywords",
+                                                             SimulateOptions)):
+        bases = []
+        for group in fields(tree):
+            name = type(group.default).__name__.removesuffix("Options") + "Keywords"
+            bases.append(name)
+            if name not in written:
+                written.add(name)
+                lines += ["", "", f"class {name}(TypedDict, total=False):",
+                          *_keyword_lines(type(group.default))]
+        lines += ["", "", f"class {command}(", *(f"        {base}," for base in bases),
+                  "        total=False):",
+                  f'    """Every keyword of `provisioner.{command[:-8].lower()}`."""']
     return "\n".join(lines) + "\n"
+
+
+def _keyword_lines(group: type) -> list[str]:
+    lines = []
+    for _path, f in leaves(group):
+        if not (f.metadata["cli"] or f.metadata["spec"]):
+            continue
+        first = " ".join(f.metadata["help"].split()).split(". ")[0].rstrip(".")
+        line, comment = f"    {f.name}: {_keyword_type(f)}", f"  # {first}"
+        if len(line + comment) > 99:
+            comment = comment[:99 - len(line) - 1] + "…"
+        lines.append(line + comment)
+    return lines or ["    pass"]
