@@ -537,6 +537,7 @@ class SimulationRun:
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
     window: dict | None = None   # the window asked (--duration or derived) and why
+    prefix_reuse_bound: dict | None = None   # a workload with prefixes: not simulated yet
 
     def to_dict(self) -> dict:
         """`provision simulate --json`'s document (`provisioner.simulation`)."""
@@ -583,7 +584,8 @@ def simulate_question(question: SimulateQuestion) -> SimulationRun | CurveSimula
                                         q.cluster.design.machines()) + spec_note(q.sim_options),
                          layout_record(q.cluster.design, q.model,
                                        q.sim_options.memory_reserve_fraction), q.window_s,
-                         None if q.window is None else q.window.as_dict())
+                         None if q.window is None else q.window.as_dict(),
+                         q.workload.echo().get("prefix_reuse_bound"))
 
 
 @dataclass(eq=False)

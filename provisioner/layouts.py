@@ -170,7 +170,7 @@ def request_too_long(workload, why: str) -> InputError | None:
         return InputError(f"{option_ref('isl')} {workload.isl} {option_ref('osl')} "
                           f"{workload.osl}: requests of up to {workload.sizes().longest():,} "
                           f"tokens, more KV cache than {why}; ask for shorter lengths")
-    if kind == "bench":
+    if kind in ("bench", "mooncake"):
         sizes = workload.sizes()
         index = int(np.argmax(sizes.prompt_tokens + sizes.output_tokens))
         return InputError(f"a request of {int(sizes.prompt_tokens[index]):,} prompt + "

@@ -752,7 +752,7 @@ def check_workload_size(workload: WorkloadSource, rate: float | None, duration: 
     within MAX_REQUESTS requests."""
     if rate is not None:
         check_request_count(rate, duration)
-    if workload.kind in ("trace", "bench"):
+    if workload.kind in ("trace", "bench", "mooncake"):
         workload.sizes()
 
 
@@ -852,7 +852,7 @@ def to_echo(study: Study) -> dict:
     skus = {m.name: m for d in study.designs for m in d.machines()}
     return {
         "options": echoed,
-        "model": study.model.as_dict(), "workload": study.workload.identity(),
+        "model": study.model.as_dict(), "workload": study.workload.echo(),
         "slo_profile": study.slo.as_dict(), "perf_model": study.perf.identity(),
         "goal": study.goal.as_dict(), "designs": [d.as_dict() for d in study.designs],
         "catalog": {"machines": {name: m.as_dict() for name, m in skus.items()}},

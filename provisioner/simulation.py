@@ -22,6 +22,8 @@ def simulation_summary(run) -> dict:
         if result.feasible else None,
         "layout": run.layout,
         **({"window": run.window} if getattr(run, "window", None) else {}),
+        **({"prefix_reuse_bound": run.prefix_reuse_bound}
+           if getattr(run, "prefix_reuse_bound", None) else {}),
         "latency_ms": _simulated_ms(result),
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),

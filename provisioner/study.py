@@ -87,7 +87,7 @@ class WorkloadSource:
     lengths). Built-in, given lengths and a result file are sizes only: their arrivals are
     always synthesized (`SYNTHESIZED`)."""
     name: str                 # as the user wrote it
-    kind: str                 # "builtin", "trace", "lengths" or "bench"
+    kind: str                 # "builtin", "trace", "lengths", "bench" or "mooncake"
     sha256: str               # of the built-in tables file, the trace or result file, the lengths
     path: str | None = None   # the file to read (trace and bench only)
     burstiness_cv: float = 1.0  # synthesized arrivals: Poisson (1) or gamma with this CV
@@ -104,7 +104,7 @@ class WorkloadSource:
     def timed(self) -> bool:
         """Does it record arrival times, replayed when no rate is asked? A trace does; a result
         file when it records its requests' send times (vLLM's start_times)."""
-        if self.kind == "trace":
+        if self.kind in ("trace", "mooncake"):
             return True
         return self.kind == "bench" and _bench(self.path, self.sha256)[1]
 
@@ -127,7 +127,18 @@ class WorkloadSource:
             return SyntheticSizes(parse_lengths(self.isl), parse_lengths(self.osl))
         if self.kind == "bench":
             return _bench(self.path, self.sha256)[0]
+        if self.kind == "mooncake":
+            return _mooncake(self.path, self.sha256).workload
         return _trace(self.path, self.sha256)
+
+    def echo(self) -> dict:
+        """report.json's workload: its identity, and for a workload with prefixes (a Mooncake
+        trace) the prefix-reuse bound, which no simulation uses yet."""
+        echo = self.identity()
+        if self.kind == "mooncake":
+            from provisioner.mooncake import reuse_bounds
+            echo["prefix_reuse_bound"] = reuse_bounds(self.path, self.sha256)
+        return echo
 
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
         """One sample of the workload: a built-in distribution, the given lengths or a result
@@ -154,6 +165,12 @@ SYNTHESIZED = ("builtin", "lengths", "bench")
 @lru_cache(maxsize=4)
 def _trace(path: str, sha256: str):
     return load_trace(path)
+
+
+@lru_cache(maxsize=4)
+def _mooncake(path: str, sha256: str):
+    from provisioner.mooncake import read_mooncake
+    return read_mooncake(path)
 
 
 @lru_cache(maxsize=4)
@@ -186,8 +203,8 @@ def lengths_source(isl: str, osl: str) -> WorkloadSource:
 
 def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
     """A built-in name wins over a file of the same name in the working directory. A JSON or
-    YAML file holding a `vllm bench serve` or GuideLLM result is a result file; others are
-    CSV traces."""
+    YAML file holding a `vllm bench serve` or GuideLLM result is a result file; JSON lines with
+    the Mooncake keys a Mooncake trace (`provisioner.mooncake`); others are CSV traces."""
     if name in builtin_workload_names():
         return WorkloadSource(name, "builtin", file_sha256(BUILTIN_TABLES_PATH))
     check_path(name, "workload")
@@ -199,6 +216,9 @@ def workload_source(name: str, base_dir: Path | None = None) -> WorkloadSource:
                          f"({', '.join(builtin_workload_names())}) nor an existing file",
                          field="workload")
     check_trace_size(path)   # before hashing it
+    from provisioner.mooncake import is_mooncake
+    if is_mooncake(path):
+        return WorkloadSource(name, "mooncake", file_sha256(path), str(path))
     if path.suffix.lower() in BENCH_SUFFIXES:
         from provisioner.benchfiles import bench_format
         if bench_format(path) is not None:

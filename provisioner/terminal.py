@@ -539,6 +539,9 @@ def asked_input_lines(inputs: dict) -> list[str]:
         lines.append(f"Workload: the per-request prompt and output lengths of "
                      f"{workload.get('name')} (a serving-benchmark result), resampled under "
                      f"Poisson arrivals {at}")
+    if workload.get("prefix_reuse_bound"):
+        from provisioner.mooncake import reuse_line
+        lines.append(reuse_line(workload["prefix_reuse_bound"]))
     profile = inputs.get("slo_profile", {})
     if any(value is not None for key, value in options.items() if key.endswith("_ms")
            and key.split("_")[0] in ("ttft", "tpot", "e2e", "itl")):
@@ -845,6 +848,10 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       soft_wrap=True)
     if summary.get("window") and run.report is not None and summary.get("requests"):
         console.print(f"Window: {window_text(summary['window'])}", highlight=False,
+                      soft_wrap=True)
+    if summary.get("prefix_reuse_bound"):
+        from provisioner.mooncake import reuse_line
+        console.print(reuse_line(summary["prefix_reuse_bound"]), highlight=False,
                       soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)

@@ -1,0 +1,176 @@
+"""Mooncake traces at the input edge (issue 41, first slice): read by content, arrivals spread
+within each timestamp's step, block ids kept aside, the prefix-reuse bound, bad lines refused."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hardware_catalog import InputError
+from provisioner.mooncake import is_mooncake, prefix_reuse, read_mooncake, reuse_bounds, spread
+from provisioner.study import workload_source
+from provisioner.files import file_sha256
+
+MOONCAKE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake"
+
+# Three timestamps on a 3 s grid: 3 requests at 0, 1 at 3000 ms, 2 at 6000 ms. Requests share
+# prefixes: block 0 is everyone's first block; [0, 1] begins requests 1, 2 and 5.
+ROWS = [
+    {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]},
+    {"timestamp": 0, "input_length": 1200, "output_length": 20, "hash_ids": [0, 1, 2]},
+    {"timestamp": 0, "input_length": 600, "output_length": 30, "hash_ids": [0, 3]},
+    {"timestamp": 3000, "input_length": 512, "output_length": 40, "hash_ids": [4]},
+    {"timestamp": 6000, "input_length": 1536, "output_length": 50, "hash_ids": [0, 1, 2]},
+    {"timestamp": 6000, "input_length": 300, "output_length": 60, "hash_ids": [0]},
+]
+
+
+def write(path: Path, rows=ROWS, extra: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + extra)
+    return path
+
+
+def test_read_and_spread(tmp_path):
+    trace = read_mooncake(write(tmp_path / "t.jsonl"))
+    w = trace.workload
+    # 3 requests in the 3 s step from 0: 0, 1, 2 s; 1 at 3 s; the last timestamp's step is the
+    # median step (3 s): 6 and 7.5 s
+    assert w.arrival_s.tolist() == [0.0, 1.0, 2.0, 3.0, 6.0, 7.5]
+    assert w.prompt_tokens.tolist() == [1024, 1200, 600, 512, 1536, 300]
+    assert w.output_tokens.tolist() == [10, 20, 30, 40, 50, 60]
+    assert [b.tolist() for b in trace.blocks] == [r["hash_ids"] for r in ROWS]
+    assert "spread evenly" in w.notes[0]
+
+
+def test_spread_is_deterministic_and_sorted():
+    stamps = np.array([0, 0, 0, 0, 3000, 3000, 9000], dtype=float)
+    a, b = spread(stamps), spread(stamps)
+    assert a.tolist() == b.tolist() == [0, 0.75, 1.5, 2.25, 3, 6, 9]
+    assert np.all(np.diff(a) >= 0)
+    assert spread(np.array([5.0, 5.0])).tolist() == [0.005, 0.005]   # one timestamp: no step
+
+
+def test_unsorted_timestamps_sorted_with_note(tmp_path):
+    rows = [ROWS[3], *ROWS[:3]]
+    trace = read_mooncake(write(tmp_path / "u.jsonl", rows))
+    assert trace.workload.prompt_tokens.tolist()[-1] == 512
+    assert trace.blocks[-1].tolist() == [4]
+    assert any("not sorted" in n for n in trace.workload.notes)
+
+
+def test_recognised_by_content(tmp_path):
+    path = write(tmp_path / "t.jsonl")
+    assert is_mooncake(path)
+    source = workload_source(str(path))
+    assert source.kind == "mooncake" and source.timed
+    assert len(source.sizes()) == 6
+    # no rate: the trace itself for the base seed; another seed redraws sizes, keeps arrivals
+    assert source.at(None, 60, 0, 0) is source.sizes()
+    other = source.at(None, 60, 1, 0)
+    assert other.arrival_s.tolist() == source.sizes().arrival_s.tolist()
+    # with --rate: its lengths under Poisson arrivals, as a CSV trace
+    poisson = source.at(5.0, 100, 3)
+    assert set(poisson.prompt_tokens.tolist()) <= {r["input_length"] for r in ROWS}
+    again = source.at(5.0, 100, 3)
+    assert poisson.arrival_s.tolist() == again.arrival_s.tolist()
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,10\n")
+    assert not is_mooncake(csv) and workload_source(str(csv)).kind == "trace"
+    other_json = tmp_path / "o.jsonl"
+    other_json.write_text('{"completed": 1}\n')
+    assert not is_mooncake(other_json)
+
+
+def test_echo_carries_the_bound_only_for_prefixes(tmp_path):
+    path = write(tmp_path / "t.jsonl")
+    echo = workload_source(str(path)).echo()
+    assert echo["kind"] == "mooncake"
+    assert echo["prefix_reuse_bound"]["modelled"] is False
+    assert "prefix_reuse_bound" not in workload_source("coding").echo()
+
+
+def test_reuse_bound_by_hand():
+    blocks = [r["hash_ids"] for r in ROWS]
+    tokens = [r["input_length"] for r in ROWS]
+    total = sum(tokens)   # 5172
+    # infinite cache: request 2 hits [0, 1] (1024); 3 hits [0] (512); 4 nothing; 5 hits
+    # [0, 1, 2] (all 1536); 6 hits [0] (300, its whole prompt)
+    assert prefix_reuse(blocks, tokens) == pytest.approx((1024 + 512 + 1536 + 300) / total)
+    # LRU of 2 blocks: after 1 {0,1}; 2 hits 0,1 (1024), keeps {1,2}... evicts 0
+    # after 2: order 0,1,2 -> evict 0 -> {1,2}; 3: miss 0 -> {2,0,3} -> evict 2 -> {0,3};
+    # 4: miss -> {3,4}; 5: miss 0 -> {1,2} at the end; 6: miss 0
+    assert prefix_reuse(blocks, tokens, cache_tokens=2 * 512) == pytest.approx(1024 / total)
+    # LRU of 3 blocks: 2 hits [0,1] (1024) -> {0,1,2}; 3 hits [0] (512) -> {2,0,3};
+    # 4 misses -> {0,3,4}; 5 hits [0] (512) -> {0,1,2}; 6 hits [0] (300)
+    assert prefix_reuse(blocks, tokens, cache_tokens=3 * 512 + 100) == pytest.approx(
+        (1024 + 512 + 512 + 300) / total)
+    assert prefix_reuse(blocks, tokens, cache_tokens=0) == 0.0
+    # only leading blocks count: a seen block after a miss is no hit
+    assert prefix_reuse([[1, 2], [3, 2]], [1024, 1024]) == 0.0
+
+
+def test_reuse_bound_changes_no_simulation_input(tmp_path):
+    """The block ids are aside: the workload simulated is the same arrays without them."""
+    path = write(tmp_path / "t.jsonl")
+    w = workload_source(str(path)).sizes()
+    assert not hasattr(w, "blocks")
+    assert set(vars(w)) <= {"name", "arrival_s", "prompt_tokens", "output_tokens", "notes"}
+
+
+@pytest.mark.parametrize("line, says", [
+    ("not json", "line 3 is not JSON"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": 5}', "line 3 lacks hash_ids"),
+    ('{"timestamp": 1, "input_length": -5, "output_length": 5, "hash_ids": []}',
+     "line 3: input_length must be at least 1"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": -1, "hash_ids": []}',
+     "line 3: output_length must be at least 1"),
+    ('{"timestamp": -1, "input_length": 5, "output_length": 5, "hash_ids": []}',
+     "line 3: timestamp"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": 5, "hash_ids": [1, "a"]}',
+     "line 3: hash_ids must be a list of integers"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": 5, "hash_ids": 7}',
+     "line 3: hash_ids must be a list of integers"),
+    ('[1, 2]', "line 3 is not a JSON object"),
+    ('{"timestamp": 1, "input_length": 5.5, "output_length": 5, "hash_ids": []}',
+     "line 3: input_length must be an integer"),
+])
+def test_bad_lines(tmp_path, line, says):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n\n" + line + "\n")
+    with pytest.raises(InputError) as err:
+        read_mooncake(path)
+    assert says in str(err.value) and "bad.jsonl" in str(err.value)
+
+
+def test_bad_line_on_the_command_line(tmp_path, cli, bad_input):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[1], "hash_ids": "x"}) + "\n")
+    for command in ("search", "simulate"):
+        args = [command, "--workload", path, "--model", "llama-3.1-8b"]
+        args += (["--designs", "baseline-h100"] if command == "search"
+                 else ["--design", "baseline-h100", "--machines", "1"])
+        bad_input(cli(args), "bad.jsonl", "line 2", "hash_ids")
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="needs ../shared/traces/mooncake")
+@pytest.mark.parametrize("name, infinite, lru10, lru1", [
+    ("conversation", 0.374, 0.291, 0.054), ("synthetic", 0.651, 0.577, 0.142)])
+def test_issue_figures(name, infinite, lru10, lru1):
+    """Issue 41: conversation 37% / 29% / 5%, synthetic 65% / 58% / 14% (the shared README's
+    37.4 / 29.1 / 5.4 and 65.1 / 57.7 / 14.2)."""
+    path = MOONCAKE / f"{name}_trace.jsonl"
+    bounds = reuse_bounds(str(path), file_sha256(path))
+    assert bounds["infinite_cache"] == pytest.approx(infinite, abs=0.001)
+    assert bounds["lru_10M_tokens"] == pytest.approx(lru10, abs=0.001)
+    assert bounds["lru_1M_tokens"] == pytest.approx(lru1, abs=0.001)
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="needs ../shared/traces/mooncake")
+def test_conversation_trace_arrivals():
+    trace = read_mooncake(MOONCAKE / "conversation_trace.jsonl")
+    w = trace.workload
+    assert len(w) == 12031 and len(trace.blocks) == 12031
+    assert np.all(np.diff(w.arrival_s) > 0)   # no two requests at one instant
+    assert w.arrival_s[:3].tolist() == pytest.approx([0.0, 0.3, 0.6])
