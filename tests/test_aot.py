@@ -40,11 +40,11 @@ if len(sys.argv) > 1:
     spec.loader.exec_module(built)
 jit_entries = [getattr(entries, name) for name in fast.ENTRY_POINTS]
 
-def run_with(chosen, workload, machines):
+def run_with(chosen, workload, machines, steps=None):
     for name, entry in zip(fast.ENTRY_POINTS, chosen):
         setattr(entries, name, entry)
     try:
-        return fast.simulate_fast(workload, machines)
+        return fast.simulate_fast(workload, machines, steps)
     finally:
         for name, entry in zip(fast.ENTRY_POINTS, jit_entries):
             setattr(entries, name, entry)
@@ -54,22 +54,25 @@ runs = [("splitwise-hh", 6, 2, SimOptions()), ("splitwise-ha", 5, 3, SimOptions(
         ("baseline-h100", 8, 0, SimOptions(memory_reserve_fraction=0.5)),
         ("sarathi-a100", 8, 0, SimOptions()),
         ("splitwise-hh", 6, 2, SimOptions(kv_admission="paged")),
+        ("baseline-h100", 8, 0, SimOptions(prefill_first=True, kv_admission="paged")),
         ("splitwise-aa", 6, 3, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=1)),
         ("baseline-h100", 8, 0, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=3,
                                            restart="regenerate")),
         ("splitwise-hh", 6, 3, SimOptions(mtbf_hours=0.05, repair_s=20, failure_seed=2,
                                           recovery="replicate", replica_target="peer"))]
 calls = []
-binding.simulate_fast = lambda w, m: calls.append((w, m)) or run_with(jit_entries, w, m)
+binding.simulate_fast = lambda w, m, steps=None: (calls.append((w, m, steps))
+                                                  or run_with(jit_entries, w, m, steps))
 same, compared = True, 0
 for design, p, t, options in runs:
     calls.clear()
     simulate(Cluster(catalog.design(design), p, t), synthesize("conversation", 12.0, 30.0, seed=1),
              catalog.model("llama2-70b"), perf, catalog.machine("dgx-a100"), options)
-    for workload, machines in calls:
+    for workload, machines, steps in calls:
         if built is not None:
-            a = run_with(jit_entries, workload, machines)
-            b = run_with([getattr(built, name) for name in fast.ENTRY_POINTS], workload, machines)
+            a = run_with(jit_entries, workload, machines, steps)
+            b = run_with([getattr(built, name) for name in fast.ENTRY_POINTS], workload,
+                         machines, steps)
             compared += 1
             same &= a.keys() == b.keys() and all(
                 a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k], equal_nan=True) for k in a)
