@@ -134,7 +134,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     for key, what in UNSUPPORTED.items():
         if config.get(key):
             raise InputError(f"{what} is not modelled; describe the model in a catalog "
-                             "models.yaml instead (README: Catalog and calibration)",
+                             "models.yaml instead (docs/designs-and-hardware.md: Catalog and calibration)",
                              source=source, field=prefix + key)
     values, spelled = read_settings(config, source, prefix)
     entry = _entry(values, spelled, source, prefix)
@@ -187,8 +187,8 @@ def _entry(c: dict[str, Any], spelled: dict[str, str], source: str,
     for name in ("decoder_sparse_step", "moe_layer_freq"):
         if c[name] != 1:
             raise refuse(name, "dense and sparse layers interleaved is not modelled; "
-                         "describe the model in a catalog models.yaml instead (README: Catalog "
-                         "and calibration)")
+                         "describe the model in a catalog models.yaml instead (docs/designs-and-hardware.md: "
+                         "Catalog and calibration)")
     if experts is None and top_k is not None:
         raise refuse("num_experts_per_tok", "a mixture-of-experts config needs its number of "
                      "experts too (num_local_experts, num_experts or n_routed_experts)")

@@ -37,7 +37,7 @@ BATCHINGS = ("mixed", "prefill-first")  # SimOptions.prefill_first
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
-ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (README: Where latencies come from)
+ENGINES = ("vllm", "sglang", "trtllm", "splitwise-2023")   # whose latencies (docs/latencies.md)
 LEGACY_ENGINE = "splitwise-2023"   # the model fitted to the 2023 Splitwise profiles
 DTYPES = ("bf16", "fp8", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp8")   # --kv-dtype; auto: as the engine does (study.KV_DEFAULT)
@@ -50,7 +50,7 @@ MAX_RATE = 1e6              # requests per second
 MAX_DURATION = 7 * 86400.0  # seconds of synthesized arrivals
 # The window a question runs when --duration is left out (provisioner.question.derived_window):
 # long outputs need long windows (the window starts empty, so a short one is a mostly unloaded
-# cluster and overstates the sustainable rate; README: "The window", with the measurements).
+# cluster and overstates the sustainable rate; docs/workloads.md, "The window", with the measurements).
 WINDOW_FLOOR_S = 120.0       # the paper's 2-minute window: the least a question runs
 WINDOW_LIFETIMES = 11        # tail requests' lifetimes the window spans (warm-up included)
 WINDOW_QUANTILE = 0.99       # the tail lengths: the workload's P99 prompt and output tokens
@@ -247,7 +247,7 @@ class StudyOptions:
                      "--assumptions splitwise-sim", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
-                     "(README: Assumption presets).", OneOf(PRESETS), outcome=True)
+                     "(docs/trust.md: Assumption presets).", OneOf(PRESETS), outcome=True)
     catalog: Optional[str] = option(
         None, "Catalog overlay directory: the machines.yaml, models.yaml and designs.yaml it "
               "holds add to the packaged catalog or replace its entries of the same name.", Text(),
@@ -261,7 +261,7 @@ class StudyOptions:
                 "eagle (an EAGLE-style one-layer draft head) or draft:MODEL (a catalog model "
                 "drafting on the same GPUs). Each decode step drafts --spec-tokens tokens and "
                 "emits 1 + the accepted ones; its time is the verification of k + 1 tokens per "
-                "request plus the drafting (README: Speculative decoding).", SpecMethod(),
+                "request plus the drafting (docs/spec-decode.md).", SpecMethod(),
         metavar="none|mtp|eagle|draft:MODEL", outcome=True)
     spec_tokens: Optional[int] = option(
         None, "--spec-decode: tokens drafted per step (k).", count(1, SPEC_TOKENS_MAX),
@@ -319,7 +319,7 @@ class QuestionOptions:
     load_curve: Optional[str] = option(
         None, "A load curve (CSV time_s,rate_rps, seconds or ISO timestamps, piecewise "
               "constant): size the static cluster for its busiest --window and plan the pools "
-              "window by window (README: Load over a week).", Text(), path=True,
+              "window by window (docs/load-curves.md).", Text(), path=True,
         metavar="CSV", outcome=False)
     window: float = option(3600.0, "--load-curve: the planning window in seconds.",
                            positive(MAX_DURATION), outcome=False)
@@ -343,8 +343,8 @@ class QuestionOptions:
 
 @dataclass(frozen=True)
 class LayoutOptions:
-    """Instance layouts: pin a pool's tensor / pipeline / expert parallelism (README:
-    Layouts)."""
+    """Instance layouts: pin a pool's tensor / pipeline / expert parallelism
+    (docs/layouts.md)."""
     tp: Optional[int] = option(
         None, "Tensor parallelism of every pool (the one pool of colocated designs; Splitwise "
               "pools without --tp-prompt / --tp-token): GPUs per instance, dividing the "

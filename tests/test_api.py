@@ -169,13 +169,12 @@ def test_catalog_names_are_not_cut_at_80_columns(run_cli):
     assert "…" not in run.stdout
 
 
-def test_readme_python_api_examples_run_as_written(tmp_path, run_python):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1].split("\n## ", 1)[0]
+def test_docs_python_api_examples_run_as_written(tmp_path, run_python):
+    section = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     assert len(blocks) == 4
     # the second and third are notebook cells (the third shows the second's result:
-    # tests/test_notebook compares what it shows with the README's table): one script here
+    # tests/test_notebook compares what it shows with the page's table): one script here
     for script in [blocks[0], "".join(blocks[1:3]), blocks[3]]:
         run = run_python(script, cwd=tmp_path)
         assert run.returncode == 0, run.stderr

@@ -531,10 +531,10 @@ def test_force_replaces_an_earlier_export(cli, reports, tmp_path):
     assert sorted(files) == ["README.txt", "mine.txt", "pool.sh"]
 
 
-def test_the_readme_example_prints_what_export_writes(cli, tmp_path):
-    """README "Deploy the answer": its search, then its export's prompt.sh line, as shown."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Deploy the answer: `provision export`", 1)[1].split("\n### ", 1)[0]
+def test_the_docs_example_prints_what_export_writes(cli, tmp_path):
+    """docs/export.md (the README's "Deploy the answer" until issue 40): its search, then its
+    export's prompt.sh line, as shown."""
+    section = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text()
     block = section.split("```console\n", 1)[1].split("```", 1)[0]
     search = next(line for line in block.splitlines() if line.startswith("$ provision search"))
     args = shlex.split(search)[2:]

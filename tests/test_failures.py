@@ -212,7 +212,7 @@ def test_replicate_not_worse_than_restart_on_a_lightly_loaded_cluster():
     """One machine of each pool failing at several instants on a lightly loaded cluster (3 + 3
     machines at 10 req/s), host replicas: replication's P99 (and every affected request's worst
     E2E) is not worse. On a loaded cluster it can be (restored requests put their decode load
-    back sooner): README "Failures" and bench/replication_bench.py measure how often."""
+    back sooner): docs/failures.md and bench/replication_bench.py measure how often."""
     w = synthesize("conversation", 10.0, 60.0, seed=1)
     cluster = Cluster(CATALOG.design("splitwise-hh"), 3, 3)
     for pool in ("token", "prompt"):

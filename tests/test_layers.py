@@ -1,4 +1,4 @@
-"""The layers of README's architecture: no import circle inside `provisioner` (imports inside
+"""The layers of docs/architecture.md: no import circle inside `provisioner` (imports inside
 functions count too), and `simcore` imports nothing from `provisioner`."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Issue 27: the README's "Python API" examples, run as a notebook in a Jupyter kernel
+"""Issue 27: the "Python API" examples (docs/api.md; the README's until issue 40), run as a notebook in a Jupyter kernel
 (nbclient) whose working directory is a temporary one outside the checkout, so `provisioner`
 comes from the installed package: no cell fails, a displayed SearchResult has its HTML view
-(`_repr_html_`), the displayed DataFrame has its HTML table and is the table the README prints,
+(`_repr_html_`), the displayed DataFrame has its HTML table and is the table the page prints,
 and the reprs of the API's results are short (they ran to 54-176 KB)."""
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-CHECKOUT = README.parent
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+CHECKOUT = PAGE.parents[1]
 KERNEL = "python3"
 REPR_LIMIT = 2048   # bytes of repr() for any object of the provisioner package
 MARK = "PROBE "
-# after each README cell: the repr sizes of the provisioner objects in the namespace, and the
+# after each cell of the page: the repr sizes of the provisioner objects in the namespace, and the
 # displayed DataFrame (`_`, IPython's last result) as text
 PROBE = f'''import json as _json, os as _os, sys as _sys
 import pandas as _pd
@@ -35,8 +35,8 @@ print({MARK!r} + _json.dumps({{
 
 
 def readme_examples() -> list[tuple[str, str | None]]:
-    """(code, the README's output of it or None) for each Python block of "## Python API"."""
-    section = README.read_text().split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    """(code, the page's output of it or None) for each Python block of docs/api.md."""
+    section = PAGE.read_text()
     examples: list[tuple[str, str | None]] = []
     for kind, body in re.findall(r"```(python|text)\n(.*?)```", section, re.S):
         if kind == "python":
@@ -71,7 +71,7 @@ def _lines(text: str) -> list[str]:
 def test_the_readme_python_examples_run_in_a_notebook_outside_the_checkout(tmp_path):
     _kernel_or_skip()
     examples = readme_examples()
-    assert len(examples) >= 3, "the README's Python API section lost its examples"
+    assert len(examples) >= 3, "docs/api.md lost its examples"
     cells = []
     for code, _ in examples:
         cells += [nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell(PROBE)]
@@ -82,7 +82,7 @@ def test_the_readme_python_examples_run_in_a_notebook_outside_the_checkout(tmp_p
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as error:
-        pytest.fail(f"a README example failed in the notebook:\n{error}")
+        pytest.fail(f"a docs/api.md example failed in the notebook:\n{error}")
     errors = [o for cell in notebook.cells for o in cell.outputs if o.output_type == "error"]
     assert not errors, errors
 
@@ -103,10 +103,10 @@ def test_the_readme_python_examples_run_in_a_notebook_outside_the_checkout(tmp_p
                 assert "<table" in data.get("text/html", ""), "no _repr_html_ view"
             if 'class="dataframe"' in data.get("text/html", ""):
                 shown_frame = True
-                assert output is not None, f"the README shows no output of:\n{code}"
+                assert output is not None, f"docs/api.md shows no output of:\n{code}"
                 assert _lines(output) == _lines(probe["frame"]), (
-                    "the README's table is stale; the notebook shows:\n" + probe["frame"])
-    assert shown_result and shown_frame, "the README's notebook cells no longer display a " \
+                    "docs/api.md's table is stale; the notebook shows:\n" + probe["frame"])
+    assert shown_result and shown_frame, "docs/api.md's notebook cells no longer display a " \
         "SearchResult and a DataFrame"
 
     sizes = {name: size for probe in probes for name, size in probe["reprs"].items()}

@@ -1,5 +1,5 @@
-"""Paged KV admission (issue 37; `SimOptions.kv_admission = "paged"`, README "Simulation
-semantics"): blocks held as tokens are generated, admission by the current blocks plus vLLM's
+"""Paged KV admission (issue 37; `SimOptions.kv_admission = "paged"`, docs/semantics.md):
+blocks held as tokens are generated, admission by the current blocks plus vLLM's
 watermark, the latest admitted decode preempted and recomputed when blocks run out.
 
 The fast core must agree with the reference with preemptions actually happening (decode runs

@@ -1,5 +1,5 @@
-"""Prefill-first batching (issue 37; `SimOptions.prefill_first`, `--batching`, README
-"Simulation semantics"): an iteration without chunks on a machine with running decodes and
+"""Prefill-first batching (issue 37; `SimOptions.prefill_first`, `--batching`,
+docs/semantics.md): an iteration without chunks on a machine with running decodes and
 waiting prompts runs the prompts alone while the decodes wait (SGLang's scheduler, vLLM V0,
 Vidur's vLLM scheduler), instead of mixing them (vLLM V1, TensorRT-LLM, the Splitwise
 simulator).
