@@ -2,10 +2,9 @@
 
 Feasibility (all SLOs met) is assumed (nearly) monotone: more machines never hurt, a higher rate
 never helps. So instead of the full (P, T) grid the search
-- grows a feasible corner by doubling both pools, bisects the smallest prompt pool that works with
-  the full token pool and vice versa, then walks the staircase of the feasibility frontier corner
-  by corner (min-cost / min-power: the frontier does not depend on the objective, so both goals
-  share every simulation);
+- grows a feasible corner by doubling both pools, then walks the staircase of the feasibility
+  frontier from the fewest token machines up, resolving only the corners that cost (min-power:
+  draw) no more than the cheapest point found so far (`budget_walk`);
 - for max-rate, lists the budget's maximal (P, T) candidates and finds the best one by a pattern
   search over them, each candidate tested first at just above the best rate so far (one
   simulation to rule it out), with galloping + bisection on the rate;
@@ -166,39 +165,84 @@ def _grow(probe: Probe, rate, p_cap: int, t_cap: int, baseline: bool,
         p, t = min(2 * p, p_cap), (0 if baseline else min(2 * t, t_cap))
 
 
-WALK_CORNERS = 32   # a staircase with more corners is searched for its cheapest one instead
+WALK_CORNERS = 32   # past this many token pools the staircase is searched, not walked
 STAIRCASE_NEIGHBOURS = 16   # token pools either side of the cheapest one found, looked at too
 
 
-def frontier_walk(probe: Probe, rate, p_hi: int, t_hi: int,
-                  objective: Callable[[int, int], float] | None = None):
-    """Corners of the feasibility staircase below a feasible corner (p_hi, t_hi).
+def budget_walk(probe: Probe, rate, p_hi: int, t_hi: int,
+                objective: Callable[[int, int], float], budget: float = math.inf):
+    """The corners of the feasibility staircase below (p_hi, t_hi) that cost no more than
+    `budget` (the objective of a feasible point already found, e.g. the growth's corner),
+    walked from the fewest token machines up; past WALK_CORNERS token pools the rest is
+    searched for its cheapest point (`cheapest_on_staircase`).
 
-    For each prompt pool P the smallest feasible token pool f(P) is non-increasing; only the
-    corners (where f drops) can be optimal, and each costs O(log) evaluations to find. A
-    fleet-scale staircase has hundreds of corners: past WALK_CORNERS, with an `objective`, the
-    rest of it is searched for its cheapest point (`cheapest_on_staircase`) instead.
-    """
+    With g(T) the smallest feasible prompt pool at T (non-increasing), a corner at T needs
+    g(T) below the previous corner's prompt pool and, to matter, objective(g(T), T) <= the
+    cheapest corner so far. The largest such prompt pool is arithmetic, so a token pool costs
+    one simulation there (infeasible: no corner worth having at T) and a descent only where a
+    cheaper corner is. The first such miss fixes a floor: g at the largest token pool that
+    could still hold a cheap enough corner (no later corner has fewer prompt machines); the
+    walk ends where the floor itself costs more than the cheapest corner. So the expensive
+    corners (few prompt machines, many token machines), which a walk from that end resolves
+    first, are never resolved."""
     def at_token(t):
         return lambda p: probe.meets_slos(p, t, rate)
 
-    def at_prompt(p):
-        return lambda t: probe.meets_slos(p, t, rate)
-
-    p_min = yield from lowest(at_token(t_hi), 1, p_hi)
-    t_min = yield from lowest(at_prompt(p_hi), 1, t_hi)
-    p = p_min
-    t = yield from lowest(at_prompt(p), t_min, t_hi)
-    corners = [(p, t)]
-    while t > t_min:
-        if objective is not None and len(corners) >= WALK_CORNERS:
-            rest = yield from cheapest_on_staircase(probe, rate, (t_min, t - 1), (p + 1, p_hi),
+    t_min = yield from lowest(lambda t: probe.meets_slos(p_hi, t, rate), 1, t_hi)
+    corners: list[tuple[int, int]] = []
+    floor, floor_known = 1, False   # g(T) >= floor for every T walked
+    high = p_hi   # g(t_min) <= p_hi
+    for t in range(t_min, t_hi + 1):
+        if high < floor or objective(floor, t) > budget + _slack(budget):
+            break   # no corner left, or none that costs no more than the cheapest one
+        if t - t_min >= WALK_CORNERS:
+            rest = yield from cheapest_on_staircase(probe, rate, (t, t_hi), (floor, high),
                                                     objective)
-            return corners + rest
-        p = yield from lowest_galloping(at_token(t - 1), p + 1, p_hi)
-        t = yield from lowest(at_prompt(p), t_min, t - 1)
+            return [*rest, *reversed(corners)]
+        cap = _largest(lambda p, t=t: objective(p, t), budget, floor, high)
+        if not (yield from probe.meets_slos(cap, t, rate)):
+            if not floor_known:   # past the cheap corners: bound the walk's end
+                last = _largest(lambda u, p=floor: objective(p, u), budget, t, t_hi)
+                floor = yield from lowest(at_token(last), floor, p_hi)
+                floor_known = True
+            continue   # g(t) > cap: a corner here would cost more than the cheapest one
+        # the first corner is bisected (the growth's corner may be far above it); the next
+        # ones are usually a step or two below their neighbour
+        p = yield from (_lowest_from_top if corners else lowest)(at_token(t), floor, cap)
         corners.append((p, t))
-    return corners
+        budget = min(budget, objective(p, t))
+        high = p - 1   # the next corner has fewer prompt machines
+    return list(reversed(corners))
+
+
+def _slack(budget: float) -> float:
+    """Equal objectives qualify (ties are the optimum's too): a float's rounding apart."""
+    return 1e-9 * max(1.0, abs(budget)) if math.isfinite(budget) else 0.0
+
+
+def _largest(cost: Callable[[int], float], budget: float, low: int, high: int) -> int:
+    """The largest x in [low, high] with cost(x) <= budget, given cost(low) is (cost grows
+    with x)."""
+    limit = budget + _slack(budget)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if cost(mid) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _lowest_from_top(pred, lo: int, hi: int):
+    """As `lowest`, given pred(hi), probing hi - 1, hi - 2, hi - 4, ... first: cheap when the
+    answer is near hi (the next corner of a staircase is usually a step or two down)."""
+    step = 1
+    while hi - step >= lo:
+        if not (yield from pred(hi - step)):
+            return (yield from lowest(pred, hi - step + 1, hi))
+        hi -= step
+        step *= 2
+    return (yield from lowest(pred, lo, hi))
 
 
 def cheapest_on_staircase(probe: Probe, rate, tokens: tuple[int, int],
@@ -287,8 +331,10 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
         n = yield from lowest(lambda k: probe.meets_slos(k, 0, rate), corner[0] // 2 + 1, corner[0])
         frontier = [(n, 0)]
     else:
-        frontier = yield from frontier_walk(probe, rate, p_hi, t_hi,
-                                            lambda p, t: objective_at(design, goal, p, t))
+        budget = (objective_at(design, goal, *corner)
+                  if _allowed(design, *corner, constraints) else math.inf)
+        frontier = yield from budget_walk(probe, rate, p_hi, t_hi,
+                                          lambda p, t: objective_at(design, goal, p, t), budget)
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
     at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
     return at_rate, frontier, (p_hi, t_hi), ""

@@ -643,3 +643,63 @@ def test_a_search_that_gives_up_says_why_and_by_how_much():
     margin = 1.0 - 1000 / (p + t)
     assert f"the closest, {p}P+{t}T at 10 req/s, had a worst SLO margin of {margin:+.1%}" \
         in result.reason
+
+
+# ----------------------------------------------------------------- the walk within a budget
+@dataclass(frozen=True)
+class _Seen:
+    meets_slos: bool
+
+
+def _walk(walk, rule, design, rate=10.0):
+    """Run a staircase walk generator against `rule`; (its corners, the points it asked)."""
+    asked = []
+    answer = None
+    while True:
+        try:
+            points = walk.send(answer)
+        except StopIteration as done:
+            return done.value, asked
+        asked.extend(points)
+        answer = [_Seen(bool(rule(design.name, p.prompt_machines, p.token_machines, rate)))
+                  for p in points]
+
+
+def knee(design, p, t, rate):
+    """A staircase with a long, expensive arm of few prompt and many token machines."""
+    return p * t >= 60 and p >= 3
+
+
+def _staircase(rule, design, limit=48):
+    """Every corner (g(T), T) of the rule's feasibility staircase, by enumeration."""
+    corners, previous = [], math.inf
+    for t in range(1, limit + 1):
+        g = next((p for p in range(1, limit + 1) if rule(design.name, p, t, 10.0)), math.inf)
+        if g < previous:
+            corners.append((g, t))
+            previous = g
+    return corners
+
+
+@pytest.mark.parametrize("rule", [oracles.l_shape, oracles.diagonal, oracles.hyperbola, knee])
+@pytest.mark.parametrize("design_name", ["splitwise-aa", "splitwise-ha"])
+def test_budget_walk_finds_the_cheapest_corners_and_skips_dear_ones(rule, design_name):
+    """The walk within a budget returns every corner of the cheapest cost (ties too), and
+    resolves no corner that costs more than the feasible point it started from: on these
+    staircases it asks 14-52 points where walking every corner asked 17-71."""
+    from provisioner.frontier import Probe, budget_walk
+    design = CATALOG.design(design_name)
+
+    def objective(p, t):
+        return design.cost_per_hour(p, t)
+
+    corner, box = (32, 32), (48, 48)
+    assert rule(design.name, *corner, 10.0)
+    walked, asked = _walk(budget_walk(Probe(design), 10.0, *box, objective,
+                                      objective(*corner)), rule, design)
+    staircase = _staircase(rule, design)
+    cheapest = min(objective(p, t) for p, t in staircase)
+    assert {c for c in staircase if objective(*c) == cheapest} <= set(walked) <= set(staircase)
+    assert all(objective(*c) <= objective(*corner) for c in walked)
+    dear = [c for c in staircase if objective(*c) > objective(*corner)]
+    assert not set(dear) & {(p.prompt_machines, p.token_machines) for p in asked}
