@@ -11,7 +11,9 @@ How the simulators see it (both alike; README "Simulation semantics"):
   simulators, from the profile (`decode_steps`: seeded by the run's seed, every step's accepted
   count drawn in request order, the last step truncated at the tokens left), so both
   simulators run the same steps. They count a request's decodes in steps (its `output` there is
-  S + 1), reserve its KV for prompt + L tokens as always, and finish it after its S-th step.
+  S + 1), reserve its KV for prompt + L tokens as always (KV reserved up front), and finish it
+  after its S-th step. Paged KV counts tokens: after g >= 1 units a request holds prompt + 1 +
+  floor((L - 1)(g - 1) / S) (its blocks, and what a preemption or a restart recomputes).
 - Its context grows by its own mean tokens per step, (L - 1) / S, each step, in units of
   1 / CONTEXT_UNITS of a token (integers, so the fast core sums them exactly): the attention
   cost of a step is that of the tokens accepted so far, averaged over the request's steps.
