@@ -14,13 +14,16 @@ sustains under the SLOs); then the cluster simulated under both rules at the res
 rate, at the paged one's and 25% above it: mean batch (iterations weighted), preemptions, peak
 KV / capacity (under reserve: reserved tokens), whether the SLOs pass.
 
-    python bench/paged_kv_bench.py
+    python bench/paged_kv_bench.py [--spec-decode eagle]
+    (with --spec-decode, both rules under speculative decoding: paged blocks count the tokens
+    the steps accepted)
     (its searches: provision search --designs baseline-h100 --model bloom-176b \\
          --workload long-outputs.csv --duration 120 --goal max-rate \\
          --budget-like dgx-h100:4 --kv-admission reserve|paged)
 """
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +54,7 @@ def simulated(point, rate: float, admission: str) -> dict:
               {"prompt": point.prompt_machines, "token": point.token_machines})
     run = provisioner.simulate(design=point.design.name, **counts, model=QUESTION["model"],
                                workload=QUESTION["workload"], duration=QUESTION["duration"],
-                               rate=rate, kv_admission=admission)
+                               rate=rate, kv_admission=admission, **SPEC)
     stats = run.result.machine_stats
     iterations = stats["iterations"]
     batch = float((stats["mean_batch"] * iterations).sum() / max(iterations.sum(), 1))
@@ -60,17 +63,25 @@ def simulated(point, rate: float, admission: str) -> dict:
             "preemptions": int(stats.get("preemptions", np.zeros(1)).sum())}
 
 
+SPEC: dict = {}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec-decode", default="none", help="mtp, eagle or draft:MODEL")
+    method = parser.parse_args().spec_decode
+    if method != "none":
+        SPEC["spec_decode"] = method
     folder = Path(tempfile.mkdtemp())
     QUESTION["workload"] = long_outputs_trace(folder)
     found = {}
     for admission in ("reserve", "paged"):
         start = time.perf_counter()
-        result = provisioner.search(**QUESTION, kv_admission=admission)
+        result = provisioner.search(**QUESTION, kv_admission=admission, **SPEC)
         design = result.designs[0]
         found[admission] = (design.optimum.point, time.perf_counter() - start)
     reserve_rate, paged_rate = (found[a][0].rate_rps for a in ("reserve", "paged"))
-    print(f"{ {**QUESTION, 'workload': 'long-outputs.csv'} }")
+    print(f"{ {**QUESTION, 'workload': 'long-outputs.csv', **SPEC} }")
     for admission, (point, seconds) in found.items():
         print(f"{admission:8s} max rate {point.rate_rps:6.2f} req/s on "
               f"{point.design.pools_text(point.prompt_machines, point.token_machines)} "

@@ -365,9 +365,7 @@ def resolve_study(options: SearchOptions) -> Study:
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures", auto_spares)
-    refuse_spec_decode_with(s, options.resilience.mtbf_hours is not None,
-                            options.question.survive_failures is not None, False,
-                            options.question.load_curve is not None)
+    refuse_spec_decode_with(s, options.question.load_curve is not None)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     designs_option = "hardware" if options.question.hardware is not None else "designs"
@@ -523,8 +521,7 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     workload = asked_workload(s)
     rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
-    refuse_spec_decode_with(s, options.resilience.mtbf_hours is not None, False,
-                            c.failures is not None, c.load_curve is not None)
+    refuse_spec_decode_with(s, c.load_curve is not None)
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                                 sim_options(s, options.resilience), rate)
@@ -773,16 +770,12 @@ def check_resilience(resilience: FailureOptions, configured: bool, how: str,
                              f"{option_ref(how)} or {option_ref('mtbf_hours')}", field=name)
 
 
-def refuse_spec_decode_with(study: StudyOptions, mtbf: bool, survive: bool, failures: bool,
-                            curve: bool = False) -> None:
-    """Speculative decoding is not simulated with failures or over a load curve yet."""
-    if study.spec_decode == "none":
-        return
-    for name, given in (("mtbf_hours", mtbf), ("survive_failures", survive),
-                        ("failures", failures), ("load_curve", curve)):
-        if given:
-            raise InputError(f"{option_ref('spec_decode')} is not simulated with "
-                             f"{option_ref(name)} yet: drop one of them", field="spec_decode")
+def refuse_spec_decode_with(study: StudyOptions, curve: bool) -> None:
+    """Speculative decoding is not simulated over a load curve yet."""
+    if study.spec_decode != "none" and curve:
+        raise InputError(f"{option_ref('spec_decode')} is not simulated with "
+                         f"{option_ref('load_curve')} yet: drop one of them",
+                         field="spec_decode")
 
 
 def spec_decode(study: StudyOptions):
@@ -819,14 +812,8 @@ def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
     options = preset_sim_options(study.assumptions, study.memory_reserve, study.kv_admission,
                                  study.batching, study.engine)
     spec = spec_decode(study)
-    if spec is not None:
-        # speculative steps are modelled with KV reserved up front (paged blocks would count
-        # steps, not tokens): the default admission gives way, an explicit paged is refused
-        if study.kv_admission == "paged":
-            raise InputError("--spec-decode is modelled with KV reserved up front: leave out "
-                             "--kv-admission paged (or give reserve)", field="kv_admission")
-        options = replace(options, spec_decode=spec, spec_seed=study.seed,
-                          kv_admission="reserve")
+    if spec is not None:  # (paged KV counts the tokens the steps accepted: simcore.refsim)
+        options = replace(options, spec_decode=spec, spec_seed=study.seed)
     if resilience is None:
         return options
     return replace(options, failures=failures, mtbf_hours=resilience.mtbf_hours or 0.0,

@@ -141,9 +141,6 @@ class SimOptions:
             raise InputError("kv_admission must be reserve or paged")
         if self.kv_block_tokens < 1 or not 0 <= self.kv_watermark < 1:
             raise InputError("kv_block_tokens must be >= 1 and kv_watermark in [0, 1)")
-        if self.spec_decode is not None and self.kv_admission == "paged":
-            raise InputError("speculative decoding is modelled with KV reserved up front "
-                             "(kv_admission reserve)")
         if self.prompt_token_limit < 1:
             raise InputError("prompt_token_limit must be >= 1")
         if self.recovery not in ("restart", "replicate"):

@@ -90,7 +90,11 @@ and its context after g >= 1 units is CONTEXT_UNITS x (prompt + 1) + context_rat
 in 1/CONTEXT_UNITS tokens (its mean tokens per step each step). The curves price the steps
 (`LatencyCurves.with_spec_decode`; a decode puts `decode_query_tokens` tokens into a mixed pass
 and into the chunk budget). Everything above reads "token" of a decode as "step": the tokens of
-one step reach the client together, so each step ends one inter-token gap. Not with failures.
+one step reach the client together, so each step ends one inter-token gap. Where KV counts
+tokens (paged blocks, the prefill of a preempted or restarted request, a replica restored,
+tokens recomputed) a request of L output tokens in S steps holds after g >= 1 units prompt + 1
++ floor((L - 1)(g - 1) / S) tokens (`_Request.kv_after`: the path its context follows, 1..k+1
+tokens a step, prompt + L after its last); without speculative decoding, prompt + g.
 
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
@@ -170,6 +174,21 @@ class _Request:
     @property
     def context(self) -> int:
         return self.context_units * (self.prompt + 1) + self.context_rate * (self.generated - 1)
+
+    def kv_after(self, units: int) -> int:
+        """Its KV's tokens after `units` decode units: prompt + units; speculative decoding:
+        prompt + the tokens accepted, the first token and then its L - 1 others spread over
+        its S steps, 1 + floor((L - 1) (g - 1) / S) after g >= 1 units (`reservation` is
+        prompt + L, `output` S + 1)."""
+        steps = self.output - 1
+        if units <= 1 or steps <= 0:
+            return self.prompt + units
+        return self.prompt + 1 + (self.reservation - self.prompt - 1) * (units - 1) // steps
+
+    @property
+    def kv_tokens(self) -> int:
+        """Its KV's tokens now (paged blocks, recompute, replicas)."""
+        return self.kv_after(self.generated)
 
 
 @dataclass(eq=False)
@@ -372,9 +391,9 @@ class _ReferenceSimulation:
             self._release_token_machine(req, now)
             if req.prompt_machine >= 0 and self.m.regenerate:  # prompt only, then re-decode
                 req.prefill, req.generated = req.prompt, 0     # the tokens sent (silently)
-                req.recomputed += req.prompt + max(req.emitted - 1, 0)
+                req.recomputed += max(req.kv_after(req.emitted) - 1, req.prompt)
             elif req.prompt_machine >= 0:  # (not an arrival that found every machine down)
-                req.prefill = req.prompt + req.generated
+                req.prefill = req.kv_tokens
                 req.recomputed += req.prefill
             req.prompt_machine = req.token_machine = -1  # (a deferral must not release twice)
             if not self._route(req, now):
@@ -394,7 +413,7 @@ class _ReferenceSimulation:
             link = self.m.link_bytes_per_s[token.index]
             if source >= 0:
                 link = min(link, self.m.link_bytes_per_s[source])
-            due = now + req.context * self.m.kv_bytes_per_token / link
+            due = now + req.kv_tokens * self.m.kv_bytes_per_token / link
         self.kv_arrivals.append((due, req.index))
 
     def _peer(self, machine: int) -> int:
@@ -511,7 +530,7 @@ class _ReferenceSimulation:
 
     def _decode_hold(self, req: _Request) -> int:
         """KV a running decode holds: its reservation, or (paged) its context's blocks."""
-        return self._blocks(req.context) if self.paged else req.reservation
+        return self._blocks(req.kv_tokens) if self.paged else req.reservation
 
     def _prompt_hold(self, req: _Request, mc: _Machine) -> int:
         """KV a prompt holds while computed: its reservation when it decodes here, its prompt
@@ -535,9 +554,9 @@ class _ReferenceSimulation:
         preempted = False
         while mc.memory_used > mc.capacity and len(mc.running) > 1:
             req = mc.running.pop()
-            mc.memory_used -= self._blocks(req.context)
+            mc.memory_used -= self._blocks(req.kv_tokens)
             mc.preemptions += 1
-            req.prefill, req.prefilled = req.context, 0
+            req.prefill, req.prefilled = req.kv_tokens, 0
             head = 1 if mc.prompt_queue and mc.prompt_queue[0].prefilled > 0 else 0
             mc.prompt_queue.insert(head, req)
             mc.pending_prompt_tokens += req.prefill
@@ -647,9 +666,10 @@ class _ReferenceSimulation:
 
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
+            before = req.kv_tokens
             req.generated += 1
-            if self.paged:  # its new token's KV: a new block when it starts one
-                mc.memory_used += self._blocks(req.context) - self._blocks(req.context - 1)
+            if self.paged:  # its new tokens' KV: a new block when they start one
+                mc.memory_used += self._blocks(req.kv_tokens) - self._blocks(before)
             if req.generated > req.emitted:  # (else a token sent before a loss: silent)
                 req.emitted = req.generated
                 self.itl[itl_bin(now - req.last_token)] += 1

@@ -120,9 +120,6 @@ def spec_steps(workload: Workload, options: SimOptions):
     if spec is None:
         return None
     from simcore.specdecode import decode_steps, step_plan
-    if options.has_failures:
-        raise InputError("speculative decoding is not simulated with machine failures yet: "
-                         "drop one of them")
     known = _SPEC_STEPS.setdefault(workload, {})  # a search runs one sample on many clusters
     key = (spec, options.spec_seed)
     if key not in known:

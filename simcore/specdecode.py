@@ -5,13 +5,15 @@ target model; the step emits 1 + the accepted drafts (1..k+1 tokens). Acceptance
 per-position profile a_1..a_k: position i is accepted with probability a_i when every position
 before it was (so a step emits 1 + a_1 + a_1 a_2 + ... tokens on average).
 
-How the simulators see it (both alike; README "Simulation semantics"):
+How the simulators see it (both alike; docs/semantics.md):
 - A request of L output tokens emits its first token from its prefill as always; its other
   L - 1 tokens come from S <= L - 1 decode steps. S is drawn per request here, outside the
   simulators, from the profile (`decode_steps`: seeded by the run's seed, every step's accepted
   count drawn in request order, the last step truncated at the tokens left), so both
   simulators run the same steps. They count a request's decodes in steps (its `output` there is
-  S + 1), reserve its KV for prompt + L tokens as always, and finish it after its S-th step.
+  S + 1), reserve its KV for prompt + L tokens as always (KV reserved up front), and finish it
+  after its S-th step. Paged KV counts tokens: after g >= 1 units a request holds prompt + 1 +
+  floor((L - 1)(g - 1) / S) (its blocks, and what a preemption or a restart recomputes).
 - Its context grows by its own mean tokens per step, (L - 1) / S, each step, in units of
   1 / CONTEXT_UNITS of a token (integers, so the fast core sums them exactly): the attention
   cost of a step is that of the tokens accepted so far, averaged over the request's steps.

@@ -9,8 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from simcore import LatencyCurves, Workload
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 from simcore.fast import setup
+from simcore.fast.records import INF, RUN_DONE, RUN_PAUSED
 from simcore.refsim import simulate_reference
 from simcore.specdecode import CONTEXT_UNITS, SpecDecode, decode_steps, step_plan
 from tests.harness import assert_bad_input
@@ -18,6 +20,8 @@ from tests.test_fast_runs import CURVES, SLOW, machines, workload
 
 MTP = SpecDecode("mtp", 1, (0.85,), 1 / 80)
 EAGLE = SpecDecode("eagle", 3, (0.8, 0.7, 0.6), 1 / 32)
+FLAT = LatencyCurves(np.array([1.0, 8192.0]), np.array([0.1, 0.1]), np.array([1.0, 64.0]),
+                     np.array([0.01, 0.01]), 0.0)
 
 
 def spec_machines(m, spec):
@@ -60,6 +64,139 @@ def test_fast_core_agrees_with_the_reference_per_request(name, spec, seed):
     # output
     assert ref["itl_histogram"].sum() == int(steps[0].sum() - len(w))
     assert np.all(np.isfinite(ref["finish_s"]))
+
+
+# paged KV admission: the clusters of tests/test_paged_kv.py, where blocks run out
+PAGED = {
+    "splitwise": machines([ROLE_PROMPT] * 2 + [ROLE_TOKEN], [9000] * 2 + [12000],
+                          kinds=[0, 0, 1], kv_paged=True),
+    "lent": machines([ROLE_PROMPT] * 3 + [ROLE_TOKEN], [9000] * 3 + [3000],
+                     kinds=[0, 0, 1, 1], kv_paged=True),
+    "baseline": machines([ROLE_BOTH] * 3, [6000] * 3, limit=512, kv_paged=True),
+    "chunked": machines([ROLE_BOTH] * 2, [6000] * 2, chunk_tokens=256, kv_paged=True),
+    "splitwise-chunked": machines([ROLE_PROMPT] * 2 + [ROLE_TOKEN] * 2, [9000] * 2 + [6000] * 2,
+                                  kinds=[0, 0, 1, 1], chunk_tokens=256, kv_paged=True),
+}
+
+
+def run_paused(w, m, steps, pauses=40):
+    """The fast core's run with speculative steps, paused at `pauses` instants (as
+    tests/test_fast_runs.run_paused); its results and the longest decode run at a pause."""
+    state = setup.new_state(m, setup._new_requests(w, steps))
+    state.machines.context_units[:] = steps[3]
+    state.progress.counts[1] = len(w)
+    longest = 0
+    for until in np.linspace(0.0, float(w.arrival_s[-1]) * 1.2, pauses + 1)[1:] + 1e-4:
+        assert setup._run(state, until) == RUN_PAUSED
+        busy = state.machines.busy.astype(bool)
+        longest = max(longest, int(state.machines.run_ticks[busy].max(initial=0)))
+    assert setup._run(state, INF) == RUN_DONE
+    return setup.results(state, failures=len(m.failures) > 0), longest
+
+
+@pytest.mark.parametrize("name", sorted(PAGED))
+@pytest.mark.parametrize("spec", [MTP, EAGLE], ids=["mtp", "eagle"])
+def test_paged_spec_decode_agrees_with_the_reference_per_request(name, spec):
+    """Paged KV under speculative decoding: blocks follow the tokens the steps accepted; the
+    fast core (whole and paused) agrees with the reference request by request, preemptions
+    (recomputing prompt + accepted tokens) included."""
+    m = spec_machines(PAGED[name], spec)
+    preempted = longest = 0
+    for seed in range(2):
+        w = workload(200, seed, rate=12.0, prompt=(1, 1500), output=(20, 400))
+        steps = plan(w, spec, seed)
+        ref = assert_agree(w, m, steps)
+        paused, run = run_paused(w, m, steps)
+        for key in ref:
+            np.testing.assert_array_equal(paused[key], ref[key], err_msg=key)
+        preempted += int(ref["preemptions"].sum())
+        longest = max(longest, run)
+        assert np.all(np.isfinite(ref["finish_s"]))
+    assert longest > 5  # decode runs of a lone decode, its blocks walked (decode_runs)
+    if name in ("baseline", "chunked"):
+        assert preempted > 0
+
+
+def test_paged_spec_decode_counts_tokens_not_steps():
+    """By hand. One machine of 64 tokens (4 blocks of 16), two requests of 16 + 41 tokens,
+    each 40 tokens after its first in 20 steps of 2: after g units a request holds 16 + 1 +
+    2 (g - 1) tokens. A's 9th unit takes it to 33 tokens (3 blocks) beside B's 31 (2 blocks):
+    48 + 32 > 64, so B (admitted last) is preempted after 7 steps, waits until A finishes
+    (A ends at 57 tokens: 4 blocks), recomputes its 31 tokens (prompt + the 15 accepted, not
+    prompt + 8 units) as one prefill and takes its 13 other steps. Counting steps as tokens
+    would have held 16 + 9 at A's 9th unit and preempted nothing until much later."""
+    w = Workload("t", np.array([0.0, 0.05]), np.array([16, 16]), np.array([41, 41]))
+    steps = step_plan(w.prompt_tokens, w.output_tokens, np.array([20, 20]))
+    m = dataclasses.replace(machines([ROLE_BOTH], [64]), curves=(FLAT, FLAT), kv_paged=True,
+                            kv_watermark=0.0)
+    trace: list = []
+    ref = simulate_reference(w, m, trace, steps=steps)
+    assert ref["preemptions"].tolist() == [1]
+    pieces = [(t["start"], c) for t in trace for c in t["chunks"]]
+    assert [c for _, c in pieces] == [(0, 16, 0), (1, 16, 0), (1, 31, 0)]
+    recompute_start = pieces[-1][0]
+    assert recompute_start == pytest.approx(ref["finish_s"][0])
+    a_steps = [t for t in trace if 0 in t["decodes"]]
+    b_steps = [t for t in trace if 1 in t["decodes"]]
+    assert len(a_steps) == len(b_steps) == 20
+    assert len([t for t in b_steps if t["end"] <= recompute_start]) == 7
+    assert len([t for t in b_steps if t["start"] > recompute_start]) == 13
+    assert ref["max_memory_tokens"].tolist() == [64]
+    fast, _ = run_paused(w, m, steps, pauses=10)
+    for key in ref:
+        np.testing.assert_array_equal(fast[key], ref[key], err_msg=key)
+    # the same requests one token per step (40 steps): no preemption before A's 17th token
+    ones = step_plan(w.prompt_tokens, w.output_tokens, np.array([40, 40]))
+    plain = simulate_reference(w, m, steps=ones)
+    unit = simulate_reference(w, m)
+    for key in unit:
+        np.testing.assert_array_equal(plain[key], unit[key], err_msg=key)
+
+
+FAILURES = np.array([[3.0, 2, 4.0], [5.5, 0, 2.0], [9.25, 3, np.inf]])
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["reserve", "paged"])
+@pytest.mark.parametrize("recovery", ["recompute", "regenerate", "replicate-host",
+                                      "replicate-peer"])
+def test_spec_decode_with_failures_agrees_with_the_reference(paged, recovery):
+    """Machine failures under speculative decoding: a restart recomputes the prompt + the
+    tokens accepted (or regenerates the steps sent, silently), a replica restores those
+    tokens' KV; the fast core (whole and paused) agrees with the reference request by
+    request, recoveries (and, paged, preemptions) included."""
+    base = PAGED["splitwise-chunked"] if paged else CLUSTERS["splitwise"]
+    m = dataclasses.replace(
+        spec_machines(base, EAGLE), failures=FAILURES[:2] if not paged else FAILURES,
+        detection_s=0.5, regenerate=recovery == "regenerate",
+        replicate=recovery.startswith("replicate"),
+        replica_peer=(np.array([-1, -1, 3, 2][:base.count]) if recovery == "replicate-peer"
+                      and base.count == 4 else None))
+    w = workload(250, 7, rate=15.0, prompt=(1, 1500), output=(20, 300))
+    steps = plan(w, EAGLE, 7)
+    ref = assert_agree(w, m, steps)
+    paused, _ = run_paused(w, m, steps)
+    for key in ref:
+        np.testing.assert_array_equal(paused[key], ref[key], err_msg=key)
+    assert ref["recoveries"].sum() > 0 and np.all(np.isfinite(ref["finish_s"]))
+    # every step sent ends one gap, whatever was recomputed or regenerated
+    assert ref["itl_histogram"].sum() == int(steps[0].sum() - len(w))
+
+
+@pytest.mark.parametrize("regenerate", [False, True], ids=["recompute", "regenerate"])
+def test_a_restart_recomputes_the_tokens_accepted(regenerate):
+    """By hand. A request of 16 + 41 tokens in 20 steps of 2 on the first of two machines
+    (prefill 0.1 s, a step 0.01 s) that fails at 0.155 s, detected at once: it had 5 steps
+    (1 + 10 tokens). Recompute: machine 1 prefills 16 + 11 = 27 tokens (0.1 s) and takes the
+    15 steps left: done at 0.155 + 0.1 + 0.15. Regenerate: it prefills the prompt (16
+    recomputed + the 10 tokens after the first regenerated), then all 20 steps: 0.455 s."""
+    w = Workload("t", np.array([0.0]), np.array([16]), np.array([41]))
+    steps = step_plan(w.prompt_tokens, w.output_tokens, np.array([20]))
+    m = dataclasses.replace(machines([ROLE_BOTH] * 2, [1000] * 2), curves=(FLAT, FLAT),
+                            failures=np.array([[0.155, 0, np.inf]]), regenerate=regenerate)
+    ref = assert_agree(w, m, steps)
+    assert ref["recomputed_tokens"].tolist() == [26 if regenerate else 27]
+    assert ref["finish_s"][0] == pytest.approx(0.455 if regenerate else 0.405)
+    assert ref["token_machine"].tolist() == [1] and ref["itl_histogram"].sum() == 20
 
 
 def test_steps_follow_the_acceptance_profile():
@@ -142,11 +279,17 @@ SEARCH = ["search", "--designs", "baseline-h100", "--model", "llama-3.1-8b", "--
      "--acceptance"),
     (["--spec-tokens", "2"], "--spec-tokens"),
     (["--acceptance", "0.8"], "--acceptance"),
-    (["--spec-decode", "mtp", "--mtbf-hours", "100"], "--mtbf-hours"),
-    (["--spec-decode", "mtp", "--kv-admission", "paged"], "--kv-admission"),
 ])
 def test_bad_spec_decode_options_are_refused_in_one_line(cli, args, name):
     assert_bad_input(cli([*SEARCH, *args]), name)
+
+
+def test_spec_decode_is_refused_over_a_load_curve_only(cli, tmp_path):
+    curve = tmp_path / "curve.csv"
+    curve.write_text("time_s,rate_rps\n0,2\n600,3\n")
+    assert_bad_input(cli(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token",
+                          "2", "--curve-window", "600", "--load-curve", curve,
+                          "--spec-decode", "mtp"]), "--spec-decode", "--load-curve")
 
 
 def test_spec_file_keys_are_echoed_and_assumed(cli, tmp_path):
@@ -167,5 +310,5 @@ def test_spec_file_keys_are_echoed_and_assumed(cli, tmp_path):
     (assumed,) = [a["value"] for a in report["assumptions"]
                   if a["name"] == "speculative_decoding"]
     assert "eagle, k=2" in assumed and "EAGLE" in assumed
-    # KV reserved up front under speculative decoding (paged, the default, gives way)
-    assert report["inputs"]["sim_options"]["kv_admission"] == "reserve"
+    # the preset's paged KV admission holds under speculative decoding
+    assert report["inputs"]["sim_options"]["kv_admission"] == "paged"

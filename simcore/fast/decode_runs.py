@@ -14,7 +14,10 @@ iterations add are known per iteration in O(1) (`_memory_ticks`: the run ends at
 after which memory would run out, as it ends at a finish, so preemption happens at an iteration
 boundary exactly as in the reference) and in O(block) at its end (`_grow_blocks`); a KV cache
 that leaves mid-run counts the memory its iterations so far held (`_peak_before`). `_preempt`
-compiles the reference's `_preempt` (O(batch), only when it preempts).
+compiles the reference's `_preempt` (O(batch), only when it preempts). With speculative
+decoding a step adds 1..k+1 tokens (`structures._kv_tokens`), so the residues do not tell where
+blocks start: a run of two or more decodes is one iteration (each start checks, as the
+reference's), and the blocks are walked over the running decodes (`_walk_grown`, O(batch)).
 
 The reference has no decode runs: it ends every iteration as an event (`_end_iteration`'s
 decodes, each gaining a token). This module compiles that step for a run of them; its own
@@ -27,7 +30,7 @@ from .compiler import _compiled, _inlined
 from .records import INF, NONE
 from .latency import _combined, _decode_time, _host_time, _itl_bin
 from .structures import (
-    _blocks, _heap_push, _meld, _pop_running, _push_prompt, _unlink_running)
+    _blocks, _heap_push, _kv_tokens, _meld, _pop_running, _push_prompt, _unlink_running)
 from .routing import _leave_mixed_if_done
 
 
@@ -162,7 +165,10 @@ def _end_decodes(state, m, now):
     _count_gaps(requests, machine, curves, gaps, now)
     machine.paused = False
     if settings.kv_paged and machine.running_count > 0:
-        _grow_blocks(state.residues[m], machine, settings.kv_block)
+        if machine.context_units > 1:  # speculative decoding: steps add 1..k+1 tokens
+            _walk_blocks(requests, machine, settings.kv_block)
+        else:
+            _grow_blocks(state.residues[m], machine, settings.kv_block)
     machine.last_end = now
     machine.running_context += machine.running_rate * machine.run_ticks  # a unit each
     machine.decode_clock += machine.run_ticks
@@ -175,10 +181,10 @@ def _end_decodes(state, m, now):
         finished += 1
         machine.committed -= request.reservation
         if settings.kv_paged:
-            context = request.prompt + request.output
+            context = request.prompt + request.output  # (residues count units)
             state.residues[m, (context - machine.decode_clock) % settings.kv_block] -= 1
             _unlink_running(requests, machine, r)
-            machine.memory -= _blocks(context, settings.kv_block)
+            machine.memory -= _blocks(_kv_tokens(request, request.output), settings.kv_block)
         else:
             machine.memory -= request.reservation
         if request.prompt_machine != m:
@@ -201,6 +207,34 @@ def _grown(residues, clock, ticks, block):
 
 
 @_compiled
+def _walk_grown(requests, machine, ticks, block):
+    """Paged KV with speculative decoding (a step adds 1..k+1 tokens, `_kv_tokens`, so the
+    residues do not tell when a block starts): the tokens of the blocks a run's first `ticks`
+    iterations add, decode by decode over the running ones. O(batch)."""
+    grown = 0
+    r = machine.run_first
+    while r != NONE:
+        request = requests[r]
+        g = request.output - (request.finish_tick - machine.decode_clock)  # units so far
+        grown += (_blocks(_kv_tokens(request, g + ticks), block)
+                  - _blocks(_kv_tokens(request, g), block))
+        r = request.prefilled
+    return grown
+
+
+@_compiled
+def _walk_blocks(requests, machine, block):
+    """`_grow_blocks` with speculative decoding (`_walk_grown`): the blocks the run's
+    iterations ending now add, and the memory at the start of its last iteration."""
+    ticks = machine.run_ticks
+    if ticks > 1:
+        peak = machine.memory + _walk_grown(requests, machine, ticks - 1, block)
+        if peak > machine.max_memory:
+            machine.max_memory = peak
+    machine.memory += _walk_grown(requests, machine, ticks, block)
+
+
+@_compiled
 def _grow_blocks(residues, machine, block):
     """Paged KV: the blocks the run's iterations ending now add; the memory at the start of
     its last iteration (the reference's `_begin` sees each start) counts in max_memory."""
@@ -213,7 +247,7 @@ def _grow_blocks(residues, machine, block):
 
 
 @_compiled
-def _peak_before(residues, machine, curves, block, now):
+def _peak_before(requests, residues, machine, curves, block, now):
     """Paged KV: memory is freed (a KV cache sent from here arrived) during a decode run: the
     run's iterations that started before now saw it held, so the last of them counts in
     max_memory with it (`_grow_blocks` sees the starts after). O(its iterations so far)."""
@@ -231,7 +265,10 @@ def _peak_before(residues, machine, curves, block, now):
             break
         started = tick + 1
     if started > 0:
-        peak = machine.memory + _grown(residues, machine.decode_clock, started, block)
+        if machine.context_units > 1:  # speculative decoding
+            peak = machine.memory + _walk_grown(requests, machine, started, block)
+        else:
+            peak = machine.memory + _grown(residues, machine.decode_clock, started, block)
         if peak > machine.max_memory:
             machine.max_memory = peak
 
@@ -240,9 +277,12 @@ def _peak_before(residues, machine, curves, block, now):
 def _memory_ticks(residues, machine, ticks, block):
     """Paged KV: how many of a decode run's next `ticks` iterations start without running out
     of blocks (the first always does: its start preempted what did not fit). One decode left
-    alone is never preempted."""
+    alone is never preempted. With speculative decoding (a step adds 1..k+1 tokens), only
+    the first: each start checks for itself, as the reference's do."""
     if machine.running_count < 2:
         return ticks
+    if machine.context_units > 1:
+        return 1
     memory, clock = machine.memory, machine.decode_clock
     for tick in range(ticks - 1):
         memory += block * residues[(-(clock + tick)) % block]
@@ -271,14 +311,16 @@ def _preempt(state, m):
         if request.generated > request.emitted:  # it sent tokens here, the latest at the last
             request.emitted = request.generated  # end (made current as in failures._fail)
             request.last_token = machine.last_end
-        context = request.prompt + request.generated
+        context = request.prompt + request.generated  # (residues count units)
         state.residues[m, (context - machine.decode_clock) % block] -= 1
-        machine.memory -= _blocks(context, block)
+        kv = _kv_tokens(request, request.generated)
+        machine.memory -= _blocks(kv, block)
         machine.running_count -= 1
-        machine.running_context -= context
+        machine.running_context -= (machine.context_units * (request.prompt + 1)
+                                    + request.context_rate * (request.generated - 1))
         machine.running_rate -= request.context_rate
         request.finish_tick = NONE  # not running: dropped from the lists below
-        request.prefill = context
+        request.prefill = kv
         request.heap_child = NONE
         if last == NONE:
             first = r

@@ -12,7 +12,7 @@ from simcore.cluster import ROLE_BOTH
 from .compiler import _compiled, _inlined
 from .records import CHANGED_ALL, CHANGED_COMMITTED, INF, NONE, RESTART, RESTORE, RETARGET
 from .latency import _kv_transfer
-from .structures import _heap_pop, _heap_push, _heapify, _pop_running
+from .structures import _heap_pop, _heap_push, _heapify, _kv_tokens, _pop_running
 from .pools import _refresh
 from .routing import _choose_token_machine, _least_loaded, _leave_mixed_if_done, _route
 
@@ -183,10 +183,11 @@ def _recover(state, r, now):
             _refresh(pools, machines, t, CHANGED_ALL)
         if request.prompt_machine != NONE and settings.regenerate:  # the prompt only, then
             request.prefill = request.prompt  # the tokens already sent decoded again, silently
-            request.recomputed += request.prompt + max(request.emitted - 1, 0)
+            request.recomputed += max(_kv_tokens(request, request.emitted) - 1,
+                                      request.prompt)  # (its tokens, steps accepted)
             request.generated = 0
         elif request.prompt_machine != NONE:
-            request.prefill = request.prompt + request.generated
+            request.prefill = _kv_tokens(request, request.generated)
             request.recomputed += request.prefill
         request.prompt_machine = request.token_machine = NONE
         if not _route(state, r, now):
@@ -214,7 +215,7 @@ def _recover(state, r, now):
         link = machines[token].link
         if source != NONE:
             link = min(link, machines[source].link)
-        due = now + (request.prompt + request.generated) * settings.kv_bytes / link
+        due = now + _kv_tokens(request, request.generated) * settings.kv_bytes / link
     _heap_push(kv_arrivals, due, request.number)
 
 

@@ -18,7 +18,7 @@ from .compiler import _inlined
 from .records import CHANGED_COMMITTED, CHANGED_PENDING, CHANGED_POOL, INF, NONE, RETARGET
 from .latency import _iteration_time, _kv_transfer, _prompt_time, _with_host
 from .structures import (
-    _append_running, _blocks, _heap_pop, _heap_push, _link_running, _pop_prompt, _pop_wait,
+    _append_running, _blocks, _heap_pop, _kv_tokens, _heap_push, _link_running, _pop_prompt, _pop_wait,
     _push_wait, _touch)
 from .pools import _changes, _refresh
 from .routing import _leave_mixed_if_done
@@ -97,7 +97,8 @@ def _end_prompts(state, m, now):
                              | (CHANGED_POOL if machines[t].in_mixed != in_mixed else 0))
         elif t == m:
             if settings.kv_paged:  # its first token's block
-                machine.memory += (_blocks(request.prompt + request.generated, settings.kv_block)
+                machine.memory += (_blocks(_kv_tokens(request, request.generated),
+                                           settings.kv_block)
                                    - _blocks(request.prefill, settings.kv_block))
             _join_running(state, machine, m, r)
             _recovered(request, now)
@@ -143,7 +144,8 @@ def _deliver_kv(state, now):
             if state.settings.kv_paged:
                 block = state.settings.kv_block
                 if machines[p].busy and machines[p].run_ticks > 1:
-                    _peak_before(state.residues[p], machines[p], state.curves, block, now)
+                    _peak_before(state.requests, state.residues[p], machines[p], state.curves,
+                                 block, now)
                 machines[p].memory -= _blocks(requests[r].prefill, block)
             else:
                 machines[p].memory -= requests[r].prefill
@@ -163,7 +165,7 @@ def _has_work(machine):
 def _decode_hold(request, settings):
     """KV a running decode holds: its reservation, or (paged) its context's blocks."""
     if settings.kv_paged:
-        return _blocks(request.prompt + request.generated, settings.kv_block)
+        return _blocks(_kv_tokens(request, request.generated), settings.kv_block)
     return request.reservation
 
 

@@ -204,6 +204,18 @@ def _blocks(tokens, block):
     return (tokens + block - 1) // block * block
 
 
+@_inlined
+def _kv_tokens(request, generated):
+    """Paged KV: the tokens of a request's KV after `generated` decode units
+    (`simcore.refsim._Request.kv_tokens`): prompt + generated; speculative decoding: prompt +
+    1 + floor((L - 1) (g - 1) / S) for g >= 1, its L - 1 tokens after the first over S steps."""
+    steps = request.output - 1
+    if generated <= 1 or steps <= 0:
+        return request.prompt + generated
+    return (request.prompt + 1
+            + (request.reservation - request.prompt - 1) * (generated - 1) // steps)
+
+
 @_compiled
 def _link_running(requests, machine, r):
     """Paged KV: request r joins the end of the machine's running decodes in the order they
