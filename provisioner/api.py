@@ -628,7 +628,7 @@ def _simulate_curve(q: SimulateQuestion) -> CurveSimulation:
     return CurveSimulation(q.cluster, q.model, q.workload.name, run, whole, reports,
                            uncalibrated_skus(q.cluster.design, q.model, q.perf_model), q.slo,
                            latency_source(q.perf, q.perf_model, q.model,
-                                          q.cluster.design.machines()),
+                                          q.cluster.design.machines()) + spec_note(q.sim_options),
                            layout_record(q.cluster.design, q.model, reserve), q.plan, notes)
 
 

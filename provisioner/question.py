@@ -365,7 +365,6 @@ def resolve_study(options: SearchOptions) -> Study:
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
                      "survive_failures", auto_spares)
-    refuse_spec_decode_with(s, options.question.load_curve is not None)
     designs = with_chunk_tokens(asked_designs(options.question, catalog), s.chunk_tokens)
     check_engine_coverage(perf, loaded, model, designs)
     designs_option = "hardware" if options.question.hardware is not None else "designs"
@@ -521,7 +520,6 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     workload = asked_workload(s)
     rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
-    refuse_spec_decode_with(s, c.load_curve is not None)
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                                 sim_options(s, options.resilience), rate)
@@ -768,14 +766,6 @@ def check_resilience(resilience: FailureOptions, configured: bool, how: str,
         if getattr(resilience, name) != getattr(FailureOptions, name):
             raise InputError(f"{option_ref(name)} applies when machines fail: give "
                              f"{option_ref(how)} or {option_ref('mtbf_hours')}", field=name)
-
-
-def refuse_spec_decode_with(study: StudyOptions, curve: bool) -> None:
-    """Speculative decoding is not simulated over a load curve yet."""
-    if study.spec_decode != "none" and curve:
-        raise InputError(f"{option_ref('spec_decode')} is not simulated with "
-                         f"{option_ref('load_curve')} yet: drop one of them",
-                         field="spec_decode")
 
 
 def spec_decode(study: StudyOptions):

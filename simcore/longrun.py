@@ -25,6 +25,7 @@ from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import Cluster, SimOptions, Stalled
 from simcore.fastsim import TooManyInFlight, run_streamed
 from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
+from simcore.specdecode import CONTEXT_UNITS, decode_steps, step_plan
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
 from simcore.workload import Workload, _arrival_times, _size_sampler
@@ -195,9 +196,6 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     if expected > MAX_CURVE_REQUESTS:
         raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
                          f"{MAX_CURVE_REQUESTS:,}; simulate part of it or lower its rates")
-    if options.spec_decode is not None:
-        raise InputError("speculative decoding is not simulated over a load curve yet: drop "
-                         "it or simulate one rate")
     machines, schedule, reason = run_machines(cluster, model, perf, options, end_s)
     counts: list[int] = []
     if reason:
@@ -208,12 +206,13 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     failures = bool(len(machines.failures))
 
     def checked(chunks):
-        for arrival, prompt, output in chunks:
-            why = _unservable_reason(cluster, Workload("chunk", arrival, prompt, output), model,
-                                     machines)
+        for chunk in chunks:
+            why = _unservable_reason(cluster, Workload("chunk", *chunk[:3]), model, machines)
             if why:
                 raise _Unservable(why)
-            yield arrival, prompt, output
+            yield chunk
+
+    spec = options.spec_decode
 
     def harvest(first: int, records) -> None:
         store.add(first, records, ref, per_token, failures,
@@ -222,7 +221,10 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     try:
         chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts,
                               min(CHUNK_REQUESTS, slots // 4), linear)
-        raw = run_streamed(machines, checked(chunks), slots, harvest)
+        if spec is not None:
+            chunks = with_step_plans(chunks, spec, options.spec_seed)
+        raw = run_streamed(machines, checked(chunks), slots, harvest,
+                           1 if spec is None else CONTEXT_UNITS)
     except _Unservable as err:
         return CurveRun(False, str(err), tuple(counts))
     except TooManyInFlight as err:
@@ -235,6 +237,17 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     return CurveRun(True, "", tuple(counts), latencies,
                     machine_statistics(raw, machines, cluster, raw["end_s"]),
                     store.failure_totals() if failures else None, schedule, raw["end_s"])
+
+
+def with_step_plans(chunks, spec, seed: int):
+    """Speculative decoding over a long run: each chunk with its requests' step plan, drawn
+    for the chunk alone (`decode_steps`' stream: the number of its first request), so the
+    run is the same as one whole run given the chunks' plans end to end."""
+    first = 0
+    for arrival, prompt, output in chunks:
+        steps = decode_steps(output, spec, seed, stream=first)
+        yield arrival, prompt, output, step_plan(prompt, output, steps)
+        first += len(arrival)
 
 
 class _Unservable(Exception):
@@ -260,7 +273,8 @@ class _Store:
             grown = max(first + count, int(len(self.columns["ttft_s"]) * 1.25))
             for key, column in self.columns.items():
                 self.columns[key] = np.resize(column, grown)
-        output = records.output.astype(np.int64)
+        # the output tokens (under speculative decoding `output` counts decode steps)
+        output = (records.reservation - records.prompt).astype(np.int64)
         ttft, tbt, e2e = request_latencies(records.arrival, output, records.first_token,
                                            records.finish, per_token, first_token_s)
         with np.errstate(invalid="ignore", divide="ignore"):

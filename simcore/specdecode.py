@@ -133,15 +133,19 @@ def resolve(method: str, tokens: int | None, acceptance: tuple | None, model,
 STEP_BLOCK = 64   # at most this many steps drawn at once per unfinished request
 
 
-def decode_steps(output_tokens: np.ndarray, spec: SpecDecode, seed: int) -> np.ndarray:
+def decode_steps(output_tokens: np.ndarray, spec: SpecDecode, seed: int,
+                 stream: int | None = None) -> np.ndarray:
     """Per request, the decode steps its L - 1 tokens after the first take: each step's
     tokens (1 + accepted drafts: j + 1 with probability a_1 ... a_j (1 - a_(j+1))) drawn from
     the profile, seeded by `seed`, in blocks of steps for every unfinished request (request
     order within a block; a block is about the steps the mean request left needs, 2 to
-    STEP_BLOCK); the last step is truncated at the tokens left."""
+    STEP_BLOCK); the last step is truncated at the tokens left. `stream` (a long run drawn
+    chunk by chunk: the number of the chunk's first request) makes each chunk's draws its own,
+    so a chunk's plan does not depend on how many requests came before it in the process."""
     left = np.maximum(np.asarray(output_tokens, dtype=np.int64) - 1, 0)
     steps = np.zeros(len(left), np.int64)
-    rng = np.random.default_rng([int(seed) & (2**63 - 1), 39])
+    entropy = [int(seed) & (2**63 - 1), 39] + ([] if stream is None else [int(stream)])
+    rng = np.random.default_rng(entropy)
     # P(at least j drafts accepted), j = 1..k, ascending: a step emits 1 + the number of
     # them above its uniform draw
     reach = np.cumprod(np.asarray(spec.acceptance, dtype=np.float64))[::-1]

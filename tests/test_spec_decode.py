@@ -284,12 +284,54 @@ def test_bad_spec_decode_options_are_refused_in_one_line(cli, args, name):
     assert_bad_input(cli([*SEARCH, *args]), name)
 
 
-def test_spec_decode_is_refused_over_a_load_curve_only(cli, tmp_path):
+@pytest.mark.parametrize("spec", [MTP, EAGLE], ids=["mtp", "eagle"])
+def test_a_curve_run_under_spec_decode_is_the_whole_run_of_its_chunks_plans(spec):
+    """Over a load curve the requests come chunk by chunk, each chunk's steps drawn on its own
+    (`with_step_plans`): the streamed run, its slots reused, is the same run as `simulate_fast`
+    on every request at once given the chunks' plans end to end, and the harvested latencies
+    count output tokens, not steps."""
+    from simcore.cluster import Cluster, SimOptions
+    from simcore.longrun import curve_chunks, simulate_curve, with_step_plans
+    from simcore.simulate import run_machines
+    from tests.strategies import CATALOG, MODEL, REFERENCE, SyntheticPerf
+    cluster = Cluster(CATALOG.design("splitwise-hh"), 2, 1)
+    perf = SyntheticPerf([0.02, 0.05, 0.1, 0.3], [0.01, 0.012, 0.02], 1e-7)
+    options = SimOptions(spec_decode=spec, spec_seed=3)
+    times, rates, end, edges = [0.0, 20.0, 40.0], [2.0, 6.0, 1.0], 60.0, [0.0, 30.0, 60.0]
+    chunks = list(with_step_plans(curve_chunks("coding", times, rates, end, 7, edges, [], 16),
+                                  spec, 3))
+    assert len(chunks) > 3   # the plans are drawn chunk by chunk
+    w = Workload("curve", *(np.concatenate([c[i] for c in chunks]) for i in range(3)))
+    plans = [np.concatenate([c[3][i] for c in chunks]) for i in range(3)]
+    machines = run_machines(cluster, MODEL, perf, options, end, w)[0]
+    whole = setup.simulate_fast(w, machines, (*plans, CONTEXT_UNITS))
+    got = {"first_token": np.full(len(w), np.nan), "finish": np.full(len(w), np.nan)}
+
+    def harvest(first, records):
+        for key, column in got.items():
+            column[first:first + len(records)] = records[key]
+    raw = setup.run_streamed(machines, iter(chunks), 64, harvest, CONTEXT_UNITS)
+    np.testing.assert_array_equal(got["first_token"], whole["first_token_s"])
+    np.testing.assert_array_equal(got["finish"], whole["finish_s"])
+    np.testing.assert_array_equal(raw["itl_histogram"], whole["itl_histogram"])
+    assert (plans[0] < w.output_tokens).any()   # some steps emitted several tokens
+    run = simulate_curve(cluster, "coding", times, rates, end, edges, 7, MODEL, perf, REFERENCE,
+                         options, slots=64)   # (its chunks: slots // 4 = 16 requests, as here)
+    assert run.feasible and run.requests == len(w)
+    tpot = (whole["finish_s"] - whole["first_token_s"]) / (w.output_tokens - 1)
+    shown = ~np.isnan(run.latencies.tbt_s)
+    np.testing.assert_allclose(run.latencies.tbt_s[shown], tpot[shown].astype(np.float32),
+                               rtol=1e-6)
+
+
+def test_simulate_runs_a_load_curve_with_spec_decode(cli, tmp_path):
     curve = tmp_path / "curve.csv"
     curve.write_text("time_s,rate_rps\n0,2\n600,3\n")
-    assert_bad_input(cli(["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token",
-                          "2", "--curve-window", "600", "--load-curve", curve,
-                          "--spec-decode", "mtp"]), "--spec-decode", "--load-curve")
+    args = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2",
+            "--curve-window", "600", "--load-curve", str(curve), "--model", "llama-3.1-8b"]
+    plain, spec = cli(args), cli([*args, "--spec-decode", "mtp"])
+    assert plain.returncode in (0, 1) and spec.returncode in (0, 1), spec.stderr
+    assert "mtp" in spec.stdout and spec.stdout != plain.stdout
 
 
 def test_spec_file_keys_are_echoed_and_assumed(cli, tmp_path):
