@@ -515,13 +515,18 @@ def export(report: Path = typer.Argument(..., metavar="REPORT.json",
                                                    "beside the report)."),
            force: bool = typer.Option(False, "--force",
                                       help="Replace the files of an earlier export in a "
-                                           "non-empty --out.")):
+                                           "non-empty --out."),
+           draft_model: Optional[str] = typer.Option(
+               None, "--draft-model", metavar="ID",
+               help="The EAGLE head's Hugging Face id or path, when the search assumed "
+                    "--spec-decode eagle (MTP needs none; a draft:MODEL's comes from the "
+                    "catalog).")):
     """Write the launch configuration of every pool of a design of REPORT (the settings the
     simulation assumed, the KV-transfer wiring of prompt / token pools) for an engine or
     Kubernetes; a load-curve report's plan as a schedule."""
     from provisioner.export import export as export_files
 
-    written = export_files(report, target, design, out, force)
+    written = export_files(report, target, design, out, force, draft_model)
     console = _console()
     for path in written:
         console.print(str(path), highlight=False, soft_wrap=True)

@@ -51,6 +51,10 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.0"
 MAX_RUNNING = 1024
 PORT = 8000
 KV_CONNECTOR = "NixlConnector"
+# vLLM 0.11's SpeculativeConfig.method for ours (vllm/config/speculative.py, SpeculativeMethod)
+VLLM_SPEC_METHODS = {"mtp": "mtp", "eagle": "eagle", "draft": "draft_model"}
+# engines whose launch arguments at the exported version name no draft-model speculation
+NO_DRAFT_MODEL = ("sglang", "trtllm")
 SGLANG_TRANSFER = "nixl"
 # files an export writes (a --force export removes those of an earlier one it does not rewrite)
 _EXPORT_NAMES = re.compile(r"^(README\.txt|schedule\.csv|deployments\.yaml|dynamo-graph\.yaml|"
@@ -101,6 +105,17 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """The speculative decoding the simulation assumed, as an engine is told it: the method
+    (mtp | eagle | draft), k drafted tokens a step, and the drafter's checkpoint (an EAGLE
+    head's, given to export; a draft model's, from the catalog; none for MTP, whose layers
+    ship with the model)."""
+    method: str
+    tokens: int
+    drafter: str | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """What the simulation assumed for the design, as an engine needs it."""
     report: str
@@ -123,6 +138,7 @@ class Plan:
     cost_per_hour: float | None
     schedule: tuple[tuple[float, str, int, int, float], ...] = ()   # load curve: see rows
     scale_up_s: float = 0.0
+    spec: Speculation | None = None   # speculative decoding, when the search assumed it
 
     @property
     def name(self) -> str:
@@ -136,12 +152,12 @@ def dns_name(text: str) -> str:
 
 
 # ------------------------------------------------------------------------- reading the report
-def read_plan(path: Path, design: str | None) -> Plan:
+def read_plan(path: Path, design: str | None, drafter: str | None = None) -> Plan:
     from provisioner.check import read_report
     document = read_report(path)
     source = str(path)
     try:
-        return _plan(document, design, source)
+        return _plan(document, design, source, drafter)
     except (KeyError, TypeError, IndexError, ValueError) as err:
         if isinstance(err, InputError):
             raise
@@ -149,7 +165,7 @@ def read_plan(path: Path, design: str | None) -> Plan:
                          "written by provision search", source=source) from None
 
 
-def _plan(document: dict, design: str | None, source: str) -> Plan:
+def _plan(document: dict, design: str | None, source: str, drafter: str | None = None) -> Plan:
     entries = {e["design"]: e for e in document["designs"]}
     name = design or document["summary"]["best_design"]
     if name is None:
@@ -206,11 +222,35 @@ def _plan(document: dict, design: str | None, source: str) -> Plan:
                 memory_fraction=round(1.0 - reserve, 4), reserve=reserve, chunked=chunked,
                 chunk_tokens=entry.get("chunk_tokens") if chunked else None,
                 prompt_token_limit=int(inputs["sim_options"]["prompt_token_limit"]),
-                rate_rps=optimum.get("rate_rps"), cost_per_hour=optimum.get("cost_per_hour"))
+                rate_rps=optimum.get("rate_rps"), cost_per_hour=optimum.get("cost_per_hour"),
+                spec=_speculation(inputs["sim_options"].get("spec_decode"), drafter, options,
+                                  source))
     curve = document.get("load_curve")
     if curve is not None:
         plan = _with_schedule(plan, curve, name, source)
     return plan
+
+
+def _speculation(assumed: dict | None, drafter: str | None, options: dict,
+                 source: str) -> Speculation | None:
+    """The report's speculative decoding with its drafter's checkpoint (None: none assumed;
+    a --draft-model given then is refused, as it would be ignored)."""
+    if assumed is None:
+        if drafter is not None:
+            raise InputError("--draft-model applies when the search assumed speculative "
+                             "decoding (--spec-decode); this report has none", field="draft_model")
+        return None
+    method, tokens = assumed["method"], int(assumed["tokens"])
+    if method == "eagle" and drafter is None:
+        raise InputError("the search assumed EAGLE speculative decoding: give --draft-model "
+                         "with the EAGLE head's Hugging Face id or path", source=source,
+                         field="draft_model")
+    if method == "draft" and drafter is None:
+        drafter = _hf_id(assumed["draft_model"], options)[0]
+    if method == "mtp" and drafter is not None:
+        raise InputError("--draft-model does not apply to MTP (its layers ship with the model)",
+                         field="draft_model")
+    return Speculation(method, tokens, drafter)
 
 
 def _hf_id(model_name: str, options: dict) -> tuple[str, str, int | None]:
@@ -321,7 +361,18 @@ def vllm_args(plan: Plan, pool: Pool, model: bool = True) -> list[str]:
         role = "kv_producer" if pool.role == "prompt" else "kv_consumer"
         args += ["--kv-transfer-config", json.dumps({"kv_connector": KV_CONNECTOR,
                                                      "kv_role": role}, separators=(",", ":"))]
+    if _drafts(plan, pool):
+        config = {"method": VLLM_SPEC_METHODS[plan.spec.method],
+                  **({"model": plan.spec.drafter} if plan.spec.drafter else {}),
+                  "num_speculative_tokens": plan.spec.tokens}
+        args += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     return args + ["--port", str(PORT)]
+
+
+def _drafts(plan: Plan, pool: Pool) -> bool:
+    """Does the pool's engine speculate? Every pool that decodes: not a prompt pool, which the
+    files run as a pure prefill (the mixed pool has no engine setting)."""
+    return plan.spec is not None and pool.role != "prompt"
 
 
 def sglang_args(plan: Plan, pool: Pool) -> list[str]:
@@ -346,6 +397,15 @@ def sglang_args(plan: Plan, pool: Pool) -> list[str]:
     if plan.disaggregated:
         args += ["--disaggregation-mode", pool.phase,
                  "--disaggregation-transfer-backend", SGLANG_TRANSFER]
+    if _drafts(plan, pool):
+        # a chain of k drafts (top-1 at each step), verified as k + 1 tokens: the
+        # simulation's step; MTP runs through the same EAGLE worker on the model's own layers
+        args += ["--speculative-algorithm", "EAGLE",
+                 "--speculative-num-steps", str(plan.spec.tokens),
+                 "--speculative-eagle-topk", "1",
+                 "--speculative-num-draft-tokens", str(plan.spec.tokens + 1)]
+        if plan.spec.drafter:
+            args += ["--speculative-draft-model-path", plan.spec.drafter]
     return args + ["--host", "0.0.0.0", "--port", str(PORT)]
 
 
@@ -378,6 +438,12 @@ def trtllm_options(plan: Plan, pool: Pool) -> dict:
         options["enable_attention_dp"] = True
     if plan.disaggregated:
         options["cache_transceiver_config"] = {"backend": "NIXL"}
+    if _drafts(plan, pool):
+        options["speculative_config"] = (
+            {"decoding_type": "MTP", "num_nextn_predict_layers": plan.spec.tokens}
+            if plan.spec.method == "mtp" else
+            {"decoding_type": "Eagle", "max_draft_len": plan.spec.tokens,
+             "speculative_model_dir": plan.spec.drafter})
     return options
 
 
@@ -709,6 +775,14 @@ def readme(plan: Plan, target: str, names: list[str]) -> str:
               f"output reserved on admission); the engine cap is {MAX_RUNNING}, not to bind first",
               f"  - KV cache: {plan.kv_dtype}" + (" (fp8 e4m3)" if plan.kv_dtype == "fp8" else
                                                   " (the model's dtype: auto)")]
+    if plan.spec is not None:
+        drafter = {"mtp": "the model's own MTP layers",
+                   "eagle": f"the EAGLE head {plan.spec.drafter}",
+                   "draft": f"the draft model {plan.spec.drafter}"}[plan.spec.method]
+        lines.append(f"  - speculative decoding on the pools that decode: {plan.spec.tokens} "
+                     f"drafted token(s) a step from {drafter}, verified in one pass (a chain: "
+                     "top-1 drafts); the acceptance the search assumed is in the report "
+                     "(inputs.sim_options.spec_decode): check it against your traffic")
     if plan.disaggregated:
         wiring = {"vllm": f"vLLM {KV_CONNECTOR}, prompt servers kv_producer, token servers "
                           "kv_consumer (a proxy sends each request to both)",
@@ -782,9 +856,10 @@ def render(plan: Plan, target: str) -> dict[str, str]:
 
 
 def export(report: Path, target: str, design: str | None = None, out: Path | None = None,
-           force: bool = False) -> list[Path]:
+           force: bool = False, draft_model: str | None = None) -> list[Path]:
     """Write the launch configurations of `design` (default: the report's best) for
-    `target` in `out` (default: export-<target> beside the report)."""
+    `target` in `out` (default: export-<target> beside the report); `draft_model`: the EAGLE
+    head's checkpoint when the search assumed EAGLE speculative decoding."""
     from provisioner.files import write_files_atomically
     if target not in TARGETS:
         raise InputError(f"unknown target '{target}'; one of {', '.join(TARGETS)}",
@@ -797,7 +872,13 @@ def export(report: Path, target: str, design: str | None = None, out: Path | Non
     if existing and not force:
         raise InputError("is not empty; give --force to replace the files of an earlier export",
                          source=str(out), field="out")
-    texts = render(read_plan(report, design), target)
+    plan = read_plan(report, design, draft_model)
+    engine = engine_of(plan, target)
+    if plan.spec is not None and plan.spec.method == "draft" and engine in NO_DRAFT_MODEL:
+        raise InputError(f"the search assumed draft-model speculative decoding, which "
+                         f"{ENGINE_VERSIONS[engine]} is not exported for: export --target vllm "
+                         "(or dynamo, llm-d, k8s on vLLM)", field="target")
+    texts = render(plan, target)
     written = write_files_atomically(out, texts)
     for name in existing:   # --force: an earlier export's files this one does not rewrite
         if name not in texts and _EXPORT_NAMES.match(name) and (out / name).is_file():

@@ -549,3 +549,76 @@ def test_the_docs_example_prints_what_export_writes(cli, tmp_path):
     assert files["prompt.sh"].splitlines()[-1] == shown
     pools = block.split("$ sed -n 7,10p deploy-vllm/README.txt\n", 1)[1].splitlines()[:4]
     assert files["README.txt"].splitlines()[6:10] == pools
+
+
+# ------------------------------------------------------------------ speculative decoding
+@pytest.fixture(scope="module")
+def spec_reports(tmp_path_factory, cli) -> dict[str, Path]:
+    """Small Llama-3.1-70B searches (Splitwise-HH) under each speculative-decoding method."""
+    folder = tmp_path_factory.mktemp("spec")
+    made = {}
+    for method in ("mtp", "eagle", "draft:llama-3.1-8b"):
+        name = method.split(":")[0]
+        outcome = cli(["search", *TINY, "--designs", "splitwise-hh", "--model", "llama-3.1-70b",
+                       "--spec-decode", method, "--spec-tokens", "2", "--out", folder / name])
+        assert outcome.code == 0, outcome.stderr
+        made[name] = folder / name / "report.json"
+    return made
+
+
+SPEC_CASES = [("mtp", "vllm"), ("mtp", "sglang"), ("mtp", "trtllm"), ("eagle", "vllm"),
+              ("eagle", "sglang"), ("eagle", "trtllm"), ("draft", "vllm")]
+
+
+@pytest.mark.parametrize("method,target", SPEC_CASES, ids=[f"{m}-{t}" for m, t in SPEC_CASES])
+def test_speculative_decoding_reaches_the_decoding_pools_flags(cli, spec_reports, tmp_path,
+                                                               method, target):
+    """The token pool's server speculates as the simulation did (k = 2 drafted tokens, the
+    method's drafter), in documented arguments of the named engine version; the prompt pool,
+    a pure prefill, does not."""
+    head = "yuhuili/EAGLE-LLaMA3.1-Instruct-70B"
+    extra = ["--draft-model", head] if method == "eagle" else []
+    files = _export(cli, spec_reports[method], target, tmp_path / "out", *extra)
+    drafter = {"mtp": None, "eagle": head, "draft": "meta-llama/Llama-3.1-8B"}[method]
+    assert "speculative decoding on the pools that decode: 2 drafted" in files["README.txt"]
+    command = {"vllm": ["vllm", "serve"], "sglang": ["python3", "-m", "sglang.launch_server"],
+               "trtllm": ["trtllm-serve"]}[target]
+    prompt = check_flags(_script_args(files["prompt.sh"], command), target)
+    token = check_flags(_script_args(files["token.sh"], command), target)
+    if target == "vllm":
+        assert "--speculative-config" not in prompt
+        config = json.loads(token["--speculative-config"])
+        documented = ARGS["vllm"]["speculative_config"]
+        assert set(config) <= set(documented["keys"])
+        assert config["method"] in documented["method"]
+        assert config == {"method": {"mtp": "mtp", "eagle": "eagle", "draft": "draft_model"}[method],
+                          **({"model": drafter} if drafter else {}),
+                          "num_speculative_tokens": 2}
+    elif target == "sglang":
+        assert "--speculative-algorithm" not in prompt
+        assert token["--speculative-algorithm"] == "EAGLE"
+        assert (token["--speculative-num-steps"], token["--speculative-eagle-topk"],
+                token["--speculative-num-draft-tokens"]) == ("2", "1", "3")
+        assert token.get("--speculative-draft-model-path") == drafter
+    else:
+        assert "speculative_config" not in yaml.safe_load(files["prompt-config.yaml"])
+        config = yaml.safe_load(files["token-config.yaml"])["speculative_config"]
+        kind = "MTP" if method == "mtp" else "Eagle"
+        assert config["decoding_type"] == kind
+        assert set(config) <= set(ARGS["trtllm"]["speculative_config"][kind])
+        assert config.get("num_nextn_predict_layers", config.get("max_draft_len")) == 2
+        assert config.get("speculative_model_dir") == drafter
+
+
+def test_speculative_export_input_is_checked_in_one_line(cli, bad_input, spec_reports,
+                                                         reports, tmp_path):
+    out = tmp_path / "out"
+    bad_input(cli(["export", spec_reports["eagle"], "--target", "vllm", "--out", out]),
+              "EAGLE", "--draft-model")
+    bad_input(cli(["export", spec_reports["draft"], "--target", "sglang", "--out", out]),
+              "draft-model speculative decoding", "--target vllm")
+    bad_input(cli(["export", spec_reports["mtp"], "--target", "vllm", "--draft-model", "x",
+                   "--out", out]), "--draft-model", "MTP")
+    bad_input(cli(["export", reports["bloom"], "--target", "vllm", "--draft-model", "x",
+                   "--out", out]), "--draft-model", "--spec-decode")
+    assert not out.exists()
