@@ -51,8 +51,7 @@ def _count_gaps(requests, machine, curves, gaps, now):
         start = machine.last_end if machine.paused else machine.run_start
         gaps[_itl_bin(now - start)] += decodes - machine.fresh_count
     elif machine.paused:
-        _count_paused_run(machine, curves, gaps, decodes)
-        first_end = machine.run_start + _first_tick_s(machine, curves, decodes)
+        first_end = _count_paused_run(machine, curves, gaps, decodes)
     else:
         decode = _decode_time(curves, machine.kind, decodes)
         per_token = curves.context_s[machine.kind]
@@ -82,18 +81,32 @@ def _count_gaps(requests, machine, curves, gaps, now):
 
 
 @_inlined
-def _first_tick_s(machine, curves, decodes):
-    """The first iteration's time of the decode run in flight."""
-    return _tick_s(machine, _decode_time(curves, machine.kind, decodes),
-                   curves.context_s[machine.kind], 0, machine.running_rate,
-                   _host_time(curves, machine.kind, decodes), curves.overlap_host[machine.kind])
+def _without_preempted(requests, head, via_batch):
+    """A list of requests (linked through batch_next if `via_batch`, else queue_next) without
+    the preempted ones (finish_tick NONE): (its new head, how many were dropped)."""
+    dropped, previous, r = 0, NONE, head
+    while r != NONE:
+        after = requests[r].batch_next if via_batch else requests[r].queue_next
+        if requests[r].finish_tick == NONE:
+            dropped += 1
+            if previous == NONE:
+                head = after
+            elif via_batch:
+                requests[previous].batch_next = after
+            else:
+                requests[previous].queue_next = after
+        else:
+            previous = r
+        r = after
+    return head, dropped
 
 
 @_compiled
 def _count_paused_run(machine, curves, gaps, decodes):
     """`_count_gaps` of a decode run after prompt-only iterations (prefill first): the first
     gap of the decodes that were running is from their last token (last_end); the fresh ones
-    count their own in `_count_gaps`. O(ticks), only after such iterations."""
+    count their own in `_count_gaps`. O(ticks), only after such iterations. Returns the end
+    of the run's first iteration."""
     decode = _decode_time(curves, machine.kind, decodes)
     per_token = curves.context_s[machine.kind]
     host = _host_time(curves, machine.kind, decodes)
@@ -105,6 +118,7 @@ def _count_paused_run(machine, curves, gaps, decodes):
     for run in range(1, machine.run_ticks):
         gaps[_itl_bin(_tick_s(machine, decode, per_token, run, growth, host, overlap))] += \
             decodes
+    return first_end
 
 
 @_compiled
@@ -331,29 +345,9 @@ def _preempt(state, m):
     if count == 0:
         return 0
     machine.preemptions += count
-    previous, r = NONE, machine.fresh_head
-    while r != NONE:
-        after = requests[r].queue_next
-        if requests[r].finish_tick == NONE:
-            machine.fresh_count -= 1
-            if previous == NONE:
-                machine.fresh_head = after
-            else:
-                requests[previous].queue_next = after
-        else:
-            previous = r
-        r = after
-    previous, r = NONE, machine.silent_head
-    while r != NONE:
-        after = requests[r].batch_next
-        if requests[r].finish_tick == NONE:
-            if previous == NONE:
-                machine.silent_head = after
-            else:
-                requests[previous].batch_next = after
-        else:
-            previous = r
-        r = after
+    machine.fresh_head, dropped = _without_preempted(requests, machine.fresh_head, False)
+    machine.fresh_count -= dropped
+    machine.silent_head = _without_preempted(requests, machine.silent_head, True)[0]
     machine.running_root = NONE
     r = machine.run_first
     while r != NONE:

@@ -268,14 +268,14 @@ def _start_iteration(state, m, now, limit):
             ticks = _memory_ticks(state.residues[m], machine, ticks, settings.kv_block)
         _start_decode_run(requests, machine, curves, now, limit, ticks)
     else:
-        if settings.prefill_first and not chunked and decodes > 0:
-            # prefill first: the prompts run alone, the running decodes gain no token
+        paused = settings.prefill_first and not chunked and decodes > 0
+        if paused:   # prefill first: the prompts run alone, the running decodes gain no token
             decodes = 0
             machine.paused = True
         duration = _with_host(curves, machine.kind, _iteration_time(
             curves, machine.kind, tokens, decodes, machine.running_context) + extra,
             count + decodes)
-        machine.run_ticks = 1 if decodes > 0 or machine.running_count == 0 else 0
+        machine.run_ticks = 0 if paused else 1   # (a paused iteration ticks no decode)
         machine.run_start = now
         machine.busy_until = now + duration
         machine.busy_s += duration
