@@ -885,6 +885,8 @@ def sim_options_echo(study: Study) -> dict:
     echoed.pop("spec_seed")  # each sample's seed
     if study.sim_options.spec_decode is None:  # off: reports as before
         echoed.pop("spec_decode")
+    if not study.sim_options.prefix_cache:  # off: reports as before
+        echoed.pop("prefix_cache")
     else:
         echoed["spec_decode"] = study.sim_options.spec_decode.as_dict()  # a run's resizing (a load curve's plan), never a study's option
     failing = study.sim_options.has_failures or study.survive_failures

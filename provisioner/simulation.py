@@ -187,4 +187,8 @@ def _pools(result, cluster) -> dict:
             "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
         if "preemptions" in stats:   # paged KV admission: decodes preempted and recomputed
             pools[label]["preemptions"] = int(stats["preemptions"][mask].sum())
+        if "prefix_hit_tokens" in stats:  # prefix caching: prefill tokens found cached
+            looked_up = int(stats["prefix_tokens"][mask].sum())
+            pools[label]["prefix_hit_rate"] = round(
+                int(stats["prefix_hit_tokens"][mask].sum()) / looked_up if looked_up else 0.0, 4)
     return pools
