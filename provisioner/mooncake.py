@@ -227,4 +227,4 @@ def reuse_bounds(path: str, sha256: str) -> dict:
 def reuse_line(bounds: dict) -> str:
     """The one line search and simulate print."""
     return (f"prefix reuse bound: {bounds['infinite_cache']:.0%} of input tokens seen before "
-            f"(infinite cache); not modelled in the simulation yet")
+            f"(infinite cache); --prefix-cache on simulates each instance's cache")

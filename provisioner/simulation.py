@@ -28,6 +28,9 @@ def simulation_summary(run) -> dict:
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
+        # prefix caching (--prefix-cache on): prefill tokens found cached, every instance
+        **({"prefix_hit_rate": round(result.prefix_hit_rate, 4)}
+           if result.feasible and result.prefix_hit_rate is not None else {}),
         "latency_source": run.latency_source,
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
 

@@ -111,7 +111,15 @@ over the cached prefix). When its prefill ends, every block of its prompt (a rec
 blocks cover the prompt only) is inserted or refreshed, last block first, so the first ends
 most recently used. A machine that fails loses its cache. Each machine counts the tokens its
 lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`);
-a hit rate is their ratio.
+a hit rate is their ratio. Prefix-aware routing (`SimOptions.prefix_routing`, with the cache):
+a request's cached prefix on a machine is the hit a lookup there would find now (the longest
+run of its leading blocks in the cache as it is, nothing trimmed or refreshed: min(blocks x
+block tokens, prefill - 1)); a baseline routes to the machine with the smallest load (pending
++ committed tokens) minus that prefix among those that can hold it, a Splitwise prompt side
+takes its own pool's machine with the fewest pending tokens minus that prefix (then as
+before: the mixed pool when that one's queue is long); ties go to the lowest index. Without
+a cached prefix anywhere, that is the choice without it. The fallback, the token side and
+recoveries route as without it.
 
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
@@ -274,6 +282,7 @@ class _ReferenceSimulation:
         self.watermark = [int(w) for w in m.kv_watermark_tokens()]
         self.prefix = bool(m.prefix_cache) and workload.has_prefix_blocks
         self.prefix_block = int(workload.prefix_block_tokens)
+        self.routing = self.prefix and bool(m.prefix_routing)
         if self.prefix:
             for req in self.requests:
                 req.blocks = tuple(int(b) for b in workload.request_blocks(req.index))
@@ -452,7 +461,8 @@ class _ReferenceSimulation:
         ms = self.machines
         moved: list[_Machine] = []
         if self.m.role[0] == ROLE_BOTH:
-            prompt = token = self._least_loaded(req)
+            prompt = token = (self._least_loaded_aware(req) if self.routing
+                              else self._least_loaded(req))
         else:
             prompt = self._choose_prompt_machine(req, now, moved)
             token = self._choose_token_machine(req, now, moved) if prompt is not None else None
@@ -480,6 +490,20 @@ class _ReferenceSimulation:
         return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index),
                    default=None)
 
+    def _cached_prefix(self, req: _Request, mc: _Machine) -> int:
+        """Prefix-aware routing: the hit a lookup on mc would find now (nothing changed)."""
+        k = 0
+        for block in req.blocks:
+            if block not in mc.cache:
+                break
+            k += 1
+        return min(k * self.prefix_block, req.prefill - 1)
+
+    def _least_loaded_aware(self, req: _Request) -> _Machine | None:
+        fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
+        return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed
+                                         - self._cached_prefix(req, mc), mc.index), default=None)
+
     def _is_long(self, mc: _Machine, req: _Request) -> bool:
         return (len(mc.prompt_queue) > 0
                 and mc.pending_prompt_tokens + req.prefill > self.m.queue_threshold)
@@ -490,8 +514,10 @@ class _ReferenceSimulation:
     def _choose_prompt_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
         def fewest_pending(pool):
             return min(pool, key=lambda mc: (mc.pending_prompt_tokens, mc.index), default=None)
-        own = fewest_pending([mc for mc in self._up()
-                              if mc.role == ROLE_PROMPT and not mc.in_mixed])
+        own_pool = [mc for mc in self._up() if mc.role == ROLE_PROMPT and not mc.in_mixed]
+        own = (min(own_pool, key=lambda mc: (mc.pending_prompt_tokens
+                                             - self._cached_prefix(req, mc), mc.index),
+                   default=None) if self.routing else fewest_pending(own_pool))
         if not self.m.mixed_pool:
             return own
         if own is not None and not self._is_long(own, req):

@@ -3,11 +3,13 @@ list per machine over the dense block ids (`Prefix`: prev and next per (machine,
 list's ends and length per machine), so a lookup, an insertion and an eviction are O(1) a block.
 
 Compiles the reference's `_trim_cache`, `_prefix_lookup` and `_prefix_insert` (simcore.refsim,
-"Prefix caching": the rule, stated there once). Used only when `Settings.prefix_block` > 0 (the
+"Prefix caching": the rule, stated there once), and prefix-aware routing's choice
+(`_cached_prefix`, `_aware_choice`). Used only when `Settings.prefix_block` > 0 (the
 option is on and the workload carries blocks); otherwise its arrays are placeholders.
 """
 from __future__ import annotations
 
+from simcore.cluster import ROLE_PROMPT
 from .compiler import _compiled
 from .records import NONE
 
@@ -89,3 +91,39 @@ def _prefix_insert(prefix, machine, m, request, block):
     for i in range(stop - 1, start - 1, -1):
         _lru_to_front(prefix, m, prefix.ids[i])
     _trim_cache(prefix, machine, m, block)
+
+
+@_compiled
+def _cached_prefix(prefix, m, request, block):
+    """Prefix-aware routing: the hit a lookup on machine m would find now (nothing changed)."""
+    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
+    k = 0
+    while start + k < stop and prefix.member[m, prefix.ids[start + k]]:
+        k += 1
+    return min(k * block, request.prefill - 1)
+
+
+@_compiled
+def _aware_choice(machines, prefix, request, block, baseline):
+    """Prefix-aware routing (the reference's `_least_loaded_aware` and its own prompt pool's
+    choice): among the machines up and in their pool (a baseline: those that can hold the
+    request; Splitwise: the prompt pool outside the mixed pool), the smallest load (baseline:
+    pending + committed; Splitwise: pending) minus the request's cached prefix there, ties to
+    the lowest index. A scan of the machines: O(machines x matched blocks) a route."""
+    best, best_key = NONE, 0
+    for m in range(len(machines)):
+        machine = machines[m]
+        if machine.down or machine.retired:
+            continue
+        if baseline:
+            if machine.capacity < request.reservation:
+                continue
+            key = machine.pending + machine.committed
+        else:
+            if machine.role != ROLE_PROMPT or machine.in_mixed:
+                continue
+            key = machine.pending
+        key -= _cached_prefix(prefix, m, request, block)
+        if best == NONE or key < best_key:
+            best, best_key = m, key
+    return best

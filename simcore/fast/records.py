@@ -132,7 +132,8 @@ Settings = namedtuple("Settings", [
     "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate",
     "kv_paged", "kv_block",  # paged KV admission, its block in tokens
     "prefill_first",  # whole-prompt iterations pause the running decodes
-    "prefix_block"])  # prefix caching: tokens per block (0: off)
+    "prefix_block",  # prefix caching: tokens per block (0: off)
+    "prefix_route"])  # prefix-aware routing (with prefix_block > 0)
 
 # prefix caching (`simcore.fast.prefix`): request number g's block ids are
 # ids[offsets[g]:offsets[g + 1]] (dense, 0..B-1); per (machine, block) its LRU list links and

@@ -182,13 +182,14 @@ def _new_failures(m: MachineArrays, n: int) -> Failures:
 
 
 def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
+    # prefix_block > 0: prefix caching on (with blocks); prefix-aware routing only then
     # Each field cast to one type: the install-time build is compiled for exactly these.
     return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
                     int(m.prompt_token_limit), int(m.queue_threshold),
                     int(m.layerwise_min_prompt_tokens), float(m.detection_s),
                     bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate),
                     bool(m.kv_paged), int(m.kv_block_tokens), bool(m.prefill_first),
-                    int(prefix_block))
+                    int(prefix_block), bool(prefix_block > 0 and m.prefix_routing))
 
 
 def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
