@@ -237,3 +237,37 @@ def test_the_mooncake_reader_gives_dense_block_ids(tmp_path):
     assert w.prefix_block_tokens == 512
     assert [w.request_blocks(i).tolist() for i in range(3)] == [[1, 0], [1, 0, 2], []]
     assert w.head(2).prefix_offsets.tolist() == [0, 2, 5]
+
+
+def test_a_prefix_run_types_the_core_as_any_other():
+    """Placeholders when off, real caches when on: the same types, so the install-time build's
+    one signature per entry point (tests/test_aot.py) serves both."""
+    w = shared_prefixes(30, 1, rate=5.0)
+    for m in (CLUSTERS["baseline"], ROUTED["splitwise"],
+              dataclasses.replace(CLUSTERS["baseline"], prefix_cache=False)):
+        setup.simulate_fast(w, m)
+    for entry in (setup._run, setup._fill_requests, setup._fill_pools):
+        if hasattr(entry, "nopython_signatures"):  # (the JIT build, not the install-time one)
+            assert len(entry.nopython_signatures) == 1
+
+
+def test_simulate_prints_the_hit_rate(tmp_path, cli):
+    """--prefix-cache on a Mooncake trace replayed as recorded: the share of prefill tokens
+    found cached is printed and in --json; off (the default) says nothing of it."""
+    import json
+    from tests.test_mooncake import ROWS, write
+    path = write(tmp_path / "t.jsonl", ROWS * 3)
+    base = ["simulate", "--workload", path, "--model", "llama-3.1-8b", "--design",
+            "baseline-h100", "--machines", "1"]
+    for value in ("on", "aware"):
+        out = cli(base + ["--prefix-cache", value])
+        assert out.code == 0, out.stderr
+        assert "prefix cache: " in out.stdout and "of prefill tokens found cached" in out.stdout
+        summary = json.loads(cli(base + ["--prefix-cache", value, "--json"]).stdout)
+        assert 0 < summary["prefix_hit_rate"] < 1
+        assert summary["pools"]["machines"]["prefix_hit_rate"] == summary["prefix_hit_rate"]
+    out = cli(base)
+    assert out.code == 0 and "prefix cache: " not in out.stdout
+    out = cli(base + ["--prefix-cache", "on", "--rate", "2", "--duration", "10"])  # resampled
+    assert out.code == 0 and "carry no prompt blocks" in out.stderr
+    assert "prefix_hit_rate" not in json.loads(cli(base + ["--json"]).stdout)
