@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore import LatencyCurves, Workload
 from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
@@ -137,6 +139,19 @@ def test_prefix_aware_routing_by_hand():
     for run in (simulate_reference(w, plain), setup.simulate_fast(w, plain)):
         assert run["prompt_machine"].tolist() == [0, 0, 1]
         assert run["prefix_hit_tokens"].tolist() == [0, 0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), name=st.sampled_from(sorted(CLUSTERS)),
+       routing=st.booleans(), prefill_first=st.booleans(), block=st.sampled_from([16, 64, 512]),
+       rate=st.sampled_from([3.0, 12.0, 40.0]), shrink=st.sampled_from([1, 2, 3]))
+def test_prefix_cache_matches_the_reference_on_any_cluster(seed, name, routing, prefill_first,
+                                                           block, rate, shrink):
+    m = dataclasses.replace(CLUSTERS[name], prefix_routing=routing, prefill_first=prefill_first)
+    m = dataclasses.replace(m, kv_capacity=m.kv_capacity // shrink + 3000)
+    w = shared_prefixes(60, seed, rate, documents=1 + seed % 6, output=(1, 120), block=block)
+    fast, _, _ = run_paused(w, m, pauses=5)
+    assert_as_reference(fast, w, m)
 
 
 def test_prefix_cache_with_failures_matches_the_reference():
