@@ -537,7 +537,8 @@ class SimulationRun:
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     window_s: float = 0.0   # the arrival window (--duration; a replayed trace: its span)
     window: dict | None = None   # the window asked (--duration or derived) and why
-    prefix_reuse_bound: dict | None = None   # a workload with prefixes: not simulated yet
+    prefix_reuse_bound: dict | None = None   # a workload with prefixes: the bound of a cache
+    prefix_cache: bool = False   # --prefix-cache on or aware (SimOptions.prefix_cache)
 
     def to_dict(self) -> dict:
         """`provision simulate --json`'s document (`provisioner.simulation`)."""
@@ -585,7 +586,8 @@ def simulate_question(question: SimulateQuestion) -> SimulationRun | CurveSimula
                          layout_record(q.cluster.design, q.model,
                                        q.sim_options.memory_reserve_fraction), q.window_s,
                          None if q.window is None else q.window.as_dict(),
-                         q.workload.echo().get("prefix_reuse_bound"))
+                         q.workload.echo().get("prefix_reuse_bound"),
+                         bool(q.sim_options.prefix_cache))
 
 
 @dataclass(eq=False)

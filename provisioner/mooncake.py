@@ -12,8 +12,9 @@ README in ../shared/traces/mooncake) is JSON lines, one request a line:
   deterministic spreading that needs no seed;
 - `input_length`, `output_length`: the prompt and output tokens;
 - `hash_ids`: one id per 512-token block of the prompt, an id standing for its whole prefix.
-  They are kept (`MooncakeTrace.blocks`) but change no simulation: prefix caching is not
-  modelled yet. `prefix_reuse` computes the bound a cache could reach.
+  They are kept (`MooncakeTrace.blocks`, and as dense ids on the workload,
+  `Workload.prefix_blocks`), so that prefix caching (`SimOptions.prefix_cache`, off by default)
+  can hit them; `prefix_reuse` computes the bound a cache could reach.
 
 A malformed line is refused with one `InputError` naming the file and the line.
 """
@@ -158,8 +159,24 @@ def read_mooncake(path: str | Path) -> MooncakeTrace:
     most = int(np.unique(stamps, return_counts=True)[1].max())
     notes.insert(0, f"{len(prompt)} requests of a Mooncake trace; the requests of one timestamp "
                     f"(up to {most}) spread evenly to the next timestamp")
-    workload = Workload(Path(path).name, arrival, prompt, output, tuple(notes))
+    dense, offsets = dense_blocks(blocks)
+    workload = Workload(Path(path).name, arrival, prompt, output, tuple(notes),
+                        prefix_blocks=dense, prefix_offsets=offsets,
+                        prefix_block_tokens=BLOCK_TOKENS)
     return MooncakeTrace(workload, tuple(blocks))
+
+
+def dense_blocks(blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The requests' hash ids as one flat array of dense ids 0..B-1 (in order of the hash ids'
+    values) and the offsets of each request's ids (len(blocks) + 1), as `Workload` keeps them
+    (`Workload.prefix_blocks`, `prefix_offsets`)."""
+    lengths = np.fromiter((len(b) for b in blocks), np.int64, count=len(blocks))
+    offsets = np.zeros(len(blocks) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (np.concatenate([np.asarray(b, np.int64) for b in blocks]) if offsets[-1]
+            else np.zeros(0, np.int64))
+    _, dense = np.unique(flat, return_inverse=True)
+    return dense.astype(np.int64).reshape(-1), offsets
 
 
 def prefix_reuse(blocks: Sequence[Sequence[int]], input_tokens: Sequence[int],
@@ -210,4 +227,4 @@ def reuse_bounds(path: str, sha256: str) -> dict:
 def reuse_line(bounds: dict) -> str:
     """The one line search and simulate print."""
     return (f"prefix reuse bound: {bounds['infinite_cache']:.0%} of input tokens seen before "
-            f"(infinite cache); not modelled in the simulation yet")
+            f"(infinite cache); --prefix-cache on simulates each instance's cache")

@@ -34,6 +34,7 @@ RECOVERIES = ("restart", "replicate")
 CURVE_SHAPES = ("step", "linear")      # a load curve between its rows (LoadCurve.linear)
 KV_ADMISSIONS = ("reserve", "paged")   # SimOptions.kv_admission
 BATCHINGS = ("mixed", "prefill-first")  # SimOptions.prefill_first
+PREFIX_CACHES = ("off", "on", "aware")   # SimOptions.prefix_cache, prefix_routing
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
@@ -245,6 +246,15 @@ class StudyOptions:
               "always mix (Sarathi-Serve).", OneOf(BATCHINGS),
         default_text="the engine's: prefill-first under sglang, else mixed; mixed with "
                      "--assumptions splitwise-sim", outcome=True)
+    prefix_cache: str = option(
+        "off", "Prefix caching: on keeps, on every instance, the KV blocks of the prompts it "
+               "prefilled in an LRU cache in its free KV memory, and a prefill computes only "
+               "the tokens past its longest cached prefix (vLLM's automatic prefix caching, "
+               "SGLang's radix cache); aware also routes each prompt to the instance where "
+               "its cached prefix outweighs the load most (SGLang's cache-aware router). Only "
+               "prompts with known blocks can hit: a Mooncake trace replayed as recorded (its "
+               "hash_ids; resampled sizes carry none).",
+        OneOf(PREFIX_CACHES), outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(docs/trust.md: Assumption presets).", OneOf(PRESETS), outcome=True)

@@ -801,6 +801,9 @@ def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
     rows `failures`, random failures, recovery), seeded by --seed."""
     options = preset_sim_options(study.assumptions, study.memory_reserve, study.kv_admission,
                                  study.batching, study.engine)
+    if study.prefix_cache != "off":
+        options = replace(options, prefix_cache=True,
+                          prefix_routing=study.prefix_cache == "aware")
     spec = spec_decode(study)
     if spec is not None:  # (paged KV counts the tokens the steps accepted: simcore.refsim)
         options = replace(options, spec_decode=spec, spec_seed=study.seed)
@@ -864,6 +867,9 @@ def sim_options_echo(study: Study) -> dict:
         echoed.pop("spec_decode")
     else:
         echoed["spec_decode"] = study.sim_options.spec_decode.as_dict()  # a run's resizing (a load curve's plan), never a study's option
+    for key in ("prefix_cache", "prefix_routing"):
+        if not echoed[key]:  # off: reports as before
+            echoed.pop(key)
     failing = study.sim_options.has_failures or study.survive_failures
     for key in FAILURE_FIELDS:
         if not failing or key == "failure_seed" or (key == "failures" and not echoed[key]):
@@ -1043,6 +1049,9 @@ def _identity_of(value: Any) -> Any:
         record.pop("spec_seed")
         if value.spec_decode is None:  # off: the key of before
             record.pop("spec_decode")
+        for key in ("prefix_cache", "prefix_routing"):
+            if not record[key]:  # off: the key of before
+                record.pop(key)
         return record
     if is_dataclass(value):          # an options group: the fields declared outcome=True
         return {f.name: getattr(value, f.name) for f in fields(value)

@@ -28,6 +28,9 @@ def simulation_summary(run) -> dict:
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
+        # prefix caching (--prefix-cache on): prefill tokens found cached, every instance
+        **({"prefix_hit_rate": round(result.prefix_hit_rate, 4)}
+           if result.feasible and result.prefix_hit_rate is not None else {}),
         "latency_source": run.latency_source,
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
 
@@ -187,4 +190,8 @@ def _pools(result, cluster) -> dict:
             "mixed_pool_s": round(float(stats["mixed_pool_s"][mask].sum()), 3)}
         if "preemptions" in stats:   # paged KV admission: decodes preempted and recomputed
             pools[label]["preemptions"] = int(stats["preemptions"][mask].sum())
+        if "prefix_hit_tokens" in stats:  # prefix caching: prefill tokens found cached
+            looked_up = int(stats["prefix_tokens"][mask].sum())
+            pools[label]["prefix_hit_rate"] = round(
+                int(stats["prefix_hit_tokens"][mask].sum()) / looked_up if looked_up else 0.0, 4)
     return pools

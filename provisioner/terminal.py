@@ -853,6 +853,16 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         from provisioner.mooncake import reuse_line
         console.print(reuse_line(summary["prefix_reuse_bound"]), highlight=False,
                       soft_wrap=True)
+    if summary.get("prefix_hit_rate") is not None:
+        pools = "; ".join(f"{label} {pool['prefix_hit_rate']:.1%}"
+                          for label, pool in summary.get("pools", {}).items()
+                          if "prefix_hit_rate" in pool)
+        console.print(f"prefix cache: {summary['prefix_hit_rate']:.1%} of prefill tokens found "
+                      f"cached ({pools})", highlight=False, soft_wrap=True)
+    elif getattr(run, "prefix_cache", False) and report.feasible:
+        err_console.print("note: --prefix-cache: these requests carry no prompt blocks (only a "
+                          "Mooncake trace replayed as recorded does), so nothing is cached",
+                          highlight=False, soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
         return

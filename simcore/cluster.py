@@ -131,6 +131,12 @@ class SimOptions:
     # Splitwise simulator); True runs the prompts alone and the decodes wait (prefill first:
     # SGLang's default scheduler, vLLM V0 and Vidur's vLLM scheduler)
     prefill_first: bool = False
+    # prefix caching (issue 41; simcore.refsim "Prefix caching"): each instance keeps the KV
+    # blocks of the prompts it prefilled in an LRU cache in its free KV memory, and a prefill
+    # computes only the tokens past its longest cached prefix; only workloads that carry prompt
+    # blocks (Workload.prefix_blocks: Mooncake traces) can hit
+    prefix_cache: bool = False
+    prefix_routing: bool = False  # with prefix_cache: route to the longest cached prefix
     # speculative decoding (issue 39; simcore.specdecode.SpecDecode, None: off): the decode
     # curves price its steps, each request's steps drawn with spec_seed
     spec_decode: object = None
@@ -195,6 +201,8 @@ class MachineArrays:
     kv_block_tokens: int = 16
     kv_watermark: float = 0.01
     prefill_first: bool = False  # SimOptions.prefill_first
+    prefix_cache: bool = False   # SimOptions.prefix_cache
+    prefix_routing: bool = False  # SimOptions.prefix_routing
 
     @property
     def count(self) -> int:
@@ -306,7 +314,8 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         regenerate=options.restart == "regenerate",
         replica_peer=peer, spans=spans, kv_paged=options.kv_admission == "paged",
         kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark),
-        prefill_first=bool(options.prefill_first))
+        prefill_first=bool(options.prefill_first), prefix_cache=bool(options.prefix_cache),
+        prefix_routing=bool(options.prefix_cache and options.prefix_routing))
 
 
 def _spec_curves(curves: LatencyCurves, options: SimOptions) -> LatencyCurves:

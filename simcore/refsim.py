@@ -96,6 +96,35 @@ tokens recomputed) a request of L output tokens in S steps holds after g >= 1 un
 + floor((L - 1)(g - 1) / S) tokens (`_Request.kv_after`: the path its context follows, 1..k+1
 tokens a step, prompt + L after its last); without speculative decoding, prompt + g.
 
+Prefix caching (`SimOptions.prefix_cache`; only with a workload that carries prompt blocks,
+`Workload.prefix_blocks`: a dense id per `prefix_block_tokens` tokens of the prompt, an id
+standing for its whole prefix): every machine keeps an LRU cache of block ids, the KV of prompts
+it prefilled. Its room is (capacity - KV held by its admitted requests) // block tokens, taken
+from the memory count at that moment (never below 0), and it is trimmed to its room (least
+recently used first) just before each lookup and just after each insertion, and only then (so
+a block in the cache also held by a running request counts twice: a simplification). A lookup
+is made when a prompt is taken into an iteration (after its KV hold is added: whole prompts as
+they join, a chunked prompt at its first piece): the longest run of its leading blocks in the
+cache is a hit of min(blocks x block tokens, prefill - 1) tokens (a prefill computes at least
+one token); those blocks become most recently used (the first one last, so a prefix outlives
+its own tail), its pending prompt tokens fall by the hit at once, and its prefill computes
+only the rest: whole, an iteration is priced with the uncached tokens (attention over the
+cached prefix is not priced; the prompt token limit still counts whole prompts); chunked, its
+pieces start after the hit (`prefilled` starts there, so `chunk_extra` prices the attention
+over the cached prefix). When its prefill ends, every block of its prompt (a recompute's too:
+blocks cover the prompt only) is inserted or refreshed, last block first, so the first ends
+most recently used. A machine that fails loses its cache. Each machine counts the tokens its
+lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`);
+a hit rate is their ratio. Prefix-aware routing (`SimOptions.prefix_routing`, with the cache):
+a request's cached prefix on a machine is the hit a lookup there would find now (the longest
+run of its leading blocks in the cache as it is, nothing trimmed or refreshed: min(blocks x
+block tokens, prefill - 1)); a baseline routes to the machine with the smallest load (pending
++ committed tokens) minus that prefix among those that can hold it, a Splitwise prompt side
+takes its own pool's machine with the fewest pending tokens minus that prefix (then as
+before: the mixed pool when that one's queue is long); ties go to the lowest index. Without
+a cached prefix anywhere, that is the choice without it. The fallback, the token side and
+recoveries route as without it.
+
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
 join their pools, by index. A machine that leaves takes no new request (the router and the
@@ -127,7 +156,7 @@ down) waits for the next repair.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,6 +199,8 @@ class _Request:
     # (prompt + g; speculative decoding: units are steps, context in 1/CONTEXT_UNITS tokens)
     context_units: int = 1
     context_rate: int = 1
+    blocks: tuple = ()           # prefix caching: its prompt's block ids
+    cached: int = 0              # prefix caching: tokens of its current prefill found cached
 
     @property
     def context(self) -> int:
@@ -218,6 +249,9 @@ class _Machine:
     prompt_chunks: int = 0            # chunked designs: prompt pieces run (whole prompt: 1)
     chunked_prefill_s: float = 0.0    # chunked designs: those pieces each priced alone
     preemptions: int = 0              # paged KV: running decodes it preempted
+    cache: OrderedDict = field(default_factory=OrderedDict)  # prefix caching: LRU first
+    prefix_hits: int = 0              # prefix caching: tokens its lookups found cached
+    prefix_tokens: int = 0            # prefix caching: prefill tokens it looked up
     retired: bool = False          # out of its pool (a plan's resize): takes no new request
     # failures
     down: bool = False
@@ -265,6 +299,12 @@ class _ReferenceSimulation:
         self.itl = np.zeros(ITL_BINS, np.int64)  # every inter-token gap, binned (cluster.py)
         self.paged, self.block = bool(m.kv_paged), int(m.kv_block_tokens)
         self.watermark = [int(w) for w in m.kv_watermark_tokens()]
+        self.prefix = bool(m.prefix_cache) and workload.has_prefix_blocks
+        self.prefix_block = int(workload.prefix_block_tokens)
+        self.routing = self.prefix and bool(m.prefix_routing)
+        if self.prefix:
+            for req in self.requests:
+                req.blocks = tuple(int(b) for b in workload.request_blocks(req.index))
 
     # ------------------------------------------------------------------ event loop
     def run(self):
@@ -347,6 +387,7 @@ class _ReferenceSimulation:
         mc.decode_wait.clear()
         mc.running, mc.batch_prompts, mc.batch_decodes, mc.batch_chunks = [], [], [], []
         mc.memory_used = mc.pending_prompt_tokens = mc.committed = 0
+        mc.cache.clear()  # prefix caching: its cache is lost with its memory
         for req, kind in lost:
             self._lose(req, kind, now, mc.detect_at)
 
@@ -439,7 +480,8 @@ class _ReferenceSimulation:
         ms = self.machines
         moved: list[_Machine] = []
         if self.m.role[0] == ROLE_BOTH:
-            prompt = token = self._least_loaded(req)
+            prompt = token = (self._least_loaded_aware(req) if self.routing
+                              else self._least_loaded(req))
         else:
             prompt = self._choose_prompt_machine(req, now, moved)
             token = self._choose_token_machine(req, now, moved) if prompt is not None else None
@@ -467,6 +509,20 @@ class _ReferenceSimulation:
         return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index),
                    default=None)
 
+    def _cached_prefix(self, req: _Request, mc: _Machine) -> int:
+        """Prefix-aware routing: the hit a lookup on mc would find now (nothing changed)."""
+        k = 0
+        for block in req.blocks:
+            if block not in mc.cache:
+                break
+            k += 1
+        return min(k * self.prefix_block, req.prefill - 1)
+
+    def _least_loaded_aware(self, req: _Request) -> _Machine | None:
+        fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
+        return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed
+                                         - self._cached_prefix(req, mc), mc.index), default=None)
+
     def _is_long(self, mc: _Machine, req: _Request) -> bool:
         return (len(mc.prompt_queue) > 0
                 and mc.pending_prompt_tokens + req.prefill > self.m.queue_threshold)
@@ -477,8 +533,10 @@ class _ReferenceSimulation:
     def _choose_prompt_machine(self, req: _Request, now: float, moved: list) -> _Machine | None:
         def fewest_pending(pool):
             return min(pool, key=lambda mc: (mc.pending_prompt_tokens, mc.index), default=None)
-        own = fewest_pending([mc for mc in self._up()
-                              if mc.role == ROLE_PROMPT and not mc.in_mixed])
+        own_pool = [mc for mc in self._up() if mc.role == ROLE_PROMPT and not mc.in_mixed]
+        own = (min(own_pool, key=lambda mc: (mc.pending_prompt_tokens
+                                             - self._cached_prefix(req, mc), mc.index),
+                   default=None) if self.routing else fewest_pending(own_pool))
         if not self.m.mixed_pool:
             return own
         if own is not None and not self._is_long(own, req):
@@ -587,7 +645,8 @@ class _ReferenceSimulation:
                 break
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
-            tokens += req.prefill
+            self._prefix_lookup(req, mc)
+            tokens += req.prefill - req.cached
         # prefill first: prompts run alone, the running decodes wait (SimOptions.prefill_first)
         decodes = [] if prompts and self.m.prefill_first else list(mc.running)
         if not prompts and not decodes:
@@ -596,9 +655,10 @@ class _ReferenceSimulation:
             curves = self.m.curves[mc.kind]
             mc.prompt_chunks += len(prompts)
             for req in prompts:
-                mc.chunked_prefill_s += float(curves.prompt_time(req.prefill))
+                mc.chunked_prefill_s += float(curves.prompt_time(req.prefill - req.cached))
         mc.batch_prompts, mc.batch_decodes = prompts, decodes
-        self._begin(mc, now, tokens, decodes, 0.0, [(req, req.prefill, 0) for req in prompts])
+        self._begin(mc, now, tokens, decodes, 0.0,
+                    [(req, req.prefill - req.cached, req.cached) for req in prompts])
 
     def _begin(self, mc: _Machine, now: float, tokens: int, decodes: list, extra: float,
                pieces: list) -> None:
@@ -643,6 +703,8 @@ class _ReferenceSimulation:
                 if not self._fits(mc, held):
                     break
                 mc.memory_used += held
+                self._prefix_lookup(req, mc)
+                req.prefilled = req.cached  # its pieces start after the cached prefix
             piece = min(req.prefill - req.prefilled, budget)
             chunks.append((req, piece, req.prefilled))
             budget -= piece
@@ -680,7 +742,7 @@ class _ReferenceSimulation:
             if req.generated == req.output:
                 self._finish(req, mc, now)
         for req in mc.batch_prompts:
-            mc.pending_prompt_tokens -= req.prefill
+            mc.pending_prompt_tokens -= req.prefill - req.cached
             self._prompt_done(req, mc, now)
         for req, piece, _ in mc.batch_chunks:
             req.prefilled += piece
@@ -694,6 +756,7 @@ class _ReferenceSimulation:
     def _prompt_done(self, req: _Request, mc: _Machine, now: float) -> None:
         """Its prefill's last piece ended: its first token (none after a loss); its decode
         continues here or, once its KV cache has arrived, on its token machine."""
+        self._prefix_insert(req, mc)
         if req.generated == 0:  # (after a loss, a re-prefill yields no token, unless it
             req.generated = 1   # regenerates: then its first token again, silently)
             if req.emitted == 0:
@@ -715,6 +778,43 @@ class _ReferenceSimulation:
             req.kv_transfer = kv_transfer_seconds(req.prefill, mc.index, req.token_machine,
                                                   self.m)
             self.kv_arrivals.append((now + req.kv_transfer, req.index))
+
+    # ------------------------------------------------------------------ prefix caching
+    def _trim_cache(self, mc: _Machine) -> None:
+        """Evict least recently used blocks down to the room its free KV memory leaves."""
+        room = max(0, mc.capacity - mc.memory_used) // self.prefix_block
+        while len(mc.cache) > room:
+            mc.cache.popitem(last=False)
+
+    def _prefix_lookup(self, req: _Request, mc: _Machine) -> None:
+        """Its prefill starts on mc: the longest run of its leading blocks cached there is a
+        hit (`req.cached`; at most its prefill - 1 tokens); those blocks become most recently
+        used, the first one last; its pending tokens fall by the hit."""
+        req.cached = 0
+        if not self.prefix:
+            return
+        self._trim_cache(mc)
+        k = 0
+        for block in req.blocks:
+            if block not in mc.cache:
+                break
+            k += 1
+        for block in reversed(req.blocks[:k]):
+            mc.cache.move_to_end(block)
+        req.cached = min(k * self.prefix_block, req.prefill - 1)
+        mc.prefix_hits += req.cached
+        mc.prefix_tokens += req.prefill
+        mc.pending_prompt_tokens -= req.cached
+
+    def _prefix_insert(self, req: _Request, mc: _Machine) -> None:
+        """Its prefill ended on mc: its blocks enter the cache (or are refreshed), the last
+        first, so that its first block is the most recently used; then the cache is trimmed."""
+        if not self.prefix:
+            return
+        for block in reversed(req.blocks):
+            mc.cache[block] = None
+            mc.cache.move_to_end(block)
+        self._trim_cache(mc)
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
@@ -752,6 +852,9 @@ class _ReferenceSimulation:
             "itl_histogram": self.itl,
             **({} if not self.paged else {
                 "preemptions": np.array([mc.preemptions for mc in ms], dtype=np.int64)}),
+            **({} if not self.prefix else {
+                "prefix_hit_tokens": np.array([mc.prefix_hits for mc in ms], dtype=np.int64),
+                "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64)}),
             **({} if not len(self.m.failures) else {
                 "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
                 "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),

@@ -57,6 +57,16 @@ class SimResult:
                 f"{len(self.machine_stats.get('role', ())):,} instances)")
 
     @property
+    def prefix_hit_rate(self) -> float | None:
+        """Prefix caching: the prefill tokens found cached over those looked up, every instance
+        together (None when the run had no prefix cache)."""
+        stats = self.machine_stats
+        if "prefix_hit_tokens" not in stats:
+            return None
+        tokens = int(np.sum(stats["prefix_tokens"]))
+        return int(np.sum(stats["prefix_hit_tokens"])) / tokens if tokens else 0.0
+
+    @property
     def makespan_s(self) -> float:
         return float(np.nanmax(self.finish_s)) if self.feasible and len(self.finish_s) else 0.0
 
@@ -245,7 +255,8 @@ def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
                        makespan: float) -> dict:
     """Per instance: its SKU, first machine, role, busy time and utilization over `makespan`,
     iterations, mean batch, peak and capacity of KV tokens, time lent to the mixed pool (and,
-    with paged KV admission, the decodes it preempted)."""
+    with paged KV admission, the decodes it preempted; with prefix caching, its prefill tokens
+    found cached, looked up, and their ratio)."""
     iterations = raw["iterations"]
     first = np.array([span[0] for span in machines.spans], dtype=np.int64)
     return {
@@ -260,4 +271,10 @@ def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
         "mixed_pool_s": raw["mixed_pool_s"],
         # paged KV admission only: running decodes each instance preempted (recomputed)
         **({} if "preemptions" not in raw else {"preemptions": raw["preemptions"]}),
+        # prefix caching only: prefill tokens found cached, prefill tokens looked up, their ratio
+        **({} if "prefix_hit_tokens" not in raw else {
+            "prefix_hit_tokens": raw["prefix_hit_tokens"],
+            "prefix_tokens": raw["prefix_tokens"],
+            "prefix_hit_rate": np.where(raw["prefix_tokens"] > 0, raw["prefix_hit_tokens"]
+                                        / np.maximum(raw["prefix_tokens"], 1), 0.0)}),
     }

@@ -49,9 +49,34 @@ class Workload:
     prompt_tokens: np.ndarray   # int64, >= 1
     output_tokens: np.ndarray   # int64, >= 1 (the first output token comes from the prompt phase)
     notes: tuple[str, ...] = field(default=())
+    # prefix caching (SimOptions.prefix_cache): each request's prompt blocks, one dense id
+    # (0..B-1) per `prefix_block_tokens` tokens of its prompt, an id standing for the whole
+    # prefix up to its block (Mooncake's hash_ids): request i's ids are
+    # prefix_blocks[prefix_offsets[i]:prefix_offsets[i + 1]]. None: no blocks (no cache hits)
+    prefix_blocks: np.ndarray | None = None    # int64, flat
+    prefix_offsets: np.ndarray | None = None   # int64, len(self) + 1
+    prefix_block_tokens: int = 512
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def has_prefix_blocks(self) -> bool:
+        return self.prefix_offsets is not None
+
+    def request_blocks(self, i: int) -> np.ndarray:
+        """Request i's prompt block ids (empty without blocks)."""
+        if self.prefix_offsets is None:
+            return np.zeros(0, np.int64)
+        return self.prefix_blocks[self.prefix_offsets[i]:self.prefix_offsets[i + 1]]
+
+    def head(self, n: int) -> "Workload":
+        """Its first n requests (their blocks too, ids kept as they are)."""
+        offsets = None if self.prefix_offsets is None else self.prefix_offsets[:n + 1]
+        blocks = None if offsets is None else self.prefix_blocks[:offsets[-1]]
+        return Workload(f"{self.name}[:{n}]", self.arrival_s[:n], self.prompt_tokens[:n],
+                        self.output_tokens[:n], self.notes, blocks, offsets,
+                        self.prefix_block_tokens)
 
 
 # ------------------------------------------------------------------------------ trace loading

@@ -50,7 +50,7 @@ def workload(n, seed, rate, prompt=(1, 3000), output=(1, 60)):
 def run_paused(w: Workload, m: MachineArrays, pauses: int = 40):
     """The fast core's run, paused at `pauses` instants over the arrivals' span; returns its
     results and the most iterations a decode run and a chunk run had in flight at a pause."""
-    state = setup.new_state(m, setup._new_requests(w))
+    state = setup.new_state(m, setup._new_requests(w), w)
     state.progress.counts[1] = len(w)
     decode_ticks = chunk_left = 0
     for until in np.linspace(0.0, float(w.arrival_s[-1]) * 1.2, pauses + 1)[1:] + 1e-4:

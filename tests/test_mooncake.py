@@ -112,11 +112,13 @@ def test_reuse_bound_by_hand():
 
 
 def test_reuse_bound_changes_no_simulation_input(tmp_path):
-    """The block ids are aside: the workload simulated is the same arrays without them."""
+    """The block ids ride along as dense prefix blocks (`Workload.prefix_blocks`), read only by
+    prefix caching (off by default: tests/test_prefix_cache.py shows they change nothing)."""
     path = write(tmp_path / "t.jsonl")
     w = workload_source(str(path)).sizes()
     assert not hasattr(w, "blocks")
-    assert set(vars(w)) <= {"name", "arrival_s", "prompt_tokens", "output_tokens", "notes"}
+    assert set(vars(w)) <= {"name", "arrival_s", "prompt_tokens", "output_tokens", "notes",
+                            "prefix_blocks", "prefix_offsets", "prefix_block_tokens"}
 
 
 @pytest.mark.parametrize("line, says", [

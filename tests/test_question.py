@@ -147,6 +147,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "assumptions": ({}, "splitwise-sim"),
     "kv_admission": ({}, "reserve"),
     "batching": ({}, "prefill-first"),
+    "prefix_cache": ({}, "on"),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
     "survive_failures": ({}, 2),
     "mtbf_hours": ({}, 1000.0),

@@ -19,6 +19,7 @@ from .latency import _chunk_extra, _decode_time, _piecewise_linear, _prompt_time
 from .structures import _heap_push, _pop_prompt
 from .pools import _refresh
 from .decode_runs import _end_decodes
+from .prefix import _prefix_lookup
 
 
 @_inlined
@@ -32,7 +33,7 @@ def _chunks_now(requests, machine, settings):
 
 
 @_inlined
-def _take_chunks(requests, machine, m, curves, budget, settings):
+def _take_chunks(requests, machine, m, curves, budget, settings, prefix):
     """Stall-free batching: prefill work from the head (the ongoing prompt first) within the
     budget, each prompt with the largest piece that fits; a prompt's KV is held from its first
     piece (as in `_take_prompts`). A prompt not finished stays at the head. Returns (count,
@@ -56,6 +57,9 @@ def _take_chunks(requests, machine, m, curves, budget, settings):
                 if machine.memory + held > machine.capacity:
                     break
             machine.memory += held
+            if settings.prefix_block > 0:  # its pieces start after its cached prefix
+                request.prefilled = _prefix_lookup(prefix, machine, m, request,
+                                                   settings.prefix_block)
         piece = min(request.prefill - request.prefilled, budget)
         request.piece = piece
         request.batch_next = NONE

@@ -25,7 +25,7 @@ ENTRY_POINTS = ("_fill_requests", "_fill_pools", "_run")
 # that none is missing), and cluster.py (`itl_bin`, the role and ITL constants).
 PACKAGE_SOURCES = ("__init__.py", "compiler.py", "records.py", "latency.py", "structures.py",
                    "pools.py", "routing.py", "decode_runs.py", "chunks.py", "failures.py",
-                   "resizes.py", "steps.py", "loop.py", "setup.py")
+                   "resizes.py", "steps.py", "loop.py", "setup.py", "prefix.py")
 CORE_SOURCES = tuple(f"fast/{name}" for name in PACKAGE_SOURCES) + ("cluster.py",)
 
 

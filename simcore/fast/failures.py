@@ -15,6 +15,7 @@ from .latency import _kv_transfer
 from .structures import _heap_pop, _heap_push, _heapify, _kv_tokens, _pop_running
 from .pools import _refresh
 from .routing import _choose_token_machine, _least_loaded, _leave_mixed_if_done, _route
+from .prefix import _clear_cache
 
 
 @_inlined
@@ -81,6 +82,8 @@ def _fail(state, m, now):
     machine.epoch += 1
     machine.detect_at = now + settings.detection
     at = machine.detect_at
+    if settings.prefix_block > 0:  # its prefix cache is lost with its memory
+        _clear_cache(state.prefix, m)
     if machine.busy:
         machine.busy_s -= machine.busy_until - now
         machine.busy = False

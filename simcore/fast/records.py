@@ -108,6 +108,8 @@ MACHINE = np.dtype([
     # decodes in the order they joined (the last one is preempted first)
     ("watermark", np.int64), ("preemptions", np.int64),
     ("run_first", np.int32), ("run_last", np.int32),
+    # prefix caching: tokens its lookups found cached, prefill tokens it looked up
+    ("prefix_hits", np.int64), ("prefix_tokens", np.int64),
 ], align=True)
 
 Curves = namedtuple("Curves", [  # knots padded into 2-D arrays (one row per SKU), with lengths
@@ -129,7 +131,14 @@ Settings = namedtuple("Settings", [
     "kv_bytes", "layers", "mixed_pool", "prompt_token_limit", "queue_threshold",
     "layerwise_min", "detection", "replicate", "chunk_tokens", "regenerate",
     "kv_paged", "kv_block",  # paged KV admission, its block in tokens
-    "prefill_first"])  # whole-prompt iterations pause the running decodes
+    "prefill_first",  # whole-prompt iterations pause the running decodes
+    "prefix_block",  # prefix caching: tokens per block (0: off)
+    "prefix_route"])  # prefix-aware routing (with prefix_block > 0)
+
+# prefix caching (`simcore.fast.prefix`): request number g's block ids are
+# ids[offsets[g]:offsets[g + 1]] (dense, 0..B-1); per (machine, block) its LRU list links and
+# whether it is cached; ends: per machine [least recently used, most recently used, count]
+Prefix = namedtuple("Prefix", ["ids", "offsets", "prev", "next", "member", "ends"])
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act
@@ -198,5 +207,6 @@ State = namedtuple("State", [
     "residues",     # paged KV: per machine, its running decodes by (context - decode_clock)
     #                 mod kv_block (a row of one unused column when not paged)
     "progress",     # Progress: next arrival, requests filled and finished, the last instant
+    "prefix",       # Prefix: the machines' prefix caches (placeholders when off)
 ])
 

@@ -16,6 +16,7 @@ from .records import (
     TREE_TOKEN_COMMITTED)
 from .structures import _push_prompt, _touch
 from .pools import _classes, _key, _refresh, _update_load_trees, _winner
+from .prefix import _aware_choice
 
 
 @_compiled
@@ -84,11 +85,10 @@ def _lend(machines, pools, m, now):
 
 
 @_compiled
-def _choose_prompt_machine(machines, settings, pools, prompt, now):
-    """Own pool; with the mixed pool, unless the queue is long: the mixed pool's best, else lend
-    the token machine with the fewest committed tokens. Returns (choice, lent machine), NONE
-    for none."""
-    own = _winner(pools, TREE_PROMPT_PENDING)
+def _choose_prompt_machine(machines, settings, pools, prompt, now, own):
+    """Own pool (`own`: its choice); with the mixed pool, unless the queue is long: the mixed
+    pool's best, else lend the token machine with the fewest committed tokens. Returns (choice,
+    lent machine), NONE for none."""
     if not settings.mixed_pool or (own != NONE and not _is_long(machines[own], settings, prompt)):
         return own, NONE
     mixed = _winner(pools, TREE_MIXED_PENDING)
@@ -123,11 +123,16 @@ def _route(state, r, now):
     prompt_m, token_m = NONE, NONE
     lent_p, lent_t = NONE, NONE
     if machines[0].role != ROLE_BOTH:
+        own = (_aware_choice(machines, state.prefix, request, settings.prefix_block, False)
+               if settings.prefix_route else _winner(pools, TREE_PROMPT_PENDING))
         prompt_m, lent_p = _choose_prompt_machine(machines, settings, pools, request.prefill,
-                                                  now)
+                                                  now, own)
         if prompt_m != NONE:
             token_m, lent_t = _choose_token_machine(machines, settings, pools,
                                                     request.reservation, now)
+    elif settings.prefix_route:
+        prompt_m = token_m = _aware_choice(machines, state.prefix, request,
+                                           settings.prefix_block, True)
     if prompt_m == NONE or token_m == NONE:
         prompt_m = token_m = _least_loaded(machines, pools, request.reservation)
     if prompt_m == NONE:

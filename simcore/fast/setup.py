@@ -14,7 +14,7 @@ from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
     CHANGED_ALL, Curves, EMPTY, Failures, Heap, INF, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
-    MACHINE_MASK, NONE, Pools, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
+    MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
 from .pools import _refresh
 from .loop import _run
@@ -181,19 +181,41 @@ def _new_failures(m: MachineArrays, n: int) -> Failures:
                     np.zeros(2, np.int64))
 
 
-def _new_settings(m: MachineArrays) -> Settings:
+def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
+    # prefix_block > 0: prefix caching on (with blocks); prefix-aware routing only then
     # Each field cast to one type: the install-time build is compiled for exactly these.
     return Settings(int(m.kv_bytes_per_token), int(m.layers), bool(m.mixed_pool),
                     int(m.prompt_token_limit), int(m.queue_threshold),
                     int(m.layerwise_min_prompt_tokens), float(m.detection_s),
                     bool(m.replicate), int(m.chunk_tokens), bool(m.regenerate),
-                    bool(m.kv_paged), int(m.kv_block_tokens), bool(m.prefill_first))
+                    bool(m.kv_paged), int(m.kv_block_tokens), bool(m.prefill_first),
+                    int(prefix_block), bool(prefix_block > 0 and m.prefix_routing))
 
 
-def new_state(m: MachineArrays, requests: np.recarray) -> State:
-    """The request records given and fresh structures: a State for `_run(state, until)`."""
+def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
+    """The machines' prefix caches, empty: real ones when the option is on and the workload
+    carries blocks, else one-block placeholders (the same types, so one compiled core)."""
+    on = workload is not None and bool(m.prefix_cache) and workload.has_prefix_blocks
+    ids = (np.ascontiguousarray(workload.prefix_blocks, dtype=np.int64) if on
+           else np.zeros(0, np.int64))
+    offsets = (np.ascontiguousarray(workload.prefix_offsets, dtype=np.int64) if on
+               else np.zeros(1, np.int64))
+    blocks = max(1, int(ids.max()) + 1 if len(ids) else 1) if on else 1
+    count = m.count if on else 1
+    ends = np.full((count, 3), NONE, np.int64)
+    ends[:, 2] = 0
+    return Prefix(ids, offsets, np.full((count, blocks), NONE, np.int32),
+                  np.full((count, blocks), NONE, np.int32),
+                  np.zeros((count, blocks), np.bool_), ends)
+
+
+def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None) -> State:
+    """The request records given and fresh structures: a State for `_run(state, until)`.
+    `workload`: the run's, for its prompt blocks (prefix caching; None: off)."""
     slots, machines = len(requests), _new_machines(m)
-    return State(requests, machines, _stacked_curves(m.curves), _new_settings(m),
+    prefix = _new_prefix(m, workload)
+    block = int(workload.prefix_block_tokens) if len(prefix.ids) else 0
+    return State(requests, machines, _stacked_curves(m.curves), _new_settings(m, block),
                  _new_heap(slots),
                  _new_heap(m.count + 2 * slots),  # + cut runs' ends (decode_runs._cut_run)
                  _new_pools(machines),
@@ -203,7 +225,7 @@ def new_state(m: MachineArrays, requests: np.recarray) -> State:
                          np.zeros(1, np.int64)),
                  np.zeros(ITL_BINS, np.int64),
                  np.zeros((m.count, int(m.kv_block_tokens) if m.kv_paged else 1), np.int64),
-                 Progress(np.zeros(3, np.int64), np.zeros(1)))
+                 Progress(np.zeros(3, np.int64), np.zeros(1)), prefix)
 
 
 def _column(records, name):  # counts and indices as int64, whatever the record holds
@@ -221,6 +243,9 @@ def _machine_results(state: State) -> dict:
             "chunked_prefill_s": _column(machines, "chunked_prefill_s"),
             **({} if not state.settings.kv_paged else {
                 "preemptions": _column(machines, "preemptions")}),
+            **({} if not state.settings.prefix_block else {
+                "prefix_hit_tokens": _column(machines, "prefix_hits"),
+                "prefix_tokens": _column(machines, "prefix_tokens")}),
             "itl_histogram": state.gaps,
             "end_s": np.float64(state.progress.clock[0])}  # the last instant
 
@@ -228,7 +253,7 @@ def _machine_results(state: State) -> dict:
 def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator.
     `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`)."""
-    state = new_state(m, _new_requests(workload, steps))
+    state = new_state(m, _new_requests(workload, steps), workload)
     state.machines.context_units[:] = 1 if steps is None else steps[3]
     state.progress.counts[1] = len(workload)
     if _run(state, INF) != RUN_DONE:

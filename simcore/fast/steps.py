@@ -26,6 +26,7 @@ from .decode_runs import (
     _cut_run, _end_decodes, _memory_ticks, _peak_before, _preempt, _start_decode_run)
 from .chunks import _chunks_now, _start_chunk_run, _take_chunks
 from .failures import _lose, _recovered
+from .prefix import _prefix_insert, _prefix_lookup
 
 
 @_inlined
@@ -77,6 +78,8 @@ def _end_prompts(state, m, now):
         if request.prefilled < request.prefill:  # more pieces to come
             r = after
             continue
+        if settings.prefix_block > 0:  # its blocks enter the machine's prefix cache
+            _prefix_insert(state.prefix, machine, m, request, settings.prefix_block)
         if request.generated == 0:
             request.generated = 1
             if request.emitted == 0:  # (else regenerated after a loss: silent)
@@ -191,10 +194,11 @@ def _admit_paged(state, machine, m):
 
 
 @_inlined
-def _take_prompts(requests, machine, m, limit, curves, chunked_design, settings):
+def _take_prompts(requests, machine, m, limit, curves, chunked_design, settings, prefix):
     """Queued prompts join from the head within the token limit (the first always does); one
-    that decodes here must also fit its reservation, else the queue waits. Returns (count,
-    tokens)."""
+    that decodes here must also fit its reservation, else the queue waits; with prefix
+    caching, each computes only the tokens past its cached prefix (`prefix._prefix_lookup`).
+    Returns (count, tokens)."""
     tokens = 0
     count = 0
     last = NONE
@@ -209,18 +213,22 @@ def _take_prompts(requests, machine, m, limit, curves, chunked_design, settings)
             break
         machine.memory += held
         r = _pop_prompt(requests, machine)
-        request.piece = request.prefill
+        cached = 0
+        if settings.prefix_block > 0:
+            cached = _prefix_lookup(prefix, machine, m, request, settings.prefix_block)
+        request.prefilled = cached
+        request.piece = request.prefill - cached
         request.batch_next = NONE
         if last != NONE:
             requests[last].batch_next = r
         else:
             machine.batch_head = r
         last = r
-        tokens += request.prefill
+        tokens += request.piece
         count += 1
         if chunked_design:  # a whole prompt is one piece
             machine.prompt_chunks += 1
-            machine.chunked_prefill_s += _prompt_time(curves, machine.kind, request.prefill)
+            machine.chunked_prefill_s += _prompt_time(curves, machine.kind, request.piece)
     return count, tokens
 
 
@@ -238,10 +246,11 @@ def _take_work(state, machine, m):
         # (speculative decoding: each decode verifies decode_q tokens)
         budget = max(0, settings.chunk_tokens
                      - curves.decode_q[machine.kind] * machine.running_count)
-        count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings)
+        count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings,
+                                            state.prefix)
         return count, tokens, extra, True
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
-                                  settings.chunk_tokens > 0, settings)
+                                  settings.chunk_tokens > 0, settings, state.prefix)
     return count, tokens, 0.0, False
 
 
@@ -256,6 +265,8 @@ def _start_iteration(state, m, now, limit):
         count, tokens, extra, chunked = 0, 0, 0.0, False
     else:
         count, tokens, extra, chunked = _take_work(state, machine, m)
+        if settings.prefix_block > 0 and count > 0:  # hits lowered its pending tokens
+            _refresh(state.pools, machines, m, CHANGED_PENDING)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
