@@ -861,7 +861,7 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       f"cached ({pools})", highlight=False, soft_wrap=True)
     elif getattr(run, "prefix_cache", False) and report.feasible:
         err_console.print("note: --prefix-cache: these requests carry no prompt blocks (only a "
-                          "Mooncake trace replayed as recorded does), so nothing is cached",
+                          "Mooncake trace's requests do), so nothing is cached",
                           highlight=False, soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
