@@ -539,6 +539,13 @@ def asked_input_lines(inputs: dict) -> list[str]:
         lines.append(f"Workload: the per-request prompt and output lengths of "
                      f"{workload.get('name')} (a serving-benchmark result), resampled under "
                      f"Poisson arrivals {at}")
+    elif workload.get("kind") == "mooncake":
+        lines.append(f"Workload: the requests of {workload.get('name')} (a Mooncake trace) with "
+                     "their prompt blocks, " + (
+                         "replayed (no --rate; other samples shift it cyclically in time)"
+                         if rate is None and inputs.get("goal", {}).get("name") != "max-rate"
+                         else f"its timeline scaled to {at[3:]}, a --duration window of it "
+                         "(from the start; other samples from other offsets)"))
     if workload.get("prefix_reuse_bound"):
         from provisioner.mooncake import reuse_line
         lines.append(reuse_line(workload["prefix_reuse_bound"]))

@@ -248,3 +248,14 @@ def test_other_traces_keep_their_samples(tmp_path):
     other = source.at(None, 30, 1, base_seed=0)
     assert other.arrival_s.tolist() == source.sizes().arrival_s.tolist()
     assert not other.has_prefix_blocks and "redrawn" in other.notes[-1]
+
+
+def test_search_says_how_its_samples_are_drawn():
+    from provisioner.terminal import asked_input_lines
+    workload = {"kind": "mooncake", "name": "t.jsonl"}
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "min-cost", "rate_rps": 3}})
+    assert "scaled to 3 req/s" in line and "prompt blocks" in line
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "min-cost"}})
+    assert "shift it cyclically" in line
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "max-rate"}})
+    assert "scaled to the searched rate" in line
