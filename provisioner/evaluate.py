@@ -191,7 +191,7 @@ class SimulationEvaluator:
         the verifier asks for every seed at every rate it verifies). The sample with the most
         requests in the window is the hardest for nearly every design, so it goes first."""
         s = self.study
-        return s.workload.requests_at(rate_rps, s.duration_s, seed)
+        return s.workload.requests_at(rate_rps, s.duration_s, seed, s.seed)
 
     def identity(self) -> dict:
         """Everything but the point and the sample seed that changes an outcome (derived from

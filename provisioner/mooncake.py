@@ -14,7 +14,8 @@ README in ../shared/traces/mooncake) is JSON lines, one request a line:
 - `hash_ids`: one id per 512-token block of the prompt, an id standing for its whole prefix.
   They are kept (`MooncakeTrace.blocks`, and as dense ids on the workload,
   `Workload.prefix_blocks`), so that prefix caching (`SimOptions.prefix_cache`, off by default)
-  can hit them; `prefix_reuse` computes the bound a cache could reach.
+  can hit them; `prefix_reuse` computes the bound a cache could reach. Every workload sample
+  of a search keeps real requests with their blocks (`simcore.workload.cyclic_window`).
 
 A malformed line is refused with one `InputError` naming the file and the line.
 """
@@ -221,7 +222,8 @@ def reuse_bounds(path: str, sha256: str) -> dict:
         bounds[f"lru_{size // 1_000_000}M_tokens"] = round(
             prefix_reuse(trace.blocks, tokens, size), 4)
     return {"block_tokens": BLOCK_TOKENS, "requests": len(tokens), **bounds,
-            "modelled": False}
+            "simulated": "a bound (one global cache, the whole file); --prefix-cache on or "
+                         "aware simulates each instance's cache on every sample"}
 
 
 def reuse_line(bounds: dict) -> str:

@@ -172,7 +172,8 @@ class StudyOptions:
         Lengths(), metavar="N|DIST", default_text="--workload's", outcome=True)
     rate: Optional[float] = option(
         None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
-              "a rate asks for its sizes under new arrivals.", positive(MAX_RATE), short="-r",
+              "a rate asks for its sizes under new arrivals (a Mooncake trace: a window of its "
+              "timeline scaled to the rate).", positive(MAX_RATE), short="-r",
         default_text=f"{DEFAULT_RATE:g} for a built-in workload", outcome=False)
     duration: Optional[float] = option(
         None, "Seconds of synthesized arrivals. Left out, derived from the workload: "
@@ -252,8 +253,8 @@ class StudyOptions:
                "the tokens past its longest cached prefix (vLLM's automatic prefix caching, "
                "SGLang's radix cache); aware also routes each prompt to the instance where "
                "its cached prefix outweighs the load most (SGLang's cache-aware router). Only "
-               "prompts with known blocks can hit: a Mooncake trace replayed as recorded (its "
-               "hash_ids; resampled sizes carry none).",
+               "prompts with known blocks can hit: a Mooncake trace's (its hash_ids; every "
+               "sample keeps real requests: with --rate, a window of its scaled timeline).",
         OneOf(PREFIX_CACHES), outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "

@@ -35,7 +35,9 @@ def variants(study: Study) -> list[tuple[str, Study]]:
                              (0, "KV transfer always layer-wise")):
         out.append((label, replace(study, sim_options=replace(
             study.sim_options, layerwise_min_prompt_tokens=threshold))))
-    if rate is not None or not study.workload.timed:
+    # a Mooncake trace's samples are windows of its own timeline (`WorkloadSource.at`): its
+    # arrivals are never drawn, so there is no burstier variant to draw
+    if (rate is not None or not study.workload.timed) and study.workload.kind != "mooncake":
         out.append(("burstier arrivals (gamma CV 2)",
                     replace(study, workload=replace(study.workload, burstiness_cv=2.0))))
     if any(r for r in _uncalibrated_designs(study)):

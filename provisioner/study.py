@@ -27,8 +27,8 @@ from simcore.perfmodel import (FittedPerformanceModel, default_performance_model
                                load_performance_model, perf_model_version)
 from simcore.performance import PerformanceModel
 from simcore.workload import (BUILTIN_TABLES_PATH, SyntheticSizes, Workload, arrival_count,
-                              builtin_workload_names, check_trace_size, load_trace,
-                              parse_lengths, resample_sizes, synthesize)
+                              builtin_workload_names, check_trace_size, cyclic_window,
+                              load_trace, parse_lengths, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the twelve, report order
@@ -108,10 +108,13 @@ class WorkloadSource:
             return True
         return self.kind == "bench" and _bench(self.path, self.sha256)[1]
 
-    def requests_at(self, rate_rps: float | None, duration_s: float, seed: int) -> int:
+    def requests_at(self, rate_rps: float | None, duration_s: float, seed: int,
+                    base_seed: int | None = None) -> int:
         """How many requests `at` gives, without drawing their sizes."""
         if rate_rps is None:
             return len(self.sizes())
+        if self.kind == "mooncake":
+            return len(self.at(rate_rps, duration_s, seed, base_seed))
         return arrival_count(rate_rps, duration_s, seed, **self._arrival())
 
     def _arrival(self) -> dict:
@@ -133,7 +136,7 @@ class WorkloadSource:
 
     def echo(self) -> dict:
         """report.json's workload: its identity, and for a workload with prefixes (a Mooncake
-        trace) the prefix-reuse bound, which no simulation uses yet."""
+        trace) the prefix-reuse bound (what `--prefix-cache` simulates per instance)."""
         echo = self.identity()
         if self.kind == "mooncake":
             from provisioner.mooncake import reuse_bounds
@@ -146,15 +149,26 @@ class WorkloadSource:
         new arrivals. A trace replayed as it is
         (rate None) is itself for the base seed; any other seed keeps its arrival times and
         redraws its (prompt, output) pairs, so the burstiness of the real trace is kept while
-        the sizes vary as they would on another day."""
+        the sizes vary as they would on another day.
+
+        A workload with prefix blocks (a Mooncake trace) keeps its real requests, blocks and
+        all, in every sample (`cyclic_window`): without a rate, the trace itself for the base
+        seed and the trace shifted cyclically in time for any other; with a rate, a window of
+        `duration_s` of its timeline scaled to that rate (from 0 for the base seed, from an
+        offset drawn from the seed for any other)."""
         arrival = self._arrival()
+        base = seed == (base_seed if base_seed is not None else seed)
+        if self.kind == "mooncake":
+            trace = self.sizes()
+            if rate_rps is None and base:
+                return trace
+            return cyclic_window(trace, None if base else seed, rate_rps, duration_s)
         if self.kind in SYNTHESIZED and (rate_rps is not None or not self.timed):
             return synthesize(self.sizes(), rate_rps, duration_s, seed, **arrival)
         trace = self.sizes()
         if rate_rps is not None:
             return synthesize(trace, rate_rps, duration_s, seed, **arrival)
-        return trace if seed == (base_seed if base_seed is not None else seed) else \
-            resample_sizes(trace, seed)
+        return trace if base else resample_sizes(trace, seed)
 
 
 # sizes to draw under Poisson arrivals at a rate (a result file's recorded send times are

@@ -539,6 +539,13 @@ def asked_input_lines(inputs: dict) -> list[str]:
         lines.append(f"Workload: the per-request prompt and output lengths of "
                      f"{workload.get('name')} (a serving-benchmark result), resampled under "
                      f"Poisson arrivals {at}")
+    elif workload.get("kind") == "mooncake":
+        lines.append(f"Workload: the requests of {workload.get('name')} (a Mooncake trace) with "
+                     "their prompt blocks, " + (
+                         "replayed (no --rate; other samples shift it cyclically in time)"
+                         if rate is None and inputs.get("goal", {}).get("name") != "max-rate"
+                         else f"its timeline scaled to {at[3:]}, a --duration window of it "
+                         "(from the start; other samples from other offsets)"))
     if workload.get("prefix_reuse_bound"):
         from provisioner.mooncake import reuse_line
         lines.append(reuse_line(workload["prefix_reuse_bound"]))
@@ -861,7 +868,7 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                       f"cached ({pools})", highlight=False, soft_wrap=True)
     elif getattr(run, "prefix_cache", False) and report.feasible:
         err_console.print("note: --prefix-cache: these requests carry no prompt blocks (only a "
-                          "Mooncake trace replayed as recorded does), so nothing is cached",
+                          "Mooncake trace's requests do), so nothing is cached",
                           highlight=False, soft_wrap=True)
     if not report.feasible:
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)

@@ -487,3 +487,73 @@ def resample_sizes(trace: Workload, seed: int) -> Workload:
     return Workload(f"{trace.name}/sizes-seed{seed}", trace.arrival_s,
                     trace.prompt_tokens[picks], trace.output_tokens[picks],
                     (*trace.notes, note))
+
+
+# ------------------------------------------------------------------------------ trace windows
+def cyclic_span(trace: Workload) -> float:
+    """The period of a trace repeated end to end: its span from the first to the last arrival
+    plus one mean gap (so the step from its last request to the first of the next round is a
+    typical one, and its rate, requests / period, is exact over rounds); 1 s for a trace of
+    one request or one instant."""
+    n = len(trace)
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if n else 0.0
+    return span * n / (n - 1) if n > 1 and span > 0 else 1.0
+
+
+def cyclic_window(trace: Workload, seed: int | None, rate_rps: float | None = None,
+                  duration_s: float | None = None) -> Workload:
+    """Real requests of the trace, blocks and all, in a window of its timeline repeated end to
+    end (period `cyclic_span`): another order of the same traffic, for a trace whose requests
+    cannot be redrawn one by one (their prefix blocks tie them to each other).
+
+    - `rate_rps` None: the whole period from an offset: the requests from the offset on first,
+      the earlier ones after them, one period later; every request once.
+    - `rate_rps` R: the timeline is scaled by (the trace's rate / R), so that it runs at R, and
+      the sample is its window [offset, offset + duration_s): about R x duration_s requests.
+      A request appears at most once: a window longer than the scaled period (R x duration_s >
+      the trace's requests) is shortened to that period, and its note says so.
+
+    The offset is uniform in the (scaled) period, drawn from `seed`; seed None is offset 0.
+    Arrivals are seconds from the window's start. The same inputs give identical arrays."""
+    n = len(trace)
+    if n == 0:
+        raise InputError("an empty trace has no window")
+    if rate_rps is not None:
+        _check_synthesis_options(rate_rps, duration_s, 0 if seed is None else seed, "poisson", 1.0)
+    period = cyclic_span(trace)
+    scale = 1.0 if rate_rps is None else (n / period) / rate_rps
+    period *= scale
+    offset = 0.0 if seed is None else float(np.random.default_rng(seed).uniform(0.0, period))
+    length = period if duration_s is None or rate_rps is None else min(float(duration_s), period)
+    at = np.mod((trace.arrival_s - trace.arrival_s[0]) * scale - offset, period)
+    at = np.where(at >= period, at - period, at)        # rounding: keep it within the period
+    inside = np.flatnonzero(at < length)
+    if len(inside) == 0:
+        raise InputError(f"rate x duration ({rate_rps:g} req/s x {duration_s:g} s) is too small: "
+                         f"the window of {trace.name} from {offset:.3f} s holds no request "
+                         f"(seed {seed})")
+    picks = inside[np.argsort(at[inside], kind="stable")]
+    blocks = offsets = None
+    if trace.prefix_offsets is not None:
+        starts, ends = trace.prefix_offsets[picks], trace.prefix_offsets[picks + 1]
+        offsets = np.zeros(len(picks) + 1, np.int64)
+        np.cumsum(ends - starts, out=offsets[1:])
+        take = np.repeat(starts - offsets[:-1], ends - starts) + np.arange(offsets[-1])
+        blocks = trace.prefix_blocks[take]
+    if rate_rps is None:
+        name = f"{trace.name}/shift-seed{seed}"
+        note = (f"{trace.name} shifted cyclically by {offset:.1f} s of its {period:.1f} s "
+                f"(seed {seed}): the same {n} requests, the later ones first")
+    else:
+        drawn = "from the start" if seed is None else f"seed {seed}"
+        name = f"{trace.name}@{rate_rps:g}rps/{duration_s:g}s/" + \
+            ("window" if seed is None else f"window-seed{seed}")
+        note = (f"{trace.name} scaled to {rate_rps:g} req/s (x{scale:.4g} in time) and repeated "
+                f"end to end, window [{offset:.1f}, {offset + length:.1f}) s: {len(picks)} of "
+                f"its requests ({drawn})")
+        if length < duration_s:
+            note += (f"; the window is shortened from {duration_s:g} s to the scaled span "
+                     f"({length:.1f} s) so that no request appears twice")
+    return Workload(name, at[picks], trace.prompt_tokens[picks], trace.output_tokens[picks],
+                    (*trace.notes, note), blocks, offsets, trace.prefix_block_tokens)
+

@@ -66,15 +66,13 @@ def test_recognised_by_content(tmp_path):
     source = workload_source(str(path))
     assert source.kind == "mooncake" and source.timed
     assert len(source.sizes()) == 6
-    # no rate: the trace itself for the base seed; another seed redraws sizes, keeps arrivals
+    # no rate: the trace itself for the base seed; another seed the same requests shifted
+    # (test_samples_keep_blocks); with --rate, a window of its scaled timeline
     assert source.at(None, 60, 0, 0) is source.sizes()
-    other = source.at(None, 60, 1, 0)
-    assert other.arrival_s.tolist() == source.sizes().arrival_s.tolist()
-    # with --rate: its lengths under Poisson arrivals, as a CSV trace
-    poisson = source.at(5.0, 100, 3)
-    assert set(poisson.prompt_tokens.tolist()) <= {r["input_length"] for r in ROWS}
+    window = source.at(5.0, 100, 3)
+    assert set(window.prompt_tokens.tolist()) <= {r["input_length"] for r in ROWS}
     again = source.at(5.0, 100, 3)
-    assert poisson.arrival_s.tolist() == again.arrival_s.tolist()
+    assert window.arrival_s.tolist() == again.arrival_s.tolist()
     csv = tmp_path / "t.csv"
     csv.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,10\n")
     assert not is_mooncake(csv) and workload_source(str(csv)).kind == "trace"
@@ -87,7 +85,7 @@ def test_echo_carries_the_bound_only_for_prefixes(tmp_path):
     path = write(tmp_path / "t.jsonl")
     echo = workload_source(str(path)).echo()
     assert echo["kind"] == "mooncake"
-    assert echo["prefix_reuse_bound"]["modelled"] is False
+    assert "--prefix-cache" in echo["prefix_reuse_bound"]["simulated"]
     assert "prefix_reuse_bound" not in workload_source("coding").echo()
 
 
@@ -176,3 +174,88 @@ def test_conversation_trace_arrivals():
     assert len(w) == 12031 and len(trace.blocks) == 12031
     assert np.all(np.diff(w.arrival_s) > 0)   # no two requests at one instant
     assert w.arrival_s[:3].tolist() == pytest.approx([0.0, 0.3, 0.6])
+
+
+# ---------------------------------------------------------------- samples keep their blocks
+def _requests(w) -> list[tuple]:
+    """Each request of a sample as (prompt, output, its block ids)."""
+    return [(int(p), int(o), tuple(w.request_blocks(i).tolist()))
+            for i, (p, o) in enumerate(zip(w.prompt_tokens, w.output_tokens))]
+
+
+def _long_rows(n: int = 60) -> list[dict]:
+    """n requests, 1 s apart, distinct sizes; request i's blocks [i % 5, 100 + i]: five shared
+    first blocks, each request's own second block."""
+    return [{"timestamp": 1000 * i, "input_length": 600 + i, "output_length": 10 + i,
+             "hash_ids": [i % 5, 100 + i]} for i in range(n)]
+
+
+def test_samples_keep_blocks(tmp_path):
+    source = workload_source(str(write(tmp_path / "long.jsonl", _long_rows())))
+    trace = source.sizes()
+    own = set(_requests(trace))
+    assert len(own) == 60
+    # the base sample is the trace itself
+    assert source.at(None, 30, 7, base_seed=7) is trace
+    # another seed: the same requests, blocks and all, shifted cyclically in time
+    shifted = source.at(None, 30, 1, base_seed=7)
+    assert shifted.has_prefix_blocks and shifted.prefix_block_tokens == trace.prefix_block_tokens
+    assert sorted(_requests(shifted)) == sorted(_requests(trace))
+    assert _requests(shifted) != _requests(trace)
+    assert np.all(np.diff(shifted.arrival_s) >= 0) and shifted.arrival_s[0] >= 0
+    # in the trace's cyclic order: consecutive requests stay consecutive (i, i + 1 mod 60)
+    order = [p - 600 for p, _, _ in _requests(shifted)]
+    assert all((b - a) % 60 == 1 for a, b in zip(order, order[1:]))
+    # still 1 s apart, the wrap too (the period is the span plus one mean gap: 60 s)
+    assert np.allclose(np.diff(shifted.arrival_s), 1.0)
+    # deterministic in its seed, another seed another order
+    assert _requests(source.at(None, 30, 1, base_seed=7)) == _requests(shifted)
+    assert _requests(source.at(None, 30, 2, base_seed=7)) != _requests(shifted)
+    assert source.requests_at(None, 30, 1, 7) == 60
+
+
+def test_rate_windows_scale_the_count(tmp_path):
+    source = workload_source(str(write(tmp_path / "long.jsonl", _long_rows())))
+    trace = source.sizes()
+    own = set(_requests(trace))
+    # the trace runs at 1 req/s; at 2 req/s its timeline is halved: 20 s hold 40 requests
+    base = source.at(2.0, 20, 0, base_seed=0)
+    assert len(base) == 40 == source.requests_at(2.0, 20, 0, 0)
+    assert [p - 600 for p, _, _ in _requests(base)] == list(range(40))   # from the start
+    assert np.allclose(base.arrival_s, np.arange(40) * 0.5)
+    other = source.at(2.0, 20, 3, base_seed=0)
+    assert len(other) == source.requests_at(2.0, 20, 3, 0) in (40, 41)
+    assert set(_requests(other)) <= own                   # real requests with their own blocks
+    assert len(set(_requests(other))) == len(other)       # none twice
+    assert _requests(other) != _requests(base)
+    assert _requests(source.at(2.0, 20, 3, base_seed=0)) == _requests(other)
+    # 0.5 req/s over 60 s: 30 requests; the count follows the rate
+    assert len(source.at(0.5, 60, 0, base_seed=0)) == 30
+    # a window longer than the scaled span is shortened to it: every request once
+    long = source.at(2.0, 100, 4, base_seed=0)
+    assert len(long) == 60 and sorted(_requests(long)) == sorted(_requests(trace))
+    assert long.arrival_s[-1] < 30 and "shortened" in long.notes[-1]
+    with pytest.raises(InputError, match="too small"):
+        source.at(0.001, 1, 3, base_seed=0)   # 1 s of a 60,000 s period, from a random offset
+
+
+def test_other_traces_keep_their_samples(tmp_path):
+    # a CSV trace: other seeds redraw sizes under the trace's own arrivals, as before
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n" +
+                   "".join(f"{i},{100 + i},{10 + i}\n" for i in range(20)))
+    source = workload_source(str(csv))
+    other = source.at(None, 30, 1, base_seed=0)
+    assert other.arrival_s.tolist() == source.sizes().arrival_s.tolist()
+    assert not other.has_prefix_blocks and "redrawn" in other.notes[-1]
+
+
+def test_search_says_how_its_samples_are_drawn():
+    from provisioner.terminal import asked_input_lines
+    workload = {"kind": "mooncake", "name": "t.jsonl"}
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "min-cost", "rate_rps": 3}})
+    assert "scaled to 3 req/s" in line and "prompt blocks" in line
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "min-cost"}})
+    assert "shift it cyclically" in line
+    [line] = asked_input_lines({"workload": workload, "goal": {"name": "max-rate"}})
+    assert "scaled to the searched rate" in line

@@ -283,6 +283,8 @@ def test_simulate_prints_the_hit_rate(tmp_path, cli):
         assert summary["pools"]["machines"]["prefix_hit_rate"] == summary["prefix_hit_rate"]
     out = cli(base)
     assert out.code == 0 and "prefix cache: " not in out.stdout
-    out = cli(base + ["--prefix-cache", "on", "--rate", "2", "--duration", "10"])  # resampled
-    assert out.code == 0 and "carry no prompt blocks" in out.stderr
+    # with --rate: a window of the trace's timeline scaled to the rate, its requests' blocks kept
+    out = cli(base + ["--prefix-cache", "on", "--rate", "2", "--duration", "6"])
+    assert out.code == 0 and "carry no prompt blocks" not in out.stderr
+    assert "of prefill tokens found cached" in out.stdout and "window" in out.stdout
     assert "prefix_hit_rate" not in json.loads(cli(base + ["--json"]).stdout)
