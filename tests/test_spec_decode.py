@@ -17,6 +17,7 @@ from simcore.refsim import simulate_reference
 from simcore.specdecode import CONTEXT_UNITS, SpecDecode, decode_steps, step_plan
 from tests.harness import assert_bad_input
 from tests.test_fast_runs import CURVES, SLOW, machines, workload
+from tests.test_paged_kv import PAGED   # (its clusters, where paged blocks run out)
 
 MTP = SpecDecode("mtp", 1, (0.85,), 1 / 80)
 EAGLE = SpecDecode("eagle", 3, (0.8, 0.7, 0.6), 1 / 32)
@@ -66,17 +67,6 @@ def test_fast_core_agrees_with_the_reference_per_request(name, spec, seed):
     assert np.all(np.isfinite(ref["finish_s"]))
 
 
-# paged KV admission: the clusters of tests/test_paged_kv.py, where blocks run out
-PAGED = {
-    "splitwise": machines([ROLE_PROMPT] * 2 + [ROLE_TOKEN], [9000] * 2 + [12000],
-                          kinds=[0, 0, 1], kv_paged=True),
-    "lent": machines([ROLE_PROMPT] * 3 + [ROLE_TOKEN], [9000] * 3 + [3000],
-                     kinds=[0, 0, 1, 1], kv_paged=True),
-    "baseline": machines([ROLE_BOTH] * 3, [6000] * 3, limit=512, kv_paged=True),
-    "chunked": machines([ROLE_BOTH] * 2, [6000] * 2, chunk_tokens=256, kv_paged=True),
-    "splitwise-chunked": machines([ROLE_PROMPT] * 2 + [ROLE_TOKEN] * 2, [9000] * 2 + [6000] * 2,
-                                  kinds=[0, 0, 1, 1], chunk_tokens=256, kv_paged=True),
-}
 
 
 def run_paused(w, m, steps, pauses=40):
