@@ -25,7 +25,7 @@ from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore.cluster import Cluster, SimOptions, Stalled
 from simcore.fastsim import TooManyInFlight, run_streamed
 from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
-from simcore.specdecode import CONTEXT_UNITS, decode_steps, step_plan
+from simcore.specdecode import decode_steps, step_plan
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
 from simcore.workload import Workload, _arrival_times, _size_sampler
@@ -223,8 +223,7 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
                               min(CHUNK_REQUESTS, slots // 4), linear)
         if spec is not None:
             chunks = with_step_plans(chunks, spec, options.spec_seed)
-        raw = run_streamed(machines, checked(chunks), slots, harvest,
-                           1 if spec is None else CONTEXT_UNITS)
+        raw = run_streamed(machines, checked(chunks), slots, harvest)
     except _Unservable as err:
         return CurveRun(False, str(err), tuple(counts))
     except TooManyInFlight as err:

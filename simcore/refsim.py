@@ -509,14 +509,19 @@ class _ReferenceSimulation:
         return min(fits, key=lambda mc: (mc.pending_prompt_tokens + mc.committed, mc.index),
                    default=None)
 
-    def _cached_prefix(self, req: _Request, mc: _Machine) -> int:
-        """Prefix-aware routing: the hit a lookup on mc would find now (nothing changed)."""
+    @staticmethod
+    def _matched_blocks(req: _Request, mc: _Machine) -> int:
+        """How many of the request's leading blocks mc's cache holds."""
         k = 0
         for block in req.blocks:
             if block not in mc.cache:
                 break
             k += 1
-        return min(k * self.prefix_block, req.prefill - 1)
+        return k
+
+    def _cached_prefix(self, req: _Request, mc: _Machine) -> int:
+        """Prefix-aware routing: the hit a lookup on mc would find now (nothing changed)."""
+        return min(self._matched_blocks(req, mc) * self.prefix_block, req.prefill - 1)
 
     def _least_loaded_aware(self, req: _Request) -> _Machine | None:
         fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
@@ -794,11 +799,7 @@ class _ReferenceSimulation:
         if not self.prefix:
             return
         self._trim_cache(mc)
-        k = 0
-        for block in req.blocks:
-            if block not in mc.cache:
-                break
-            k += 1
+        k = self._matched_blocks(req, mc)
         for block in reversed(req.blocks[:k]):
             mc.cache.move_to_end(block)
         req.cached = min(k * self.prefix_block, req.prefill - 1)

@@ -445,11 +445,7 @@ def _size_sampler(sizes: str | Workload):
     if isinstance(sizes, Workload):
         if len(sizes) == 0:
             raise InputError(f"workload '{sizes.name}' has no requests to sample sizes from")
-
-        def resample(rng: np.random.Generator, count: int):
-            picks = rng.integers(0, len(sizes), size=count)
-            return sizes.prompt_tokens[picks], sizes.output_tokens[picks]
-        return resample, sizes.name, f"sizes resampled from the {len(sizes)} requests of {sizes.name}"
+        sizes = ResampledSizes(sizes)
     if isinstance(sizes, ResampledSizes):
         return sizes.sample, sizes.name, (f"sizes resampled from the {len(sizes.workload)} "
                                           f"requests of {sizes.name}")

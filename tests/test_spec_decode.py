@@ -300,7 +300,7 @@ def test_a_curve_run_under_spec_decode_is_the_whole_run_of_its_chunks_plans(spec
     def harvest(first, records):
         for key, column in got.items():
             column[first:first + len(records)] = records[key]
-    raw = setup.run_streamed(machines, iter(chunks), 64, harvest, CONTEXT_UNITS)
+    raw = setup.run_streamed(machines, iter(chunks), 64, harvest)
     np.testing.assert_array_equal(got["first_token"], whole["first_token_s"])
     np.testing.assert_array_equal(got["finish"], whole["finish_s"])
     np.testing.assert_array_equal(raw["itl_histogram"], whole["itl_histogram"])

@@ -50,18 +50,32 @@ def _lru_to_front(prefix, m, b):
 
 
 @_compiled
-def _trim_cache(prefix, machine, m, block):
-    """Evict least recently used blocks down to the room its free KV memory leaves."""
-    room = max(0, machine.capacity - machine.memory) // block
+def _evict_to(prefix, m, room):
+    """Evict machine m's least recently used blocks until at most `room` are left."""
     while prefix.ends[m, 2] > room:
         _lru_unlink(prefix, m, prefix.ends[m, 0])
 
 
 @_compiled
+def _trim_cache(prefix, machine, m, block):
+    """Evict least recently used blocks down to the room its free KV memory leaves."""
+    _evict_to(prefix, m, max(0, machine.capacity - machine.memory) // block)
+
+
+@_compiled
 def _clear_cache(prefix, m):
     """Machine m failed: its cache is lost."""
-    while prefix.ends[m, 2] > 0:
-        _lru_unlink(prefix, m, prefix.ends[m, 0])
+    _evict_to(prefix, m, 0)
+
+
+@_compiled
+def _matched_blocks(prefix, m, request):
+    """How many of the request's leading blocks machine m's cache holds."""
+    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
+    k = 0
+    while start + k < stop and prefix.member[m, prefix.ids[start + k]]:
+        k += 1
+    return k
 
 
 @_compiled
@@ -70,10 +84,8 @@ def _prefix_lookup(prefix, machine, m, request, block):
     is a hit of at most its prefill - 1 tokens; those blocks become most recently used (the
     first one last); its pending tokens fall by the hit. Returns the hit in tokens."""
     _trim_cache(prefix, machine, m, block)
-    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
-    k = 0
-    while start + k < stop and prefix.member[m, prefix.ids[start + k]]:
-        k += 1
+    start = prefix.offsets[request.number]
+    k = _matched_blocks(prefix, m, request)
     for i in range(start + k - 1, start - 1, -1):
         _lru_to_front(prefix, m, prefix.ids[i])
     hit = min(k * block, request.prefill - 1)
@@ -96,11 +108,7 @@ def _prefix_insert(prefix, machine, m, request, block):
 @_compiled
 def _cached_prefix(prefix, m, request, block):
     """Prefix-aware routing: the hit a lookup on machine m would find now (nothing changed)."""
-    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
-    k = 0
-    while start + k < stop and prefix.member[m, prefix.ids[start + k]]:
-        k += 1
-    return min(k * block, request.prefill - 1)
+    return min(_matched_blocks(prefix, m, request) * block, request.prefill - 1)
 
 
 @_compiled

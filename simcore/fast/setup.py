@@ -281,7 +281,7 @@ class TooManyInFlight(RuntimeError):
     """A streamed run needed a slot whose request had not finished."""
 
 
-def run_streamed(m: MachineArrays, chunks, slots: int, harvest, context_units: int = 1) -> dict:
+def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
     """Run the compiled core over arrivals given chunk by chunk, keeping `slots` request records
     instead of one per request: the same run as `simulate_fast` on all the chunks' requests
     at once (the same instants, in the same order: requests are ordered by their number, not
@@ -289,16 +289,14 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest, context_units: i
 
     `chunks` yields (arrival_s, prompt_tokens, output_tokens) arrays, arrivals in order across
     chunks, each chunk at most slots // 2 requests; under speculative decoding each chunk also
-    carries its requests' step plan (`simcore.specdecode.step_plan`, whose context units are
-    `context_units`), as `simulate_fast` takes `steps` for a whole run. Request g (numbered in arrival order) lives
-    in slot g % slots; before a slot is filled again, its finished request is handed over:
+    carries its requests' step plan (`simcore.specdecode.step_plan`), as `simulate_fast` takes
+    `steps` for a whole run. Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled again, its finished request is handed over:
     `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
     it before returning) in order, every request exactly once. Raises TooManyInFlight when a
     request still holds its slot when it is needed (slots arrivals after it), Stalled when the
     run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
     but the per-request ones)."""
     state = new_state(m, np.empty(slots, REQUEST).view(np.recarray))
-    state.machines.context_units[:] = context_units
     requests, progress = state.requests, state.progress
     handed = 0
 
@@ -330,6 +328,8 @@ def _advance(state: State, chunk, until: float, hand_over) -> None:
     then run up to `until`."""
     arrival, prompt, output = chunk[:3]
     steps = chunk[3] if len(chunk) > 3 else None   # (speculative decoding's plan)
+    if steps is not None:
+        state.machines.context_units[:] = steps[3]   # (the plan's units, as simulate_fast)
     slots = len(state.requests)
     if len(arrival) > slots // 2:
         raise ValueError(f"a chunk of {len(arrival):,} requests is more than half the "
