@@ -48,7 +48,7 @@ from provisioner.unitcosts import attach_unit_costs
 from provisioner.simulation import curve_summary, simulation_summary
 from provisioner.sensitivity import variants as sensitivity_variants
 from provisioner.tables import answer_sentence, layout_label
-from provisioner.study import (ENGINE_NAMES, DesignResult, PerfSource, Study, Window,
+from provisioner.study import (ENGINE_NAMES, DesignResult, Metrics, PerfSource, Study, Window,
                                WorkloadSource, window_text)
 from provisioner.verify import (SCREEN_SEEDS, Verifier, attach_verification,
                                 recheck_cached_optimum, verification_seeds)
@@ -362,8 +362,11 @@ def _run_study(study: Study, execution: Execution, on_batch: OnBatch | None,
         stats = add_stats(stats, more)
     for result in results:
         result.uncalibrated = uncalibrated(result.design, study)
+    # (`resilience` False: a search another one runs, whose optima alone are wanted)
     if study.survive_failures and resilience:
         price_of_resilience(study, execution, results, on_batch)
+    if study.sim_options.prefix_cache and resilience:
+        stats = add_stats(stats, cache_savings(study, execution, results, on_batch))
     plan = None
     if study.load_curve is not None:   # every other window rate searched, then the plans
         plan, more = loadcurve.load_plan(study, partial(run_study, execution=execution,
@@ -417,6 +420,8 @@ def planned_searches(study: Study) -> int:
         count += len(loadcurve.other_rates(study))
     if study.settings.sensitivity:
         count += len(sensitivity_variants(study.auxiliary()))
+    if study.sim_options.prefix_cache:
+        count += 1
     return count
 
 
@@ -502,6 +507,41 @@ def price_of_resilience(study: Study, execution: Execution, results: list[Design
                 if study.goal.name == "max-rate":  # same budget: the rate given up
                     entry[label]["rate_ratio"] = o.rate_rps / base.rate_rps
         result.resilience = entry
+
+
+def cache_savings(study: Study, execution: Execution, results: list[DesignResult],
+                  on_batch: OnBatch | None = None) -> RunStats:
+    """--prefix-cache on|aware: the same question searched with the cache off, and per design
+    what the cache saved against that optimum (`DesignResult.prefix_savings`: both optima, and
+    the cost and power saved, or for max-rate the rate gained within the same budget).
+    Returns the extra search's counts."""
+    plain = study.auxiliary(sim_options=replace(study.sim_options, prefix_cache=False,
+                                                prefix_routing=False))
+    found = run_study(plain, execution, on_batch, resilience=False)
+    without = {r.design.name: r.optimum for r in found.designs}
+    for result in results:
+        result.prefix_savings = savings_entry(result.optimum, without.get(result.design.name),
+                                              study.goal.name)
+    return found.stats
+
+
+def savings_entry(cached: Metrics | None, plain: Metrics | None, goal: str) -> dict:
+    """One design's optima with and without the prefix cache (None: infeasible), and what
+    the cache saved when both exist: cost and power (a fraction of the uncached optimum's),
+    or, for max-rate, the rate it adds within the same budget."""
+    def optimum(o: Metrics | None) -> dict | None:
+        return None if o is None else {**machines_of(o), "rate_rps": o.rate_rps,
+                                       "cost_per_hour": o.cost_per_hour, "power_kw": o.power_kw}
+
+    entry = {"without_cache": optimum(plain), "with_cache": optimum(cached)}
+    if cached is not None and plain is not None:
+        if goal == "max-rate":
+            entry["rate_gain"] = cached.rate_rps / plain.rate_rps - 1.0
+        else:
+            entry["cost_saved_per_hour"] = plain.cost_per_hour - cached.cost_per_hour
+            entry["cost_saved"] = 1.0 - cached.cost_per_hour / plain.cost_per_hour
+            entry["power_saved"] = 1.0 - cached.power_kw / plain.power_kw
+    return entry
 
 
 def check_writable_dir(path: str | Path, field_name: str) -> None:

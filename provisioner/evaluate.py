@@ -176,15 +176,18 @@ class SimulationEvaluator:
         return self.run_latencies(point, seed)[0]
 
     def run_latencies(self, point: Point, seed: int):
-        """(`latency_values`, and the run's TTFT / TPOT / E2E in seconds when it was simulated
-        here, else None) of the point's run on sample `seed`."""
+        """(`latency_values`, the run's TTFT / TPOT / E2E in seconds, and its prefix-cache hit
+        rate) of the point's run on sample `seed`; the last two are None when the run was kept
+        from its verification rather than simulated here (the hit rate also without a prefix
+        cache)."""
         kept = _kept(self, point, seed)
         if kept is not None:
-            return kept, None
+            return kept, None, None
         result = self.simulate(point, seed)[0]
         seconds = ({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s,
                     "itl": result.itl_histogram} if result.feasible else None)
-        return latency_values(result, self.study.slo), seconds
+        hit_rate = result.prefix_hit_rate if result.feasible else None
+        return latency_values(result, self.study.slo), seconds, hit_rate
 
     def sample_size(self, rate_rps: float | None, seed: int) -> int:
         """Requests in the workload sample drawn with `seed` at `rate_rps` (its arrivals only:

@@ -17,7 +17,8 @@ from importlib import resources
 from typing import Sequence
 
 from provisioner.tables import answer_sentence, layout_label, no_optimum_text
-from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+from provisioner.tables import (RESILIENCE_COLUMNS, SAVINGS_COLUMNS, resilience_rows,
+                                resilience_title, savings_rows, savings_title,
                                 sensitivity_cells)
 from provisioner.study import DesignResult, Metrics, window_text
 from provisioner import unitcosts
@@ -153,7 +154,7 @@ def optimum_html(document: dict) -> str:
     assumed = f"<h2>Modelling assumptions</h2><table>{assumptions}</table>" if assumptions else ""
     return (f"<h2>Optimum per design</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
             f"{notes}{_latency_html(document)}{_unit_costs_html(document)}"
-            f"{_resilience_html(document)}"
+            f"{_resilience_html(document)}{_savings_html(document)}"
             f"{_sensitivity_html(document)}{assumed}")
 
 
@@ -180,6 +181,12 @@ def _unit_costs_html(document: dict) -> str:
     """Each optimum's tokens/s, $ and kWh per million tokens (`provisioner.unitcosts`)."""
     return _text_table(unitcosts.HTML_TITLE, ["design", *unitcosts.COLUMNS],
                        unitcosts.unit_cost_rows(document))
+
+
+def _savings_html(document: dict) -> str:
+    """--prefix-cache on|aware: each design's optimum with and without the cache."""
+    rows = savings_rows(document)
+    return _text_table(savings_title(document), ["design", *SAVINGS_COLUMNS], rows)
 
 
 def _resilience_html(document: dict) -> str:

@@ -89,6 +89,8 @@ def design_dict(result: DesignResult) -> dict:
                              for cell in result.non_monotone],
             **({"resilience": _rounded_tree(result.resilience)}
                if result.resilience is not None else {}),
+            **({"prefix_cache_savings": _rounded_tree(result.prefix_savings)}
+               if result.prefix_savings is not None else {}),
             "evaluations": len(result.points),
             "evaluated": [point_dict(m) for m in result.points]}
 
@@ -116,6 +118,9 @@ def verification_dict(verification: dict | None) -> dict:
                 for metric, percentiles in latency_ms.items()},
             "binding_slo": binding,
             "binding_margin": slo[binding]["margin"] if binding else None,
+            # --prefix-cache on|aware: prefill tokens found cached on the base sample
+            **({"prefix_hit_rate": num(verification["prefix_hit_rate"])}
+               if "prefix_hit_rate" in verification else {}),
             "verification": {"seeds": verification["seeds"], "slo": slo}}
 
 

@@ -574,6 +574,9 @@ class DesignResult:
     uncalibrated: list[str] = field(default_factory=list)  # SKUs with datasheet-scaled latencies
     rejected: list[dict] = field(default_factory=list)  # candidates that failed a verification seed
     resilience: dict | None = None   # --survive-failures: the plain and failure-aware optima
+    # --prefix-cache on|aware: the optimum of the same question with the cache off, and what
+    # the cache saved against it (`provisioner.api.cache_savings`)
+    prefix_savings: dict | None = None
     layout: dict | None = None   # each pool's layout (provisioner.layouts.layout_record)
     capacity_bound: dict | None = None  # the chosen layout's bound: value, pool floors
     layouts: list[dict] = field(default_factory=list)   # every layout combination: its fate

@@ -39,6 +39,48 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
     return rows
 
 
+SAVINGS_COLUMNS = ("without the cache", "with the cache", "saved")
+
+
+def savings_rows(document: dict) -> list[tuple[str, list[str]]]:
+    """--prefix-cache on|aware: per design, its optimum with the cache off and on, and what
+    the cache saved (cost and power; for max-rate, the rate it adds in the same budget)."""
+    max_rate = document["inputs"]["goal"]["name"] == "max-rate"
+    rows = []
+    for entry in document["designs"]:
+        s = entry.get("prefix_cache_savings")
+        if s is None:
+            continue
+        cells = []
+        for label in ("without_cache", "with_cache"):
+            o = s[label]
+            if o is None:
+                cells.append("infeasible")
+                continue
+            machines = pools_text(o.get("machines", o.get("prompt_machines")),
+                                  o.get("token_machines", 0))
+            cells.append(f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
+                         if max_rate else
+                         f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW")
+        hit_rate = (entry["optimum"] or {}).get("prefix_hit_rate")
+        if s["with_cache"] is not None and hit_rate is not None:
+            cells[-1] += f", {hit_rate:.1%} of prefill tokens cached"
+        if max_rate:
+            cells.append("-" if "rate_gain" not in s else f"{s['rate_gain']:+.1%} rate")
+        else:
+            cells.append("-" if "cost_saved" not in s else
+                         f"${s['cost_saved_per_hour']:,.0f}/h ({s['cost_saved']:.1%} cost, "
+                         f"{s['power_saved']:.1%} power)")
+        rows.append((entry["design"], cells))
+    return rows
+
+
+def savings_title(document: dict) -> str:
+    routing = document["inputs"]["sim_options"].get("prefix_routing")
+    return ("What the prefix cache saved (--prefix-cache "
+            f"{'aware' if routing else 'on'} against the same question with it off)")
+
+
 def pools_text(prompt: int, token: int) -> str:
     """A cluster's pools in a table cell: "15P+3T", or "38" for a colocated pool."""
     return f"{prompt}" if not token else f"{prompt}P+{token}T"

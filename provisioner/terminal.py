@@ -15,7 +15,8 @@ from rich.table import Table
 from provisioner.study import window_text
 from provisioner.tables import answer_sentence, best_line, layout_label, no_optimum_text
 from provisioner.unitcosts import unit_cost_lines
-from provisioner.tables import (RESILIENCE_COLUMNS, resilience_rows, resilience_title,
+from provisioner.tables import (RESILIENCE_COLUMNS, SAVINGS_COLUMNS, resilience_rows,
+                                resilience_title, savings_rows, savings_title,
                                 pools_text, sensitivity_cells, spares_k)
 
 
@@ -589,6 +590,12 @@ def search_notes(document: dict) -> list[str]:
         lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
                                              zip(RESILIENCE_COLUMNS, cells))
                   for name, cells in resilience]
+    savings = savings_rows(document)
+    if savings:
+        lines.append(savings_title(document) + ":")
+        lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
+                                             zip(SAVINGS_COLUMNS, cells))
+                  for name, cells in savings]
     spares = document["summary"].get("survive_failures_auto")
     if spares is not None:
         lines.append(f"Spares (--survive-failures auto): k = {spares['k']}: MTBF "

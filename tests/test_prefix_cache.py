@@ -288,3 +288,55 @@ def test_simulate_prints_the_hit_rate(tmp_path, cli):
     assert out.code == 0 and "carry no prompt blocks" not in out.stderr
     assert "of prefill tokens found cached" in out.stdout and "window" in out.stdout
     assert "prefix_hit_rate" not in json.loads(cli(base + ["--json"]).stdout)
+
+
+def sessions_trace(path: Path, sessions: int = 60, turns: int = 3) -> Path:
+    """A Mooncake trace of chat sessions: one 4-block system prompt shared by all, each turn's
+    prompt the session's earlier turns plus two new blocks (so a later turn's prefix is its
+    earlier turns'), a turn every 0.25 s."""
+    import json
+    rows, t, unique = [], 0, 100
+    for _ in range(sessions):
+        own = []
+        for turn in range(turns):
+            own += [unique, unique + 1]
+            unique += 2
+            ids = [0, 1, 2, 3] + own
+            rows.append({"timestamp": t, "input_length": 512 * len(ids) - 100,
+                         "output_length": 60 + 10 * turn, "hash_ids": ids})
+            t += 250
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_search_reports_what_the_cache_saved(tmp_path):
+    """With --prefix-cache, the search also answers the question with the cache off and
+    reports, per design, both optima and what the cache saved; each side is the optimum of
+    that search on its own. Off, nothing of it is reported."""
+    import provisioner
+    from provisioner.tables import savings_rows
+    question = dict(workload=str(sessions_trace(tmp_path / "s.jsonl")), model="llama-3.1-8b",
+                    designs="baseline-h100,splitwise-hh", rate=400, duration=30,
+                    verify_seeds=3)
+    found = provisioner.search(prefix_cache="aware", **question).to_dict()
+    plain = provisioner.search(**question).to_dict()
+    assert plain["designs"][0]["optimum"] is not None
+    for cached, off in zip(found["designs"], plain["designs"]):
+        s, o = cached["prefix_cache_savings"], cached["optimum"]
+        assert "prefix_cache_savings" not in off and "prefix_hit_rate" not in off["optimum"]
+        for side, entry in (("with_cache", o), ("without_cache", off["optimum"])):
+            for key in ("cost_per_hour", "power_kw", "rate_rps"):
+                assert s[side][key] == entry[key]
+            assert s[side].get("machines") == entry.get("machines")
+            assert s[side].get("token_machines") == entry.get("token_machines")
+        assert s["cost_saved_per_hour"] == pytest.approx(
+            off["optimum"]["cost_per_hour"] - o["cost_per_hour"], abs=0.01)
+        assert s["cost_saved"] == pytest.approx(
+            1 - o["cost_per_hour"] / off["optimum"]["cost_per_hour"], abs=1e-4)
+        assert 0.2 < o["prefix_hit_rate"] < 0.77   # under the trace's infinite-cache bound
+    # sessions re-send 4 shared and 2 own blocks a turn: the cache saves machines somewhere
+    assert any(d["prefix_cache_savings"]["cost_saved"] > 0.1 for d in found["designs"])
+    rows = dict(savings_rows(found))
+    assert set(rows) == {"baseline-h100", "splitwise-hh"}
+    assert "of prefill tokens cached" in rows["splitwise-hh"][1]
+    assert savings_rows(plain) == []
