@@ -276,7 +276,8 @@ class StudyOptions:
                "SGLang's radix cache); aware also routes each prompt to the instance where "
                "its cached prefix outweighs the load most (SGLang's cache-aware router). Only "
                "prompts with known blocks can hit: a Mooncake trace's (its hash_ids; every "
-               "sample keeps real requests: with --rate, a window of its scaled timeline).",
+               "sample keeps real requests: with --rate, a window of its scaled timeline) "
+               "or --prefix-model's sessions.",
         OneOf(PREFIX_CACHES), outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "

@@ -217,7 +217,7 @@ def synthesize_sessions(sizes, model: PrefixModel, context: int, rate_rps: float
     notes = (size_note,
              f"sessions {model.text} (context {context:,} tokens: {kept:.1%} of turns drawn "
              f"fit, {per_session:.3g} a session) starting at {session_rate:.4g}/s, warm-up "
-             f"{warmup:g} s: {len(order)} requests in {duration_s:g} s (seed {seed})",
+             f"{warmup:.0f} s: {len(order)} requests in {duration_s:g} s (seed {seed})",
              reuse_note(infinite_cache_hit_share(blocks, offsets, prompt, BLOCK_TOKENS)))
     return Workload(name, drawn.arrival_s[order], prompt, drawn.output[order], notes,
                     blocks, offsets, BLOCK_TOKENS)
