@@ -181,3 +181,18 @@ def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, ba
     bad_input(cli(["search", "--model", "llama-3.1-8b", "--designs", "baseline-h100",
                    "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"] + model),
               "--prefix-model", "--load-curve")
+
+
+def test_sessions_beyond_every_machines_memory_are_blamed_on_the_model():
+    """When the model fits but the longest turn does not (`layouts.check_fits`), the error
+    names --prefix-model: its turns grow up to the context, not to --isl/--osl's lengths."""
+    from hardware_catalog.errors import naming
+    from provisioner.layouts import request_too_long
+    from provisioner.study import lengths_source
+    source = dataclasses.replace(lengths_source("500", "100"),
+                                 prefix_model="system=1:100,turns=9,think=1",
+                                 context_tokens=131072)
+    with naming(lambda name: "--" + name.replace("_", "-")):
+        error = request_too_long(source, "m has room for")
+    assert str(error).startswith("--prefix-model system=1:100,turns=9,think=1: its sessions' "
+                                 "turns, which grow up to the model's context (131,072 tokens)")
