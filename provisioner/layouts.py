@@ -166,6 +166,12 @@ def request_too_long(workload, why: str) -> InputError | None:
     what no layout holds, naming the trace file, the request's row and its prompt column
     (None for a built-in workload: its sizes are no file's)."""
     kind = getattr(workload, "kind", None)
+    if getattr(workload, "prefix_model", None) is not None:   # sessions: prompts grow
+        return InputError(f"{option_ref('prefix_model')} {workload.prefix_model}: its "
+                          f"sessions' turns, which grow up to the model's context "
+                          f"({workload.context_tokens:,} tokens), need more KV cache than "
+                          f"{why}; ask for shorter sessions (fewer turns, shorter system "
+                          "prompts or sizes)")
     if kind == "lengths":   # --isl/--osl: name them
         return InputError(f"{option_ref('isl')} {workload.isl} {option_ref('osl')} "
                           f"{workload.osl}: requests of up to {workload.sizes().longest():,} "

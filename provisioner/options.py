@@ -147,6 +147,19 @@ class Lengths:
         return LENGTH_GRAMMAR
 
 
+class PrefixModelText:
+    """--prefix-model: a session model (simcore.sessions.PREFIX_MODEL_GRAMMAR), kept in its
+    canonical spelling."""
+
+    def __call__(self, value: Any) -> str:
+        from simcore.sessions import parse_prefix_model
+        return parse_prefix_model(value).text
+
+    def describe(self) -> str:
+        from simcore.sessions import PREFIX_MODEL_GRAMMAR
+        return PREFIX_MODEL_GRAMMAR
+
+
 LENGTHS_HELP = ("N, uniform:LOW-HIGH or lognormal:MEDIAN,SIGMA; with --{other}, a workload of "
                 "these lengths under Poisson arrivals at --rate, instead of --workload")
 
@@ -170,6 +183,15 @@ class StudyOptions:
     osl: Optional[str] = option(
         None, "Output tokens per request: " + LENGTHS_HELP.format(other="isl") + ".",
         Lengths(), metavar="N|DIST", default_text="--workload's", outcome=True)
+    prefix_model: Optional[str] = option(
+        None, "Sessions with shared prefixes instead of independent requests: N system prompts "
+              "of TOKENS tokens (one per session, uniformly), T turns a session (or uniform "
+              "LOW-HIGH), each turn's prompt the system prompt, the earlier turns' text and "
+              "outputs and its new text (sizes from the workload), arriving an exponential "
+              "think time (mean SECONDS) after the previous turn; --rate counts requests. "
+              "The prompts carry blocks that --prefix-cache can hit (docs/workloads.md).",
+        PrefixModelText(), metavar="system=N:TOKENS,turns=T|LOW-HIGH,think=SECONDS",
+        default_text="none: independent requests", outcome=True)
     rate: Optional[float] = option(
         None, "Requests per second (Poisson arrivals). A CSV trace is replayed as it is unless "
               "a rate asks for its sizes under new arrivals (a Mooncake trace: a window of its "
@@ -254,7 +276,8 @@ class StudyOptions:
                "SGLang's radix cache); aware also routes each prompt to the instance where "
                "its cached prefix outweighs the load most (SGLang's cache-aware router). Only "
                "prompts with known blocks can hit: a Mooncake trace's (its hash_ids; every "
-               "sample keeps real requests: with --rate, a window of its scaled timeline).",
+               "sample keeps real requests: with --rate, a window of its scaled timeline) "
+               "or --prefix-model's sessions.",
         OneOf(PREFIX_CACHES), outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "

@@ -35,7 +35,7 @@ from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WIND
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (ENGINE_NAMES, Budget, Goal, PerfSource, Study,
+from provisioner.study import (BOUND_SAMPLE_RATE, BOUND_SAMPLE_S, ENGINE_NAMES, Budget, Goal, PerfSource, Study,
                                Window, WorkloadSource, kv_dtype_of, lengths_source,
                                model_in_dtype, perf_source, workload_source)
 from simcore import Cluster, SimOptions, Workload
@@ -92,7 +92,18 @@ def refuse_lengths_beside_workload(names: set[str]) -> None:
 
 
 def asked_workload(s: StudyOptions) -> WorkloadSource:
-    """--isl and --osl (both, or neither), else --workload."""
+    """--isl and --osl (both, or neither), else --workload; with --prefix-model, sessions over
+    its sizes (cut at the model's context: `WorkloadSource.with_context`)."""
+    source = asked_sizes(s)
+    if s.prefix_model is None:
+        return source
+    if source.kind == "mooncake":
+        raise InputError(f"{option_ref('prefix_model')} draws sessions over a workload's sizes: "
+                         f"a Mooncake trace carries its own prompt blocks; drop one of them")
+    return replace(source, prefix_model=s.prefix_model)
+
+
+def asked_sizes(s: StudyOptions) -> WorkloadSource:
     if s.isl is None and s.osl is None:
         return workload_source(s.workload)
     if s.isl is None or s.osl is None:
@@ -100,6 +111,14 @@ def asked_workload(s: StudyOptions) -> WorkloadSource:
         raise InputError(f"{option_ref(given)} needs {option_ref(missing)} too: a workload of "
                          "given lengths has both (a number or a distribution each)")
     return lengths_source(s.isl, s.osl)
+
+
+def refuse_sessions_on_a_curve(workload: WorkloadSource) -> None:
+    """A load curve draws independent requests at its rates; sessions are not drawn there."""
+    if workload.prefix_model is not None:
+        raise InputError(f"{option_ref('prefix_model')} cannot be used with "
+                         f"{option_ref('load_curve')}: a curve's requests are drawn one by one "
+                         "at its rates; size sessions at a --rate")
 
 
 def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
@@ -355,8 +374,11 @@ def resolve_study(options: SearchOptions) -> Study:
     perf = resolve_perf(s)
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation
     load_curve = resolve_load_curve(options)
+    if load_curve is not None:
+        refuse_sessions_on_a_curve(workload)
     goal = resolve_goal(options, workload, catalog, load_curve)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
+    workload = workload.with_context(model)
     used = sim_options(options.study, options.resilience)
     window = resolve_window(s, workload, model, loaded, catalog.machine(SLO_REFERENCE_SKU),
                             used, goal.rate_rps)
@@ -407,7 +429,11 @@ def resolve_window(s: StudyOptions, workload: WorkloadSource, model: ModelSpec, 
 def tail_lengths(workload: WorkloadSource) -> tuple[int, int]:
     """The workload's P99 prompt and output tokens (WINDOW_QUANTILE): a built-in's quantile
     tables, the given lengths' distributions, a trace's or result file's own requests."""
-    if workload.kind == "builtin":
+    if workload.prefix_model is not None:   # sessions' prompts grow: a sample's own
+        sample = workload.at(BOUND_SAMPLE_RATE, BOUND_SAMPLE_S, 0)
+        sizes = [np.quantile(tokens, WINDOW_QUANTILE)
+                 for tokens in (sample.prompt_tokens, sample.output_tokens)]
+    elif workload.kind == "builtin":
         table = builtin_size_table(workload.name)
         sizes = [np.interp(WINDOW_QUANTILE, table.quantile_probs, q)
                  for q in (table.prompt_quantiles, table.output_quantiles)]
@@ -517,7 +543,7 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     profile = asked_slo(s, options.slo_limits)
     perf = source.load(catalog)
     check_engine_coverage(source, perf, model, [cluster.design])
-    workload = asked_workload(s)
+    workload = asked_workload(s).with_context(model)
     rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
     if c.load_curve is None:
@@ -530,6 +556,7 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     pools = (cluster.prompt_machines, cluster.token_machines)
     if c.load_curve is not None:
         from provisioner.loadcurve import asked_curve, curve_sizes, longest_request, windows
+        refuse_sessions_on_a_curve(workload)
         refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
                       ("duration",))
         if c.requests_csv is not None:

@@ -37,7 +37,9 @@ def variants(study: Study) -> list[tuple[str, Study]]:
             study.sim_options, layerwise_min_prompt_tokens=threshold))))
     # a Mooncake trace's samples are windows of its own timeline (`WorkloadSource.at`): its
     # arrivals are never drawn, so there is no burstier variant to draw
-    if (rate is not None or not study.workload.timed) and study.workload.kind != "mooncake":
+    # (nor for sessions: they start as a Poisson process, their turns follow think times)
+    if (rate is not None or not study.workload.timed) and study.workload.kind != "mooncake" \
+            and study.workload.prefix_model is None:
         out.append(("burstier arrivals (gamma CV 2)",
                     replace(study, workload=replace(study.workload, burstiness_cv=2.0))))
     if any(r for r in _uncalibrated_designs(study)):

@@ -93,17 +93,41 @@ class WorkloadSource:
     burstiness_cv: float = 1.0  # synthesized arrivals: Poisson (1) or gamma with this CV
     isl: str | None = None    # "lengths": --isl and --osl, canonical
     osl: str | None = None
+    # --prefix-model: sessions over these sizes (simcore.sessions), canonical, and the most
+    # tokens a turn may hold (the model's context: `with_context`); None: independent requests
+    prefix_model: str | None = None
+    context_tokens: int | None = None
 
     def identity(self) -> dict:
         identity = {"name": self.name, "kind": self.kind, "sha256": self.sha256}
         if self.burstiness_cv != 1.0:
             identity["burstiness_cv"] = self.burstiness_cv
+        if self.prefix_model is not None:   # (without one: the key of before)
+            identity.update(prefix_model=self.prefix_model, context_tokens=self.context_tokens)
         return identity
+
+    def with_context(self, model: ModelSpec) -> "WorkloadSource":
+        """Sessions are cut at the model's context (its longest sequence; a model without
+        one: MAX_REQUEST_TOKENS)."""
+        if self.prefix_model is None:
+            return self
+        from hardware_catalog.csvschema import MAX_REQUEST_TOKENS
+        from simcore.sessions import parse_prefix_model, session_rate_per_request
+        context = model.context_tokens or MAX_REQUEST_TOKENS
+        try:   # refused here, before any simulation, naming the option
+            session_rate_per_request(self.sizes(), parse_prefix_model(self.prefix_model),
+                                     context)
+        except InputError as error:
+            raise InputError(f"{option_ref('prefix_model')} {self.prefix_model}: "
+                             f"{error}") from None
+        return replace(self, context_tokens=context)
 
     @property
     def timed(self) -> bool:
         """Does it record arrival times, replayed when no rate is asked? A trace does; a result
         file when it records its requests' send times (vLLM's start_times)."""
+        if self.prefix_model is not None:   # sessions: arrivals always drawn
+            return False
         if self.kind in ("trace", "mooncake"):
             return True
         return self.kind == "bench" and _bench(self.path, self.sha256)[1]
@@ -113,7 +137,7 @@ class WorkloadSource:
         """How many requests `at` gives, without drawing their sizes."""
         if rate_rps is None:
             return len(self.sizes())
-        if self.kind == "mooncake":
+        if self.kind == "mooncake" or self.prefix_model is not None:
             return len(self.at(rate_rps, duration_s, seed, base_seed))
         return arrival_count(rate_rps, duration_s, seed, **self._arrival())
 
@@ -141,7 +165,15 @@ class WorkloadSource:
         if self.kind == "mooncake":
             from provisioner.mooncake import reuse_bounds
             echo["prefix_reuse_bound"] = reuse_bounds(self.path, self.sha256)
+        if self.prefix_model is not None:
+            echo["prefix_reuse_bound"] = self.session_bounds()
         return echo
+
+    def session_bounds(self) -> dict:
+        """report.json's echo of a session model's prefix-reuse bound, on a sample of
+        BOUND_SAMPLE_S at BOUND_SAMPLE_RATE (the share depends on the rate only through the
+        warm-up's cold start, negligible over a long window)."""
+        return _session_bounds(self.sizes(), self.prefix_model, self.context_tokens)
 
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
         """One sample of the workload: a built-in distribution, the given lengths or a result
@@ -158,6 +190,11 @@ class WorkloadSource:
         offset drawn from the seed for any other)."""
         arrival = self._arrival()
         base = seed == (base_seed if base_seed is not None else seed)
+        if self.prefix_model is not None:
+            from simcore.sessions import parse_prefix_model, synthesize_sessions
+            return synthesize_sessions(self.sizes(),
+                                       parse_prefix_model(self.prefix_model),
+                                       self.context_tokens, rate_rps, duration_s, seed)
         if self.kind == "mooncake":
             trace = self.sizes()
             if rate_rps is None and base:
@@ -174,6 +211,24 @@ class WorkloadSource:
 # sizes to draw under Poisson arrivals at a rate (a result file's recorded send times are
 # replayed only when no rate is asked: `timed`)
 SYNTHESIZED = ("builtin", "lengths", "bench")
+
+
+BOUND_SAMPLE_RATE = 10.0     # req/s of the sample report.json's session bound is measured on
+BOUND_SAMPLE_S = 3600.0
+
+
+def _session_bounds(sizes, prefix_model: str, context: int) -> dict:
+    from simcore.sessions import (BLOCK_TOKENS, infinite_cache_hit_share, parse_prefix_model,
+                                  synthesize_sessions)
+    sample = synthesize_sessions(sizes, parse_prefix_model(prefix_model), context,
+                                 BOUND_SAMPLE_RATE, BOUND_SAMPLE_S, 0)
+    share = infinite_cache_hit_share(sample.prefix_blocks, sample.prefix_offsets,
+                                     sample.prompt_tokens, BLOCK_TOKENS)
+    return {"block_tokens": BLOCK_TOKENS, "requests": len(sample),
+            "infinite_cache": round(share, 4),
+            "simulated": f"a bound (one global cache, a {BOUND_SAMPLE_S:g} s sample at "
+                         f"{BOUND_SAMPLE_RATE:g} req/s, seed 0); each sample's notes give its "
+                         "own; --prefix-cache on or aware simulates each instance's cache"}
 
 
 @lru_cache(maxsize=4)

@@ -528,7 +528,12 @@ def asked_input_lines(inputs: dict) -> list[str]:
     workload, options = inputs.get("workload", {}), inputs.get("options", {})
     rate = inputs.get("goal", {}).get("rate_rps")
     at = f"at {rate:g} req/s" if rate is not None else "at the searched rate"
-    if workload.get("kind") == "lengths":
+    if workload.get("prefix_model"):
+        lines.append(f"Workload: sessions {workload['prefix_model']} over the sizes of "
+                     f"{workload.get('name')}, {at} (requests; sessions start as a Poisson "
+                     f"process, turns cut at {workload.get('context_tokens'):,} tokens; each "
+                     "sample draws its own sessions)")
+    elif workload.get("kind") == "lengths":
         lines.append(f"Workload: prompt lengths {options.get('isl')}, output lengths "
                      f"{options.get('osl')} tokens (--isl/--osl, drawn independently), Poisson "
                      f"arrivals {at}")

@@ -1,0 +1,198 @@
+"""Workloads with prefixes from a stated session model (issue 41; simcore/sessions.py,
+`--prefix-model`): shared system prompts, multi-turn sessions with think times.
+
+Block ids share exactly what the model shares (a hand-checked case); a sample is a function
+of its seed; its infinite-cache bound matches `provisioner.mooncake.prefix_reuse` run on its
+blocks; both simulators agree on it with the cache on and with prefix-aware routing, which
+finds more of it cached; bad values are refused in one line."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from provisioner.mooncake import prefix_reuse
+from simcore.cluster import ROLE_BOTH
+from simcore.fast import setup
+from simcore.sessions import (BLOCK_TOKENS, infinite_cache_hit_share, parse_prefix_model,
+                              session_blocks, synthesize_sessions)
+from simcore.workload import SyntheticSizes, parse_lengths
+from tests.test_fast_runs import assert_as_reference, machines
+from tests.test_prefix_cache import hit_rate
+
+SMALL = SyntheticSizes(parse_lengths("uniform:100-700"), parse_lengths("uniform:20-150"))
+MODEL = parse_prefix_model("system=3:1100,turns=1-5,think=2")
+
+
+def sample(seed=0, rate=6.0, duration=30.0, context=4096, model=MODEL, sizes=SMALL):
+    return synthesize_sessions(sizes, model, context, rate, duration, seed)
+
+
+def blocks_of(w):
+    return [w.request_blocks(i).tolist() for i in range(len(w))]
+
+
+def test_block_ids_share_exactly_the_shared_prefixes_by_hand():
+    """Blocks of 4 tokens, system prompts of 6: request (system, session, prompt tokens)
+    r0 (0, 0, 10): block 0 system 0's, block 1 (tokens 4-7: system and session text) session
+    0's, block 2 (tokens 8-9, partial) its own; r1 (0, 0, 17), a later turn: blocks 0-1 as
+    r0's, 2-3 session 0's (full now: r0's partial block 2 differed), 4 its own; r2 (0, 1, 9):
+    system 0's block 0, then session 1's; r3 (1, 2, 8): system 1's block, session 2's."""
+    ids, offsets = session_blocks(np.array([0, 0, 0, 1]), np.array([0, 0, 1, 2]),
+                                  np.array([10, 17, 9, 8]), system_tokens=6, block=4)
+    r0, r1, r2, r3 = (ids[offsets[i]:offsets[i + 1]].tolist() for i in range(4))
+    assert offsets.tolist() == [0, 3, 8, 11, 13]           # ceil(prompt / 4) blocks each
+    labels = {}
+    for name, request in (("r0", r0), ("r1", r1), ("r2", r2), ("r3", r3)):
+        for place, block in enumerate(request):
+            labels.setdefault(block, []).append(f"{name}.{place}")
+    shared = sorted(sorted(group) for group in labels.values() if len(group) > 1)
+    assert shared == [["r0.0", "r1.0", "r2.0"], ["r0.1", "r1.1"]]
+    assert sorted(labels) == list(range(len(labels)))      # dense ids 0..B-1
+
+
+def test_a_system_prompt_of_whole_blocks_is_shared_whole():
+    """System prompts of 8 tokens in blocks of 4: both of its blocks are shared by sessions
+    with that system prompt; the first block past it is each session's."""
+    ids, offsets = session_blocks(np.array([0, 0]), np.array([0, 1]), np.array([12, 13]),
+                                  system_tokens=8, block=4)
+    a, b = ids[:offsets[1]].tolist(), ids[offsets[1]:].tolist()
+    assert a[:2] == b[:2] and a[2] != b[2] and len(set(a + b)) == 5
+
+
+def test_a_sample_is_prefix_closed_and_cut_at_the_context():
+    """An id stands for its whole prefix: it sits at one place, and two requests with the same
+    id there have the same ids before it. No turn holds more than the context."""
+    w = sample(seed=3, rate=10.0, duration=60.0, context=3000)
+    assert w.prefix_block_tokens == BLOCK_TOKENS
+    assert np.all(w.prompt_tokens + w.output_tokens <= 3000)
+    assert np.all(np.diff(w.prefix_offsets) == -(-w.prompt_tokens // BLOCK_TOKENS))
+    first = {}
+    for request in blocks_of(w):
+        for place, block in enumerate(request):
+            seen = first.setdefault(block, (place, request[:place]))
+            assert seen == (place, request[:place])
+    # a system prompt's 1,100 tokens hold two whole blocks: every prompt opens with one of
+    # the three systems' two blocks
+    assert len({tuple(r[:2]) for r in blocks_of(w)}) == MODEL.systems
+
+
+def test_a_sample_is_a_function_of_its_seed():
+    a, b, other = sample(seed=5), sample(seed=5), sample(seed=6)
+    for key in ("arrival_s", "prompt_tokens", "output_tokens", "prefix_blocks",
+                "prefix_offsets"):
+        assert getattr(a, key).tobytes() == getattr(b, key).tobytes(), key
+    assert a.notes == b.notes and a.name == b.name
+    assert len(a) != len(other) or not np.array_equal(a.prompt_tokens, other.prompt_tokens)
+
+
+def test_the_rate_counts_requests():
+    """Over 10 seeds of 200 s at 20 req/s: 4,000 requests expected (Poisson sessions: their
+    count varies more than requests' would), and later turns' prompts hold the earlier ones."""
+    counts = [len(sample(seed=s, rate=20.0, duration=200.0)) for s in range(10)]
+    assert abs(np.mean(counts) / 4000 - 1) < 0.05, counts
+    w = sample(seed=0, rate=20.0, duration=200.0)
+    assert w.prompt_tokens.max() > MODEL.system_tokens + 700 * 2   # grown over turns
+
+
+def test_the_infinite_cache_bound_matches_prefix_reuse():
+    """The note's bound is `prefix_reuse` (the Mooncake reader's, an LRU dictionary walked
+    request by request) on the sample's blocks."""
+    w = sample(seed=2, rate=12.0, duration=60.0)
+    share = infinite_cache_hit_share(w.prefix_blocks, w.prefix_offsets, w.prompt_tokens,
+                                     BLOCK_TOKENS)
+    assert share == pytest.approx(prefix_reuse(blocks_of(w), w.prompt_tokens), abs=1e-12)
+    assert 0.3 < share < 1
+    assert f"prefix reuse bound: {share:.1%}" in w.notes[-1]
+
+
+CACHED = machines([ROLE_BOTH] * 3, [30000] * 3, limit=8192, prefix_cache=True)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_both_simulators_agree_and_aware_routing_finds_more(seed):
+    w = sample(seed=seed, rate=8.0, duration=30.0)
+    bound = infinite_cache_hit_share(w.prefix_blocks, w.prefix_offsets, w.prompt_tokens,
+                                     BLOCK_TOKENS)
+    plain = setup.simulate_fast(w, CACHED)
+    assert_as_reference(plain, w, CACHED)
+    routed_machines = dataclasses.replace(CACHED, prefix_routing=True)
+    routed = setup.simulate_fast(w, routed_machines)
+    assert_as_reference(routed, w, routed_machines)
+    assert 0.05 < hit_rate(plain) < hit_rate(routed) <= bound
+
+
+SIM = ["simulate", "--design", "baseline-h100", "--machines", "2", "--model", "llama-3.1-8b",
+       "--isl", "uniform:100-700", "--osl", "uniform:20-150", "--rate", "4", "--duration", "30"]
+
+
+def test_simulate_prints_the_bound_and_the_hit_rate(cli):
+    args = SIM + ["--prefix-model", "system=3:1100,turns=1-5,think=2", "--prefix-cache",
+                  "aware"]
+    out = cli(args)
+    assert out.code == 0, out.stderr
+    assert "note: prefix reuse bound: " in out.stderr
+    assert "of prefill tokens found cached" in out.stdout
+    summary = json.loads(cli(args + ["--json"]).stdout)
+    assert 0 < summary["prefix_hit_rate"] < summary["prefix_reuse_bound"]["infinite_cache"]
+    assert "+sessions(system=3:1100,turns=1-5,think=2)@4rps/30s/seed0" in summary["workload"]
+
+
+def test_search_echoes_the_model_and_its_bound(cli, tmp_path):
+    """report.json: the option as asked, the workload's identity (the model and the context
+    that cut its sessions: the evaluation cache's key) and the bound."""
+    out = cli(["search", "--model", "llama-3.1-8b", "--designs", "baseline-h100", "--isl",
+               "uniform:100-700", "--osl", "uniform:20-150", "--rate", "4", "--duration", "30",
+               "--verify-seeds", "2", "--prefix-model", "system=3:1100,turns=1-5,think=02.0",
+               "--prefix-cache", "on", "--out", str(tmp_path / "r"), "--no-cache"])
+    assert out.code == 0, out.stderr
+    assert "Workload: sessions system=3:1100,turns=1-5,think=2 over the sizes of" in out.stdout
+    inputs = json.loads((tmp_path / "r" / "report.json").read_text())["inputs"]
+    assert inputs["options"]["prefix_model"] == "system=3:1100,turns=1-5,think=2"
+    workload = inputs["workload"]
+    assert (workload["prefix_model"], workload["context_tokens"]) == (
+        "system=3:1100,turns=1-5,think=2", 131072)
+    assert 0.3 < workload["prefix_reuse_bound"]["infinite_cache"] < 1
+
+
+@pytest.mark.parametrize("value, words", [
+    ("system=3:1100,turns=1-5", ["--prefix-model", "lacks think"]),
+    ("system=3,turns=2,think=1", ["--prefix-model", "N:TOKENS"]),
+    ("system=3:1100,turns=5-1,think=1", ["--prefix-model", "LOW must not exceed HIGH"]),
+    ("system=3:1100,turns=2,think=0", ["--prefix-model", "think must be seconds > 0"]),
+    ("system=3:1100,turns=2,think=1,colour=red", ["--prefix-model", "must be system="]),
+    ("system=1:131072,turns=2,think=1", ["--prefix-model", "leave no room", "131,072"]),
+])
+def test_bad_prefix_models_are_refused_in_one_line(cli, bad_input, value, words):
+    bad_input(cli(SIM + ["--prefix-model", value]), *words)
+
+
+def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, bad_input,
+                                                                         tmp_path):
+    from tests.test_mooncake import ROWS, write
+    trace = write(tmp_path / "t.jsonl", ROWS)
+    model = ["--prefix-model", "system=1:100,turns=2,think=1"]
+    bad_input(cli(["simulate", "--design", "baseline-h100", "--machines", "1", "--model",
+                   "llama-3.1-8b", "--workload", trace] + model), "--prefix-model",
+              "Mooncake")
+    from tests.test_question import OTHER_CHANGES
+    bad_input(cli(["search", "--model", "llama-3.1-8b", "--designs", "baseline-h100",
+                   "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"] + model),
+              "--prefix-model", "--load-curve")
+
+
+def test_sessions_beyond_every_machines_memory_are_blamed_on_the_model():
+    """When the model fits but the longest turn does not (`layouts.check_fits`), the error
+    names --prefix-model: its turns grow up to the context, not to --isl/--osl's lengths."""
+    from hardware_catalog.errors import naming
+    from provisioner.layouts import request_too_long
+    from provisioner.study import lengths_source
+    source = dataclasses.replace(lengths_source("500", "100"),
+                                 prefix_model="system=1:100,turns=9,think=1",
+                                 context_tokens=131072)
+    with naming(lambda name: "--" + name.replace("_", "-")):
+        error = request_too_long(source, "m has room for")
+    assert str(error).startswith("--prefix-model system=1:100,turns=9,think=1: its sessions' "
+                                 "turns, which grow up to the model's context (131,072 tokens)")
