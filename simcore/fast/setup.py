@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.cluster import ITL_BINS, MachineArrays, Stalled
+from simcore.cluster import ITL_BINS, MachineArrays, Stalled, host_cache_blocks
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
@@ -202,11 +202,17 @@ def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
                else np.zeros(1, np.int64))
     blocks = max(1, int(ids.max()) + 1 if len(ids) else 1) if on else 1
     count = m.count if on else 1
-    ends = np.full((count, 3), NONE, np.int64)
-    ends[:, 2] = 0
+    ends = np.full((count, 6), NONE, np.int64)
+    ends[:, 2] = ends[:, 5] = 0
+    host = np.zeros(2, np.int64)
+    link = np.ones(count)
+    if on:
+        host[:] = host_cache_blocks(m, int(workload.prefix_block_tokens)), m.kv_bytes_per_token
+        if host[0] > 0:
+            link = np.ascontiguousarray(m.host_link_bytes_per_s, dtype=np.float64)
     return Prefix(ids, offsets, np.full((count, blocks), NONE, np.int32),
                   np.full((count, blocks), NONE, np.int32),
-                  np.zeros((count, blocks), np.bool_), ends)
+                  np.zeros((count, blocks), np.int8), ends, host, link, np.zeros(count))
 
 
 def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None) -> State:
@@ -246,6 +252,8 @@ def _machine_results(state: State) -> dict:
             **({} if not state.settings.prefix_block else {
                 "prefix_hit_tokens": _column(machines, "prefix_hits"),
                 "prefix_tokens": _column(machines, "prefix_tokens")}),
+            **({} if not state.prefix.host[0] else {
+                "prefix_host_hit_tokens": _column(machines, "prefix_host_hits")}),
             "itl_histogram": state.gaps,
             "end_s": np.float64(state.progress.clock[0])}  # the last instant
 

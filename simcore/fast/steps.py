@@ -26,7 +26,7 @@ from .decode_runs import (
     _cut_run, _end_decodes, _memory_ticks, _peak_before, _preempt, _start_decode_run)
 from .chunks import _chunks_now, _start_chunk_run, _take_chunks
 from .failures import _lose, _recovered
-from .prefix import _prefix_insert, _prefix_lookup
+from .prefix import _host_load, _prefix_insert, _prefix_lookup, _prefix_seed
 
 
 @_inlined
@@ -153,6 +153,8 @@ def _deliver_kv(state, now):
             else:
                 machines[p].memory -= requests[r].prefill
             _touch(touched, machines[p], p)
+        if state.settings.prefix_block > 0:  # its blocks seed the token machine's cache
+            _prefix_seed(state.prefix, t, requests[r])
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
         _recovered(requests[r], now)
@@ -248,10 +250,19 @@ def _take_work(state, machine, m):
                      - curves.decode_q[machine.kind] * machine.running_count)
         count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings,
                                             state.prefix)
-        return count, tokens, extra, True
+        return count, tokens, extra + _prefix_load(state, m), True
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
                                   settings.chunk_tokens > 0, settings, state.prefix)
-    return count, tokens, 0.0, False
+    return count, tokens, _prefix_load(state, m), False
+
+
+@_inlined
+def _prefix_load(state, m):
+    """Prefix caching's host tier: the seconds the prompts just taken wait for their cached
+    blocks to load from host memory (the iteration that starts their prefills waits)."""
+    if state.settings.prefix_block > 0:
+        return _host_load(state.prefix, m)
+    return 0.0
 
 
 @_inlined
