@@ -244,6 +244,12 @@ def host_cache_blocks(m: MachineArrays, block_tokens: int) -> int:
     return int(m.prefix_host_bytes // (m.kv_bytes_per_token * block_tokens))
 
 
+def host_link_integers(m: MachineArrays) -> np.ndarray:
+    """Per instance, its host link in whole bytes/s (int64: both simulators price a load as
+    float(tokens x KV bytes per token) / float(link), the same on both)."""
+    return np.asarray(m.host_link_bytes_per_s, dtype=np.float64).astype(np.int64)
+
+
 def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float,
                        layout: Layout | None = None) -> int:
     """KV tokens one instance holds beside the weights (the whole machine by default)."""

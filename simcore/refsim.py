@@ -133,9 +133,10 @@ recently used down to H. A lookup's run is the leading blocks in HBM (k) then th
 in the host tier (h); all k + h become most recently used in HBM as above (the host ones
 leave the host tier), the hit is min((k + h) x block tokens, prefill - 1), its host part is
 the hit less min(k x block tokens, hit), and when h > 0 the cache is trimmed again and the
-host part's load, tokens x KV bytes per token / `host_link_bytes_per_s`, is added to the
-iteration that takes the prompt (after its chunk extras, before the host time; several
-lookups' loads add up in the order taken). An insertion's blocks leave the host tier.
+host part is loaded: the iteration that takes the prompt waits for the host tokens of all
+the lookups it made, their KV bytes (tokens x KV bytes per token) over the host link
+(`host_link_bytes_per_s`, whole bytes/s), added after its chunk extras, before the host
+time. An insertion's blocks leave the host tier.
 Prefix-aware routing's cached prefix counts both runs. A machine that fails loses its host
 tier. Each machine counts its hits' host part (result `prefix_host_hit_tokens`, only with a
 tier).
@@ -181,7 +182,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simcore.cluster import (ITL_BINS, ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays,
-                             Stalled, host_cache_blocks, itl_bin, kv_transfer_seconds)
+                             Stalled, host_cache_blocks, host_link_integers, itl_bin,
+                             kv_transfer_seconds)
 from simcore.workload import Workload
 
 
@@ -324,6 +326,7 @@ class _ReferenceSimulation:
         self.prefix_block = int(workload.prefix_block_tokens)
         self.routing = self.prefix and bool(m.prefix_routing)
         self.host_blocks = host_cache_blocks(m, self.prefix_block) if self.prefix else 0
+        self.host_link = host_link_integers(m).tolist() if self.host_blocks else []
         if self.prefix:
             for req in self.requests:
                 req.blocks = tuple(int(b) for b in workload.request_blocks(req.index))
@@ -665,7 +668,7 @@ class _ReferenceSimulation:
             self._start_chunked_iteration(mc, now)
             return
         prompts, tokens = [], 0
-        load = 0.0  # host tier: seconds its prompts' cached blocks take to load from host
+        loaded = 0  # host tier: tokens of its prompts' cached blocks loaded from host memory
         while mc.prompt_queue:
             req = mc.prompt_queue[0]
             if prompts and tokens + req.prompt > self.m.prompt_token_limit:
@@ -677,7 +680,7 @@ class _ReferenceSimulation:
                 break
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
-            load += self._prefix_lookup(req, mc)
+            loaded += self._prefix_lookup(req, mc)
             tokens += req.prefill - req.cached
         # prefill first: prompts run alone, the running decodes wait (SimOptions.prefill_first)
         decodes = [] if prompts and self.m.prefill_first else list(mc.running)
@@ -689,7 +692,7 @@ class _ReferenceSimulation:
             for req in prompts:
                 mc.chunked_prefill_s += float(curves.prompt_time(req.prefill - req.cached))
         mc.batch_prompts, mc.batch_decodes = prompts, decodes
-        self._begin(mc, now, tokens, decodes, load,
+        self._begin(mc, now, tokens, decodes, self._load_seconds(mc, loaded),
                     [(req, req.prefill - req.cached, req.cached) for req in prompts])
 
     def _begin(self, mc: _Machine, now: float, tokens: int, decodes: list, extra: float,
@@ -727,7 +730,7 @@ class _ReferenceSimulation:
     def _start_chunked_iteration(self, mc: _Machine, now: float) -> None:
         q = self.m.curves[mc.kind].decode_query_tokens  # each decode's tokens in the pass
         budget, chunks = max(0, self.m.chunk_tokens - q * len(mc.running)), []
-        load = 0.0  # host tier: seconds its prompts' cached blocks take to load from host
+        loaded = 0  # host tier: tokens of its prompts' cached blocks loaded from host memory
         for req in mc.prompt_queue:
             if budget == 0:
                 break
@@ -736,7 +739,7 @@ class _ReferenceSimulation:
                 if not self._fits(mc, held):
                     break
                 mc.memory_used += held
-                load += self._prefix_lookup(req, mc)
+                loaded += self._prefix_lookup(req, mc)
                 req.prefilled = req.cached  # its pieces start after the cached prefix
             piece = min(req.prefill - req.prefilled, budget)
             chunks.append((req, piece, req.prefilled))
@@ -757,8 +760,8 @@ class _ReferenceSimulation:
             mc.chunked_prefill_s += float(curves.prompt_time(piece)) + piece_extra
         mc.prompt_chunks += len(chunks)
         mc.batch_chunks, mc.batch_decodes = chunks, decodes
-        self._begin(mc, now, sum(piece for _, piece, _ in chunks), decodes, extra + load,
-                    chunks)
+        self._begin(mc, now, sum(piece for _, piece, _ in chunks), decodes,
+                    extra + self._load_seconds(mc, loaded), chunks)
 
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
@@ -832,14 +835,15 @@ class _ReferenceSimulation:
         mc.cache[block] = None
         mc.cache.move_to_end(block)
 
-    def _prefix_lookup(self, req: _Request, mc: _Machine) -> float:
+    def _prefix_lookup(self, req: _Request, mc: _Machine) -> int:
         """Its prefill starts on mc: the longest run of its leading blocks cached there (in
         HBM, then in the host tier) is a hit (`req.cached`; at most its prefill - 1 tokens);
         those blocks become most recently used in HBM, the first one last; its pending tokens
-        fall by the hit. Returns the seconds the hit's host blocks take to load."""
+        fall by the hit. Returns the hit's host tokens to load (when any block came from the
+        host tier; else 0)."""
         req.cached = 0
         if not self.prefix:
-            return 0.0
+            return 0
         self._trim_cache(mc)
         k, h = self._matched_blocks(req, mc)
         for block in reversed(req.blocks[:k + h]):
@@ -851,9 +855,16 @@ class _ReferenceSimulation:
         mc.prefix_tokens += req.prefill
         mc.pending_prompt_tokens -= req.cached
         if h == 0:
-            return 0.0
+            return 0
         self._trim_cache(mc)  # the loaded blocks may push others out of HBM
-        return loaded * self.m.kv_bytes_per_token / self.m.host_link_bytes_per_s[mc.index]
+        return loaded
+
+    def _load_seconds(self, mc: _Machine, tokens: int) -> float:
+        """Host tier: what loading `tokens` tokens of KV over mc's host link takes (0.0 with
+        no tier); whole bytes over whole bytes/s, as float64."""
+        if not self.host_blocks:
+            return 0.0
+        return float(tokens * self.m.kv_bytes_per_token) / float(self.host_link[mc.index])
 
     def _prefix_insert(self, req: _Request, mc: _Machine) -> None:
         """Its prefill ended on mc: its blocks enter the cache (or are refreshed; leaving

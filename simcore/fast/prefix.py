@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from simcore.cluster import ROLE_PROMPT
 from .compiler import _compiled
-from .records import HBM, HOST, NONE
+from .records import HBM, HOST, HOST_BLOCKS, HOST_HITS, HOST_LINK, KV_BYTES, LOAD_TOKENS, NONE
 
 
 @_compiled
@@ -60,7 +60,7 @@ def _evict_to(prefix, m, room):
     """Evict machine m's least recently used blocks until at most `room` are left in HBM; with
     a host tier each becomes the host's most recently used, and the host evicts its least
     recently used beyond its capacity."""
-    host = prefix.host[0]
+    host = prefix.ends[m, HOST_BLOCKS]
     while prefix.ends[m, 2] > room:
         if host > 0:
             _lru_to_front(prefix, m, prefix.ends[m, 0], HOST)
@@ -104,8 +104,8 @@ def _prefix_lookup(prefix, machine, m, request, block):
     """Request's prefill starts on machine m: the longest run of its leading blocks cached there
     (in HBM, then in the host tier) is a hit of at most its prefill - 1 tokens; those blocks
     become most recently used in HBM (the first one last); its pending tokens fall by the hit;
-    the seconds its host blocks take to load add to `prefix.load[m]`. Returns the hit in
-    tokens."""
+    its host part adds to the tokens the machine's next iteration waits to load. Returns the
+    hit in tokens."""
     _trim_cache(prefix, machine, m, block)
     start = prefix.offsets[request.number]
     k, h = _matched_blocks(prefix, m, request)
@@ -114,22 +114,23 @@ def _prefix_lookup(prefix, machine, m, request, block):
     hit = min((k + h) * block, request.prefill - 1)
     loaded = hit - min(k * block, hit)  # its host part
     machine.prefix_hits += hit
-    machine.prefix_host_hits += loaded
+    prefix.ends[m, HOST_HITS] += loaded
     machine.prefix_tokens += request.prefill
     machine.pending -= hit
     if h > 0:
         _trim_cache(prefix, machine, m, block)  # the loaded blocks may push others out
-        prefix.load[m] += loaded * prefix.host[1] / prefix.link[m]
+        prefix.ends[m, LOAD_TOKENS] += loaded
     return hit
 
 
 @_compiled
 def _host_load(prefix, m):
-    """The seconds the host blocks of machine m's lookups since the last call take to load
-    (added to the iteration that starts their prefills); resets the count."""
-    load = prefix.load[m]
-    prefix.load[m] = 0.0
-    return load
+    """The seconds the host blocks of machine m's lookups since the last call take to load:
+    their tokens x KV bytes per token / the host link (added to the iteration that starts
+    their prefills); resets the count."""
+    tokens = prefix.ends[m, LOAD_TOKENS]
+    prefix.ends[m, LOAD_TOKENS] = 0
+    return tokens * prefix.ends[m, KV_BYTES] / prefix.ends[m, HOST_LINK]
 
 
 @_compiled

@@ -250,19 +250,10 @@ def _take_work(state, machine, m):
                      - curves.decode_q[machine.kind] * machine.running_count)
         count, tokens, extra = _take_chunks(requests, machine, m, curves, budget, settings,
                                             state.prefix)
-        return count, tokens, extra + _prefix_load(state, m), True
+        return count, tokens, extra, True
     count, tokens = _take_prompts(requests, machine, m, settings.prompt_token_limit, curves,
                                   settings.chunk_tokens > 0, settings, state.prefix)
-    return count, tokens, _prefix_load(state, m), False
-
-
-@_inlined
-def _prefix_load(state, m):
-    """Prefix caching's host tier: the seconds the prompts just taken wait for their cached
-    blocks to load from host memory (the iteration that starts their prefills waits)."""
-    if state.settings.prefix_block > 0:
-        return _host_load(state.prefix, m)
-    return 0.0
+    return count, tokens, 0.0, False
 
 
 @_inlined
@@ -278,6 +269,8 @@ def _start_iteration(state, m, now, limit):
         count, tokens, extra, chunked = _take_work(state, machine, m)
         if settings.prefix_block > 0 and count > 0:  # hits lowered its pending tokens
             _refresh(state.pools, machines, m, CHANGED_PENDING)
+            # (host tier) the iteration waits for its prompts' cached blocks to load
+            extra += _host_load(state.prefix, m)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
