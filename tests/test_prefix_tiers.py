@@ -200,3 +200,15 @@ def test_token_machines_never_look_up_without_a_mixed_pool():
     for run in (simulate_reference(w, m), setup.simulate_fast(w, m)):
         assert run["prefix_tokens"][token].sum() == 0
         assert run["prefix_hit_tokens"][~token].sum() > 0
+
+
+def test_a_host_tier_run_types_the_core_as_any_other():
+    """With a tier, without one, without the cache: the same types (the tier's state lives in
+    the cache's arrays), so the install-time build's one signature per entry point serves all."""
+    w = shared_prefixes(30, 1, rate=5.0)
+    for m in (with_host(CLUSTERS["baseline"], 5), CLUSTERS["baseline"],
+              dataclasses.replace(CLUSTERS["baseline"], prefix_cache=False)):
+        setup.simulate_fast(w, m)
+    for entry in (setup._run, setup._fill_requests, setup._fill_pools):
+        if hasattr(entry, "nopython_signatures"):  # (the JIT build, not the install-time one)
+            assert len(entry.nopython_signatures) == 1
