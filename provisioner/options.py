@@ -34,7 +34,8 @@ RECOVERIES = ("restart", "replicate")
 CURVE_SHAPES = ("step", "linear")      # a load curve between its rows (LoadCurve.linear)
 KV_ADMISSIONS = ("reserve", "paged")   # SimOptions.kv_admission
 BATCHINGS = ("mixed", "prefill-first")  # SimOptions.prefill_first
-PREFIX_CACHES = ("off", "on", "aware")   # SimOptions.prefix_cache, prefix_routing
+PREFIX_CACHES = ("off", "on", "aware")
+PREFIX_HOST_GB_MAX = 1e6                # --prefix-host-memory: a million GB per instance   # SimOptions.prefix_cache, prefix_routing
 RESTARTS = ("recompute", "regenerate")   # how a restart rebuilds the KV (SimOptions.restart)
 REPLICA_TARGETS = ("host", "peer")
 PRESETS = ("provision", "splitwise-sim")
@@ -279,6 +280,12 @@ class StudyOptions:
                "sample keeps real requests: with --rate, a window of its scaled timeline) "
                "or --prefix-model's sessions.",
         OneOf(PREFIX_CACHES), outcome=True)
+    prefix_host_memory: float = option(
+        0.0, "--prefix-cache: each instance's host (CPU) memory for its cache, in GB (0: none). "
+             "Blocks evicted from HBM move to a host LRU of this size; a prefill whose cached "
+             "prefix continues there loads those blocks back over PCIe (50 GB/s per GPU) "
+             "before the iteration that starts it runs (vLLM's CPU offload with LMCache).",
+        Number(0.0, PREFIX_HOST_GB_MAX), metavar="GB", outcome=True)
     assumptions: str = option(
         "provision", "Modelling assumptions: ours, or the Splitwise paper simulator's choices "
                      "(docs/trust.md: Assumption presets).", OneOf(PRESETS), outcome=True)

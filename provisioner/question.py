@@ -830,7 +830,11 @@ def sim_options(study: StudyOptions, resilience: FailureOptions | None = None,
                                  study.batching, study.engine)
     if study.prefix_cache != "off":
         options = replace(options, prefix_cache=True,
-                          prefix_routing=study.prefix_cache == "aware")
+                          prefix_routing=study.prefix_cache == "aware",
+                          prefix_host_gb=study.prefix_host_memory)
+    elif study.prefix_host_memory > 0:
+        raise InputError(f"{option_ref('prefix_host_memory')} applies with "
+                         f"{option_ref('prefix_cache')} on or aware", field="prefix_host_memory")
     spec = spec_decode(study)
     if spec is not None:  # (paged KV counts the tokens the steps accepted: simcore.refsim)
         options = replace(options, spec_decode=spec, spec_seed=study.seed)
@@ -894,7 +898,7 @@ def sim_options_echo(study: Study) -> dict:
         echoed.pop("spec_decode")
     else:
         echoed["spec_decode"] = study.sim_options.spec_decode.as_dict()  # a run's resizing (a load curve's plan), never a study's option
-    for key in ("prefix_cache", "prefix_routing"):
+    for key in ("prefix_cache", "prefix_routing", "prefix_host_gb"):
         if not echoed[key]:  # off: reports as before
             echoed.pop(key)
     failing = study.sim_options.has_failures or study.survive_failures
@@ -1076,7 +1080,7 @@ def _identity_of(value: Any) -> Any:
         record.pop("spec_seed")
         if value.spec_decode is None:  # off: the key of before
             record.pop("spec_decode")
-        for key in ("prefix_cache", "prefix_routing"):
+        for key in ("prefix_cache", "prefix_routing", "prefix_host_gb"):
             if not record[key]:  # off: the key of before
                 record.pop(key)
         return record

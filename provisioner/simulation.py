@@ -31,6 +31,9 @@ def simulation_summary(run) -> dict:
         # prefix caching (--prefix-cache on): prefill tokens found cached, every instance
         **({"prefix_hit_rate": round(result.prefix_hit_rate, 4)}
            if result.feasible and result.prefix_hit_rate is not None else {}),
+        # its host tier (--prefix-host-memory): the part of those tokens loaded from host memory
+        **({"prefix_host_hit_rate": round(result.prefix_host_hit_rate, 4)}
+           if result.feasible and result.prefix_host_hit_rate is not None else {}),
         "latency_source": run.latency_source,
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
 
@@ -194,4 +197,8 @@ def _pools(result, cluster) -> dict:
             looked_up = int(stats["prefix_tokens"][mask].sum())
             pools[label]["prefix_hit_rate"] = round(
                 int(stats["prefix_hit_tokens"][mask].sum()) / looked_up if looked_up else 0.0, 4)
+            if "prefix_host_hit_tokens" in stats:  # its host tier: the part loaded from host
+                pools[label]["prefix_host_hit_rate"] = round(
+                    int(stats["prefix_host_hit_tokens"][mask].sum()) / looked_up
+                    if looked_up else 0.0, 4)
     return pools

@@ -878,6 +878,10 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                           if "prefix_hit_rate" in pool)
         console.print(f"prefix cache: {summary['prefix_hit_rate']:.1%} of prefill tokens found "
                       f"cached ({pools})", highlight=False, soft_wrap=True)
+        if summary.get("prefix_host_hit_rate") is not None:
+            console.print(f"  of which in host memory (loaded over PCIe): "
+                          f"{summary['prefix_host_hit_rate']:.1%} of prefill tokens",
+                          highlight=False, soft_wrap=True)
     elif getattr(run, "prefix_cache", False) and report.feasible:
         err_console.print("note: --prefix-cache: these requests carry no prompt blocks (only a "
                           "Mooncake trace's requests do), so nothing is cached",

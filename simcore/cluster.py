@@ -26,6 +26,13 @@ ROLE_PROMPT, ROLE_TOKEN, ROLE_BOTH = 0, 1, 2
 # g = (1 + a) / (1 - a), and reads back as floor x 2 g^i / (g + 1), within a relative error a
 # of every gap in it. a = 0.5%, floor 1 us, 2,304 bins reach 10^4 s; both simulators bin alike.
 ITL_ACCURACY = 0.005
+# Prefix caching's host tier (SimOptions.prefix_host_gb): the bytes/s one GPU loads KV from host
+# memory at. PCIe 5.0 x16 carries 64 GB/s per direction raw (PCI-SIG); pinned host-to-device
+# copies reach about 50 GB/s of it, the effective rate assumed here (an assumption, not a
+# measurement). The catalog has no PCIe figure, so every SKU gets it (A100 machines are PCIe
+# 4.0, half of it: their host loads are priced optimistically). An instance loads over all
+# its GPUs' links at once (its KV is sharded over them).
+HOST_LINK_BYTES_PER_S = 50e9
 ITL_GAMMA = (1.0 + ITL_ACCURACY) / (1.0 - ITL_ACCURACY)
 ITL_LOG_GAMMA = float(np.log(ITL_GAMMA))
 ITL_FLOOR_S = 1e-6
@@ -137,6 +144,10 @@ class SimOptions:
     # blocks (Workload.prefix_blocks: Mooncake traces) can hit
     prefix_cache: bool = False
     prefix_routing: bool = False  # with prefix_cache: route to the longest cached prefix
+    # with prefix_cache: each instance's host-memory tier for its cache, GB (1e9 bytes; 0: no
+    # tier): blocks evicted from HBM move to a host LRU of this size, and a lookup that
+    # continues there loads them back over PCIe (HOST_LINK_BYTES_PER_S per GPU)
+    prefix_host_gb: float = 0.0
     # speculative decoding (issue 39; simcore.specdecode.SpecDecode, None: off): the decode
     # curves price its steps, each request's steps drawn with spec_seed
     spec_decode: object = None
@@ -159,6 +170,8 @@ class SimOptions:
             raise InputError("detection_s, mtbf_hours and repair_s must be >= 0")
         if not 0 <= self.memory_reserve_fraction < 1:
             raise InputError("memory_reserve_fraction must be in [0, 1)")
+        if not 0 <= self.prefix_host_gb < float("inf"):
+            raise InputError("prefix_host_gb must be a finite number of GB >= 0")
 
     @property
     def has_failures(self) -> bool:
@@ -203,6 +216,10 @@ class MachineArrays:
     prefill_first: bool = False  # SimOptions.prefill_first
     prefix_cache: bool = False   # SimOptions.prefix_cache
     prefix_routing: bool = False  # SimOptions.prefix_routing
+    # the prefix cache's host tier (SimOptions.prefix_host_gb): bytes per instance (0: none),
+    # and per instance the host-to-GPU bytes/s its loads take (None: no tier)
+    prefix_host_bytes: float = 0.0
+    host_link_bytes_per_s: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -215,6 +232,22 @@ class MachineArrays:
             return np.zeros(self.count, np.int64)
         blocks = np.asarray(self.kv_capacity, np.int64) // self.kv_block_tokens
         return (blocks * self.kv_watermark).astype(np.int64) * self.kv_block_tokens
+
+
+def host_cache_blocks(m: MachineArrays, block_tokens: int) -> int:
+    """Prefix caching's host tier: the blocks of `block_tokens` tokens each instance's host
+    memory holds (0: no tier)."""
+    if m.prefix_host_bytes <= 0:
+        return 0
+    if m.host_link_bytes_per_s is None:
+        raise ValueError("a prefix cache host tier needs host_link_bytes_per_s")
+    return int(m.prefix_host_bytes // (m.kv_bytes_per_token * block_tokens))
+
+
+def host_link_integers(m: MachineArrays) -> np.ndarray:
+    """Per instance, its host link in whole bytes/s (int64: both simulators price a load as
+    float(tokens x KV bytes per token) / float(link), the same on both)."""
+    return np.asarray(m.host_link_bytes_per_s, dtype=np.float64).astype(np.int64)
 
 
 def kv_capacity_tokens(machine, model: ModelSpec, reserve_fraction: float,
@@ -288,6 +321,7 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
                      for name, chosen in kinds])[kind]
     visible = np.array([by_name[name].kv_layerwise_visible_ms / 1000.0
                         for name, _ in kinds])[kind]
+    host_link = np.array([HOST_LINK_BYTES_PER_S * chosen.gpus for _, chosen in kinds])[kind]
     peer = np.full(len(pools), -1, np.int64)
     if options.has_failures and options.recovery == "replicate" and options.replica_target == "peer":
         # a ring over the decoding instances, each holding its own KV plus its predecessor's
@@ -315,7 +349,9 @@ def build_machine_arrays(cluster: Cluster, model: ModelSpec, perf, options: SimO
         replica_peer=peer, spans=spans, kv_paged=options.kv_admission == "paged",
         kv_block_tokens=int(options.kv_block_tokens), kv_watermark=float(options.kv_watermark),
         prefill_first=bool(options.prefill_first), prefix_cache=bool(options.prefix_cache),
-        prefix_routing=bool(options.prefix_cache and options.prefix_routing))
+        prefix_routing=bool(options.prefix_cache and options.prefix_routing),
+        prefix_host_bytes=float(options.prefix_host_gb) * 1e9 if options.prefix_cache else 0.0,
+        host_link_bytes_per_s=host_link)
 
 
 def _spec_curves(curves: LatencyCurves, options: SimOptions) -> LatencyCurves:

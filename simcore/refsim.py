@@ -125,6 +125,26 @@ before: the mixed pool when that one's queue is long); ties go to the lowest ind
 a cached prefix anywhere, that is the choice without it. The fallback, the token side and
 recoveries route as without it.
 
+Host tier (`MachineArrays.prefix_host_bytes` > 0, with the cache): every machine also keeps a
+host LRU of H = host bytes // (KV bytes per token x block tokens) blocks (`host_cache_blocks`);
+a block is in the cache (HBM) or in the host tier, never both. Each block a trim evicts
+becomes the host's most recently used, in eviction order, and then the host evicts its least
+recently used down to H. A lookup's run is the leading blocks in HBM (k) then the next blocks
+in the host tier (h); all k + h become most recently used in HBM as above (the host ones
+leave the host tier), the hit is min((k + h) x block tokens, prefill - 1), its host part is
+the hit less min(k x block tokens, hit), and when h > 0 the cache is trimmed again and the
+host part is loaded: the iteration that takes the prompt waits for the host tokens of all
+the lookups it made, their KV bytes (tokens x KV bytes per token) over the host link
+(`host_link_bytes_per_s`, whole bytes/s), added after its chunk extras, before the host
+time. An insertion's blocks leave the host tier.
+Prefix-aware routing's cached prefix counts both runs. A machine that fails loses its host
+tier. Each machine counts its hits' host part (result `prefix_host_hit_tokens`, only with a
+tier).
+
+A KV cache that arrives at its token machine (step (2): a transfer, a retarget or a replica
+restored) seeds that machine's cache: its prompt's blocks enter (or are refreshed, leaving
+the host tier) as in an insertion, last first, but the cache is not trimmed then.
+
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
 join their pools, by index. A machine that leaves takes no new request (the router and the
@@ -162,7 +182,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simcore.cluster import (ITL_BINS, ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN, MachineArrays,
-                             Stalled, itl_bin, kv_transfer_seconds)
+                             Stalled, host_cache_blocks, host_link_integers, itl_bin,
+                             kv_transfer_seconds)
 from simcore.workload import Workload
 
 
@@ -252,6 +273,8 @@ class _Machine:
     cache: OrderedDict = field(default_factory=OrderedDict)  # prefix caching: LRU first
     prefix_hits: int = 0              # prefix caching: tokens its lookups found cached
     prefix_tokens: int = 0            # prefix caching: prefill tokens it looked up
+    host: OrderedDict = field(default_factory=OrderedDict)  # its host tier: LRU first
+    prefix_host_hits: int = 0         # host tier: tokens of its hits loaded from host memory
     retired: bool = False          # out of its pool (a plan's resize): takes no new request
     # failures
     down: bool = False
@@ -302,6 +325,8 @@ class _ReferenceSimulation:
         self.prefix = bool(m.prefix_cache) and workload.has_prefix_blocks
         self.prefix_block = int(workload.prefix_block_tokens)
         self.routing = self.prefix and bool(m.prefix_routing)
+        self.host_blocks = host_cache_blocks(m, self.prefix_block) if self.prefix else 0
+        self.host_link = host_link_integers(m).tolist() if self.host_blocks else []
         if self.prefix:
             for req in self.requests:
                 req.blocks = tuple(int(b) for b in workload.request_blocks(req.index))
@@ -320,6 +345,7 @@ class _ReferenceSimulation:
                 if req.kv_from >= 0:  # transferred
                     self.machines[req.kv_from].memory_used -= (
                         self._blocks(req.prefill) if self.paged else req.prefill)
+                self._prefix_seed(req, self.machines[req.token_machine])
                 self.machines[req.token_machine].decode_wait.append(req)
                 self._recovered(req, now)
             while self.resizes and self.resizes[0][0] == now:  # (2r)
@@ -387,7 +413,8 @@ class _ReferenceSimulation:
         mc.decode_wait.clear()
         mc.running, mc.batch_prompts, mc.batch_decodes, mc.batch_chunks = [], [], [], []
         mc.memory_used = mc.pending_prompt_tokens = mc.committed = 0
-        mc.cache.clear()  # prefix caching: its cache is lost with its memory
+        mc.cache.clear()  # prefix caching: its cache is lost with its memory (and the
+        mc.host.clear()   # host tier with its machine)
         for req, kind in lost:
             self._lose(req, kind, now, mc.detect_at)
 
@@ -510,18 +537,20 @@ class _ReferenceSimulation:
                    default=None)
 
     @staticmethod
-    def _matched_blocks(req: _Request, mc: _Machine) -> int:
-        """How many of the request's leading blocks mc's cache holds."""
+    def _matched_blocks(req: _Request, mc: _Machine) -> tuple[int, int]:
+        """How many of the request's leading blocks mc's cache holds in HBM, and how many of
+        the blocks after those its host tier holds (a run: 0 without the tier)."""
         k = 0
-        for block in req.blocks:
-            if block not in mc.cache:
-                break
+        while k < len(req.blocks) and req.blocks[k] in mc.cache:
             k += 1
-        return k
+        h = k
+        while h < len(req.blocks) and req.blocks[h] in mc.host:
+            h += 1
+        return k, h - k
 
     def _cached_prefix(self, req: _Request, mc: _Machine) -> int:
         """Prefix-aware routing: the hit a lookup on mc would find now (nothing changed)."""
-        return min(self._matched_blocks(req, mc) * self.prefix_block, req.prefill - 1)
+        return min(sum(self._matched_blocks(req, mc)) * self.prefix_block, req.prefill - 1)
 
     def _least_loaded_aware(self, req: _Request) -> _Machine | None:
         fits = [mc for mc in self._up() if mc.capacity >= req.reservation]
@@ -639,6 +668,7 @@ class _ReferenceSimulation:
             self._start_chunked_iteration(mc, now)
             return
         prompts, tokens = [], 0
+        loaded = 0  # host tier: tokens of its prompts' cached blocks loaded from host memory
         while mc.prompt_queue:
             req = mc.prompt_queue[0]
             if prompts and tokens + req.prompt > self.m.prompt_token_limit:
@@ -650,7 +680,7 @@ class _ReferenceSimulation:
                 break
             mc.memory_used += held
             prompts.append(mc.prompt_queue.popleft())
-            self._prefix_lookup(req, mc)
+            loaded += self._prefix_lookup(req, mc)
             tokens += req.prefill - req.cached
         # prefill first: prompts run alone, the running decodes wait (SimOptions.prefill_first)
         decodes = [] if prompts and self.m.prefill_first else list(mc.running)
@@ -662,7 +692,7 @@ class _ReferenceSimulation:
             for req in prompts:
                 mc.chunked_prefill_s += float(curves.prompt_time(req.prefill - req.cached))
         mc.batch_prompts, mc.batch_decodes = prompts, decodes
-        self._begin(mc, now, tokens, decodes, 0.0,
+        self._begin(mc, now, tokens, decodes, self._load_seconds(mc, loaded),
                     [(req, req.prefill - req.cached, req.cached) for req in prompts])
 
     def _begin(self, mc: _Machine, now: float, tokens: int, decodes: list, extra: float,
@@ -700,6 +730,7 @@ class _ReferenceSimulation:
     def _start_chunked_iteration(self, mc: _Machine, now: float) -> None:
         q = self.m.curves[mc.kind].decode_query_tokens  # each decode's tokens in the pass
         budget, chunks = max(0, self.m.chunk_tokens - q * len(mc.running)), []
+        loaded = 0  # host tier: tokens of its prompts' cached blocks loaded from host memory
         for req in mc.prompt_queue:
             if budget == 0:
                 break
@@ -708,7 +739,7 @@ class _ReferenceSimulation:
                 if not self._fits(mc, held):
                     break
                 mc.memory_used += held
-                self._prefix_lookup(req, mc)
+                loaded += self._prefix_lookup(req, mc)
                 req.prefilled = req.cached  # its pieces start after the cached prefix
             piece = min(req.prefill - req.prefilled, budget)
             chunks.append((req, piece, req.prefilled))
@@ -729,7 +760,8 @@ class _ReferenceSimulation:
             mc.chunked_prefill_s += float(curves.prompt_time(piece)) + piece_extra
         mc.prompt_chunks += len(chunks)
         mc.batch_chunks, mc.batch_decodes = chunks, decodes
-        self._begin(mc, now, sum(piece for _, piece, _ in chunks), decodes, extra, chunks)
+        self._begin(mc, now, sum(piece for _, piece, _ in chunks), decodes,
+                    extra + self._load_seconds(mc, loaded), chunks)
 
     def _end_iteration(self, mc: _Machine, now: float) -> None:
         for req in mc.batch_decodes:
@@ -786,36 +818,71 @@ class _ReferenceSimulation:
 
     # ------------------------------------------------------------------ prefix caching
     def _trim_cache(self, mc: _Machine) -> None:
-        """Evict least recently used blocks down to the room its free KV memory leaves."""
+        """Evict least recently used blocks down to the room its free KV memory leaves; with a
+        host tier, each evicted block becomes the host's most recently used, and the host
+        evicts its least recently used beyond its capacity."""
         room = max(0, mc.capacity - mc.memory_used) // self.prefix_block
         while len(mc.cache) > room:
-            mc.cache.popitem(last=False)
+            block, _ = mc.cache.popitem(last=False)
+            if self.host_blocks:
+                mc.host[block] = None
+        while len(mc.host) > self.host_blocks:
+            mc.host.popitem(last=False)
 
-    def _prefix_lookup(self, req: _Request, mc: _Machine) -> None:
-        """Its prefill starts on mc: the longest run of its leading blocks cached there is a
-        hit (`req.cached`; at most its prefill - 1 tokens); those blocks become most recently
-        used, the first one last; its pending tokens fall by the hit."""
+    def _to_hbm(self, mc: _Machine, block: int) -> None:
+        """The block becomes the cache's most recently used (leaving the host tier)."""
+        mc.host.pop(block, None)
+        mc.cache[block] = None
+        mc.cache.move_to_end(block)
+
+    def _prefix_lookup(self, req: _Request, mc: _Machine) -> int:
+        """Its prefill starts on mc: the longest run of its leading blocks cached there (in
+        HBM, then in the host tier) is a hit (`req.cached`; at most its prefill - 1 tokens);
+        those blocks become most recently used in HBM, the first one last; its pending tokens
+        fall by the hit. Returns the hit's host tokens to load (when any block came from the
+        host tier; else 0)."""
         req.cached = 0
         if not self.prefix:
-            return
+            return 0
         self._trim_cache(mc)
-        k = self._matched_blocks(req, mc)
-        for block in reversed(req.blocks[:k]):
-            mc.cache.move_to_end(block)
-        req.cached = min(k * self.prefix_block, req.prefill - 1)
+        k, h = self._matched_blocks(req, mc)
+        for block in reversed(req.blocks[:k + h]):
+            self._to_hbm(mc, block)
+        req.cached = min((k + h) * self.prefix_block, req.prefill - 1)
+        loaded = req.cached - min(k * self.prefix_block, req.cached)  # its host part
         mc.prefix_hits += req.cached
+        mc.prefix_host_hits += loaded
         mc.prefix_tokens += req.prefill
         mc.pending_prompt_tokens -= req.cached
+        if h == 0:
+            return 0
+        self._trim_cache(mc)  # the loaded blocks may push others out of HBM
+        return loaded
+
+    def _load_seconds(self, mc: _Machine, tokens: int) -> float:
+        """Host tier: what loading `tokens` tokens of KV over mc's host link takes (0.0 with
+        no tier); whole bytes over whole bytes/s, as float64."""
+        if not self.host_blocks:
+            return 0.0
+        return float(tokens * self.m.kv_bytes_per_token) / float(self.host_link[mc.index])
 
     def _prefix_insert(self, req: _Request, mc: _Machine) -> None:
-        """Its prefill ended on mc: its blocks enter the cache (or are refreshed), the last
-        first, so that its first block is the most recently used; then the cache is trimmed."""
+        """Its prefill ended on mc: its blocks enter the cache (or are refreshed; leaving
+        the host tier), the last first, so that its first block is the most recently used;
+        then the cache is trimmed."""
         if not self.prefix:
             return
         for block in reversed(req.blocks):
-            mc.cache[block] = None
-            mc.cache.move_to_end(block)
+            self._to_hbm(mc, block)
         self._trim_cache(mc)
+
+    def _prefix_seed(self, req: _Request, mc: _Machine) -> None:
+        """Its KV arrived at its token machine mc: its blocks enter mc's cache (or are
+        refreshed), as a prefill's do, but with no trim (the next lookup or insertion trims)."""
+        if not self.prefix:
+            return
+        for block in reversed(req.blocks):
+            self._to_hbm(mc, block)
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
@@ -856,6 +923,9 @@ class _ReferenceSimulation:
             **({} if not self.prefix else {
                 "prefix_hit_tokens": np.array([mc.prefix_hits for mc in ms], dtype=np.int64),
                 "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64)}),
+            **({} if not self.host_blocks else {
+                "prefix_host_hit_tokens": np.array([mc.prefix_host_hits for mc in ms],
+                                                   dtype=np.int64)}),
             **({} if not len(self.m.failures) else {
                 "recoveries": np.array([r.recoveries for r in reqs], dtype=np.int64),
                 "recomputed_tokens": np.array([r.recomputed for r in reqs], dtype=np.int64),

@@ -67,6 +67,16 @@ class SimResult:
         return int(np.sum(stats["prefix_hit_tokens"])) / tokens if tokens else 0.0
 
     @property
+    def prefix_host_hit_rate(self) -> float | None:
+        """Prefix caching's host tier: the prefill tokens found cached in host memory (loaded
+        back) over those looked up, every instance together (None without the tier)."""
+        stats = self.machine_stats
+        if "prefix_host_hit_tokens" not in stats:
+            return None
+        tokens = int(np.sum(stats["prefix_tokens"]))
+        return int(np.sum(stats["prefix_host_hit_tokens"])) / tokens if tokens else 0.0
+
+    @property
     def makespan_s(self) -> float:
         return float(np.nanmax(self.finish_s)) if self.feasible and len(self.finish_s) else 0.0
 
@@ -277,4 +287,7 @@ def machine_statistics(raw: dict, machines: MachineArrays, cluster: Cluster,
             "prefix_tokens": raw["prefix_tokens"],
             "prefix_hit_rate": np.where(raw["prefix_tokens"] > 0, raw["prefix_hit_tokens"]
                                         / np.maximum(raw["prefix_tokens"], 1), 0.0)}),
+        # its host tier only: the tokens of those hits loaded from host memory
+        **({} if "prefix_host_hit_tokens" not in raw else {
+            "prefix_host_hit_tokens": raw["prefix_host_hit_tokens"]}),
     }

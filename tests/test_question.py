@@ -148,6 +148,7 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "kv_admission": ({}, "reserve"),
     "batching": ({}, "prefill-first"),
     "prefix_cache": ({}, "on"),
+    "prefix_host_memory": ({"prefix_cache": "on"}, 256.0),
     "catalog": ({}, None),   # filled in by the test (a copy of the catalog, edited)
     "survive_failures": ({}, 2),
     "mtbf_hours": ({}, 1000.0),

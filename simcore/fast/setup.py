@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.cluster import ITL_BINS, MachineArrays, Stalled
+from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks,
+                             host_link_integers)
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
-    CHANGED_ALL, Curves, EMPTY, Failures, Heap, INF, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
+    CHANGED_ALL, Curves, EMPTY, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
+    KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
     MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
 from .pools import _refresh
@@ -202,11 +204,16 @@ def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
                else np.zeros(1, np.int64))
     blocks = max(1, int(ids.max()) + 1 if len(ids) else 1) if on else 1
     count = m.count if on else 1
-    ends = np.full((count, 3), NONE, np.int64)
-    ends[:, 2] = 0
+    ends = np.full((count, HOST_HITS + 1), NONE, np.int64)
+    ends[:, 2] = ends[:, 5] = ends[:, LOAD_TOKENS] = ends[:, HOST_HITS] = 0
+    ends[:, HOST_BLOCKS], ends[:, KV_BYTES], ends[:, HOST_LINK] = 0, 0, 1
+    if on and host_cache_blocks(m, int(workload.prefix_block_tokens)) > 0:
+        ends[:, HOST_BLOCKS] = host_cache_blocks(m, int(workload.prefix_block_tokens))
+        ends[:, KV_BYTES] = m.kv_bytes_per_token
+        ends[:, HOST_LINK] = host_link_integers(m)
     return Prefix(ids, offsets, np.full((count, blocks), NONE, np.int32),
                   np.full((count, blocks), NONE, np.int32),
-                  np.zeros((count, blocks), np.bool_), ends)
+                  np.zeros((count, blocks), np.int8), ends)
 
 
 def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None) -> State:
@@ -246,6 +253,9 @@ def _machine_results(state: State) -> dict:
             **({} if not state.settings.prefix_block else {
                 "prefix_hit_tokens": _column(machines, "prefix_hits"),
                 "prefix_tokens": _column(machines, "prefix_tokens")}),
+            **({} if not state.prefix.ends[0, HOST_BLOCKS] else {
+                "prefix_host_hit_tokens": np.ascontiguousarray(
+                    state.prefix.ends[:, HOST_HITS])}),
             "itl_histogram": state.gaps,
             "end_s": np.float64(state.progress.clock[0])}  # the last instant
 

@@ -26,7 +26,7 @@ from .decode_runs import (
     _cut_run, _end_decodes, _memory_ticks, _peak_before, _preempt, _start_decode_run)
 from .chunks import _chunks_now, _start_chunk_run, _take_chunks
 from .failures import _lose, _recovered
-from .prefix import _prefix_insert, _prefix_lookup
+from .prefix import _host_load, _prefix_insert, _prefix_lookup, _prefix_seed
 
 
 @_inlined
@@ -153,6 +153,8 @@ def _deliver_kv(state, now):
             else:
                 machines[p].memory -= requests[r].prefill
             _touch(touched, machines[p], p)
+        if state.settings.prefix_block > 0:  # its blocks seed the token machine's cache
+            _prefix_seed(state.prefix, t, requests[r])
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
         _recovered(requests[r], now)
@@ -267,6 +269,8 @@ def _start_iteration(state, m, now, limit):
         count, tokens, extra, chunked = _take_work(state, machine, m)
         if settings.prefix_block > 0 and count > 0:  # hits lowered its pending tokens
             _refresh(state.pools, machines, m, CHANGED_PENDING)
+            # (host tier) the iteration waits for its prompts' cached blocks to load
+            extra += _host_load(state.prefix, m)
     decodes = machine.running_count
     if count == 0 and decodes == 0:
         return
