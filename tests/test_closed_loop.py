@@ -149,3 +149,25 @@ def test_closed_loops_with_speculative_decoding_match_the_reference(name):
     ref = assert_agree(w, m, plan(w, EAGLE, 1))
     assert np.all(np.isfinite(ref["finish_s"])) and ref["arrival_s"][-1] > 0
 
+
+def test_simulate_reports_the_closed_loop_and_its_throughput():
+    """`provision simulate --concurrency 3 --think-time 0.5 --requests 40` from Python: the
+    result's workload holds the run's arrivals (TTFT from them), the summary the users, the
+    think time and the requests per second achieved over the run."""
+    import provisioner
+    run = provisioner.simulate(design="baseline-h100", machines=1, model="llama-3.1-8b",
+                               concurrency=3, think_time=0.5, requests=40)
+    result = run.result
+    arrival = result.workload.arrival_s
+    assert (arrival[:3] == 0).all() and (arrival[3:] > 0).all()
+    assert np.all(result.first_token_s > arrival)
+    # E2E is measured from the run's arrivals (plus the engine's first-token time)
+    assert np.all(result.e2e_s >= result.finish_s - arrival - 1e-12)
+    assert np.all(result.e2e_s < result.finish_s - arrival + 1.0)
+    loop = run.to_dict()["closed_loop"]
+    assert loop["users"] == 3 and loop["think_time_s"] == 0.5
+    assert loop["throughput_rps"] == pytest.approx(40 / float(np.max(result.finish_s)),
+                                                   rel=1e-5)
+    again = provisioner.simulate(design="baseline-h100", machines=1, model="llama-3.1-8b",
+                                 concurrency=3, think_time=0.5, requests=40)
+    assert again.to_dict() == run.to_dict()
