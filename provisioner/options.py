@@ -63,6 +63,9 @@ MAX_SEED = 2**63 - 1
 # default); the bound keeps a run within what a machine simulates in minutes
 MAX_USERS = 1_000_000
 DEFAULT_CLOSED_REQUESTS = 1000
+# ... or this many per user, the more: all users start at 0, so a run of barely one request
+# per user is the start-up burst alone, never a steady state
+CLOSED_REQUESTS_PER_USER = 10
 MAX_CLOSED_REQUESTS = 10_000_000
 MAX_MACHINES = 100_000      # per pool, and in all
 # The search's own bound: 16,384 machines per pool is ~5x the largest fleet the scale benchmark
@@ -573,7 +576,8 @@ class ClusterOptions:
         None, "--concurrency: the requests the users send in all, their sizes drawn from the "
               "workload (a Mooncake trace: its first ones); the run ends when the last has "
               "finished.", count(1, MAX_CLOSED_REQUESTS), metavar="M",
-        default_text=f"{DEFAULT_CLOSED_REQUESTS:,}")
+        default_text=f"{DEFAULT_CLOSED_REQUESTS:,} or {CLOSED_REQUESTS_PER_USER} per user, "
+                     "the more")
     plan: Optional[str] = option(
         None, "--load-curve: resize the pools during the run as this plan says: a search's "
               "plan.csv (its rows of --design), or a CSV start_s,prompt_machines,"

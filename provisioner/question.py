@@ -28,7 +28,8 @@ from hardware_catalog import (Catalog, Design, InputError, Layout, MachineSku, M
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins, pinned_design
-from provisioner.options import (DEFAULT_CLOSED_REQUESTS, DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
+from provisioner.options import (CLOSED_REQUESTS_PER_USER, DEFAULT_CLOSED_REQUESTS,
+                                 DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
                                  ms_limits,
                                  WINDOW_LIFETIMES, WINDOW_QUANTILE, ClusterOptions,
                                  FailureOptions, QuestionOptions, SearchOptions, SimulateOptions,
@@ -595,7 +596,8 @@ def _closed_question(options: SimulateOptions, cluster: Cluster, common: dict):
     if used.has_failures:
         raise InputError(f"{option_ref('concurrency')} runs without failures: drop the "
                          "failure options", field="concurrency")
-    count = DEFAULT_CLOSED_REQUESTS if c.requests is None else c.requests
+    count = (max(DEFAULT_CLOSED_REQUESTS, CLOSED_REQUESTS_PER_USER * c.concurrency)
+             if c.requests is None else c.requests)
     think = 0.0 if c.think_time is None else c.think_time
     requests = closed_loop(common["workload"].closed(count, s.seed), c.concurrency, think,
                            s.seed)

@@ -171,3 +171,20 @@ def test_simulate_reports_the_closed_loop_and_its_throughput():
     again = provisioner.simulate(design="baseline-h100", machines=1, model="llama-3.1-8b",
                                  concurrency=3, think_time=0.5, requests=40)
     assert again.to_dict() == run.to_dict()
+
+
+@pytest.mark.parametrize("values,count", [({"concurrency": 4}, 1000),
+                                          ({"concurrency": 250}, 2500),
+                                          ({"concurrency": 250, "requests": 30}, 30)])
+def test_a_closed_loop_runs_enough_requests_per_user(values, count):
+    """--requests left out: 1,000, or 10 per user when that is more (a run of one request per
+    user is the start-up burst alone); given, as given. The question echoes the loop."""
+    from provisioner.options import SimulateOptions, build
+    from provisioner.question import resolve_simulate
+    question = resolve_simulate(build(SimulateOptions, {
+        "design": "baseline-h100", "machines": 1, "model": "llama-3.1-8b", "think_time": 1.5,
+        **values}))
+    assert len(question.requests) == count
+    asked = question.to_dict()
+    assert (asked["concurrency"], asked["think_time_s"]) == (values["concurrency"], 1.5)
+    assert asked["rate_rps"] is None and asked["requests"] == count
