@@ -60,6 +60,14 @@ WINDOW_RULE = (f"the larger of {WINDOW_FLOOR_S:g} s and {WINDOW_LIFETIMES} x the
                "request at the workload's P99 prompt and output lengths takes alone on the SLO "
                "reference machine, rounded up to a whole minute")
 MAX_SEED = 2**63 - 1
+# closed loops (--concurrency): users, and requests in all (vllm bench serve's --num-prompts
+# default); the bound keeps a run within what a machine simulates in minutes
+MAX_USERS = 1_000_000
+DEFAULT_CLOSED_REQUESTS = 1000
+# ... or this many per user, the more: all users start at 0, so a run of barely one request
+# per user is the start-up burst alone, never a steady state
+CLOSED_REQUESTS_PER_USER = 10
+MAX_CLOSED_REQUESTS = 10_000_000
 MAX_MACHINES = 100_000      # per pool, and in all
 # The search's own bound: 16,384 machines per pool is ~5x the largest fleet the scale benchmark
 # simulates in ~2 s (3,200 machines, 840k requests, ~350 MB); beyond it one simulation takes
@@ -585,6 +593,21 @@ class ClusterOptions:
     curve_shape: str = option(
         "step", "--load-curve: the rate between the curve's rows: step (each row's rate holds "
                 "until the next) or linear (interpolated).", OneOf(CURVE_SHAPES))
+    concurrency: Optional[int] = option(
+        None, "Closed-loop load instead of --rate: N users, each sending a request, waiting "
+              "for its last token, thinking (--think-time), then sending the next; all start "
+              "at time 0, and the run is --requests requests (docs/closed-loop.md).",
+        count(1, MAX_USERS), metavar="N")
+    think_time: Optional[float] = option(
+        None, "--concurrency: each user's mean think time in seconds between a request's last "
+              "token and its next request (exponential, drawn from --seed; 0: back to back).",
+        Number(0, MAX_DURATION), metavar="S", default_text="0")
+    requests: Optional[int] = option(
+        None, "--concurrency: the requests the users send in all, their sizes drawn from the "
+              "workload (a Mooncake trace: its first ones); the run ends when the last has "
+              "finished.", count(1, MAX_CLOSED_REQUESTS), metavar="M",
+        default_text=f"{DEFAULT_CLOSED_REQUESTS:,} or {CLOSED_REQUESTS_PER_USER} per user, "
+                     "the more")
     plan: Optional[str] = option(
         None, "--load-curve: resize the pools during the run as this plan says: a search's "
               "plan.csv (its rows of --design), or a CSV start_s,prompt_machines,"

@@ -28,7 +28,8 @@ from hardware_catalog import (Catalog, Design, InputError, Layout, MachineSku, M
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
 from provisioner.layouts import check_fits, check_pins, pinned_design
-from provisioner.options import (DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
+from provisioner.options import (CLOSED_REQUESTS_PER_USER, DEFAULT_CLOSED_REQUESTS,
+                                 DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
                                  ms_limits,
                                  WINDOW_LIFETIMES, WINDOW_QUANTILE, ClusterOptions,
                                  FailureOptions, QuestionOptions, SearchOptions, SimulateOptions,
@@ -43,7 +44,8 @@ from simcore import layout as layouts
 from simcore.cluster import kv_capacity_tokens
 from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads, fitted_overheads
 from simcore.metrics import uncontended_latencies
-from simcore.workload import MAX_REQUESTS, builtin_size_table, check_request_count
+from simcore.workload import (MAX_REQUESTS, builtin_size_table, check_request_count,
+                              closed_loop)
 from slo_profiles import SloProfile, load_slo_profile, with_ms_limits
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
@@ -516,6 +518,9 @@ class SimulateQuestion:
                     "requests": None if self.requests is None else len(self.requests),
                     "slo_profile": self.slo.name, "perf_model": self.perf.identity(),
                     "sim_options": _plain(asdict(self.sim_options))}
+        loop = None if self.requests is None else self.requests.closed
+        if loop is not None:
+            question.update(concurrency=loop.users, think_time_s=loop.think_mean_s)
         if self.curve is not None:
             question.update(load_curve=self.load_curve,
                             windows=[[w.start_s, w.end_s] for w in self.windows],
@@ -546,13 +551,16 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     workload = asked_workload(s).with_context(model)
     rate = DEFAULT_RATE if s.rate is None and not workload.timed else s.rate
     check_resilience(options.resilience, c.failures is not None, "failures")
+    common = {"catalog": catalog, "model": model, "perf": source, "perf_model": perf,
+              "slo": profile, "workload": workload, "seed": s.seed,
+              "reference": catalog.machine(SLO_REFERENCE_SKU)}
+    if c.concurrency is not None:
+        return _closed_question(options, cluster, common)
+    refuse_closed_options(c)
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                                 sim_options(s, options.resilience), rate)
     refuse_unused_pins(options.layout, [cluster.design], "design")
-    common = {"catalog": catalog, "model": model, "perf": source, "perf_model": perf,
-              "slo": profile, "workload": workload, "seed": s.seed,
-              "reference": catalog.machine(SLO_REFERENCE_SKU)}
     pools = (cluster.prompt_machines, cluster.token_machines)
     if c.load_curve is not None:
         from provisioner.loadcurve import asked_curve, curve_sizes, longest_request, windows
@@ -587,6 +595,46 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     return SimulateQuestion(cluster=cluster, sim_options=used, rate_rps=rate,
                             duration_s=window.duration_s, requests=requests, window_s=span,
                             window=window, **common)
+
+
+CLOSED_OPTIONS = ("think_time", "requests")   # shape a closed loop (--concurrency)
+
+
+def refuse_closed_options(c: ClusterOptions) -> None:
+    """Options that shape a closed loop, given without `--concurrency`: a mistake."""
+    for name in CLOSED_OPTIONS:
+        if getattr(c, name) is not None:
+            raise InputError(f"{option_ref(name)} applies to a closed loop: add "
+                             f"{option_ref('concurrency')} N, or drop it", field=name)
+
+
+def _closed_question(options: SimulateOptions, cluster: Cluster, common: dict):
+    """simulate --concurrency N: the users send --requests requests in a closed loop (their
+    arrivals made by the run), instead of arrivals at a rate; not with a load curve, failures
+    or a window (--duration: the requests set the run's length)."""
+    s, c = options.study, options.cluster
+    refuse_beside("concurrency", "a closed loop is its own load: give one or the other", s,
+                  StudyOptions(), ("rate",))
+    refuse_beside("concurrency", "--requests sets a closed loop's length", s, StudyOptions(),
+                  ("duration",))
+    refuse_beside("concurrency", "sessions arrive open-loop, at their own think times", s,
+                  StudyOptions(), ("prefix_model",))
+    refuse_beside("concurrency", "a closed loop runs its requests on one cluster, without "
+                  "failures", c, ClusterOptions(), ("load_curve", "plan", "failures"))
+    used = replace(sim_options(s, options.resilience), mixed_pool=c.mixed_pool)
+    if used.has_failures:
+        raise InputError(f"{option_ref('concurrency')} runs without failures: drop the "
+                         "failure options", field="concurrency")
+    count = (max(DEFAULT_CLOSED_REQUESTS, CLOSED_REQUESTS_PER_USER * c.concurrency)
+             if c.requests is None else c.requests)
+    think = 0.0 if c.think_time is None else c.think_time
+    requests = closed_loop(common["workload"].closed(count, s.seed), c.concurrency, think,
+                           s.seed)
+    longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
+    cluster = replace(cluster, design=pinned_design(
+        cluster.design, options.layout, common["model"], used.memory_reserve_fraction, longest,
+        (cluster.prompt_machines, cluster.token_machines), common["workload"]))
+    return SimulateQuestion(cluster=cluster, sim_options=used, requests=requests, **common)
 
 
 def _asked_plan(c: ClusterOptions, design: Design):

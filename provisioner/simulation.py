@@ -25,6 +25,7 @@ def simulation_summary(run) -> dict:
         **({"prefix_reuse_bound": run.prefix_reuse_bound}
            if getattr(run, "prefix_reuse_bound", None) else {}),
         "latency_ms": _simulated_ms(result),
+        **({"closed_loop": closed_loop_fields(result)} if requests.closed is not None else {}),
         "pools": _pools(result, cluster) if result.feasible else {},
         **({"prefill": _prefill(cluster.design, result)} if cluster.design.is_chunked else {}),
         **({"failures": _failures(run)} if result.failure_stats is not None else {}),
@@ -36,6 +37,16 @@ def simulation_summary(run) -> dict:
            if result.feasible and result.prefix_host_hit_rate is not None else {}),
         "latency_source": run.latency_source,
         "uncalibrated_skus": run.uncalibrated, **run.report.as_dict()}
+
+
+def closed_loop_fields(result) -> dict:
+    """A closed loop's users, mean think time and the throughput they achieved: requests per
+    second over the run, from time 0 (when the users start) to the last request's finish."""
+    loop = result.workload.closed
+    span = result.makespan_s
+    return {"users": loop.users, "think_time_s": loop.think_mean_s,
+            "throughput_rps": round(len(result.workload) / span, 6)
+            if result.feasible and span > 0 else None}
 
 
 def _cluster_fields(run, workload: str, requests: int) -> dict:

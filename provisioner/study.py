@@ -27,7 +27,7 @@ from simcore.perfmodel import (FittedPerformanceModel, default_performance_model
                                load_performance_model, perf_model_version)
 from simcore.performance import PerformanceModel
 from simcore.workload import (BUILTIN_TABLES_PATH, SyntheticSizes, Workload, arrival_count,
-                              builtin_workload_names, check_trace_size, cyclic_window,
+                              builtin_workload_names, check_trace_size, cyclic_window, draw_requests,
                               load_trace, parse_lengths, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
@@ -174,6 +174,18 @@ class WorkloadSource:
         BOUND_SAMPLE_S at BOUND_SAMPLE_RATE (the share depends on the rate only through the
         warm-up's cold start, negligible over a long window)."""
         return _session_bounds(self.sizes(), self.prefix_model, self.context_tokens)
+
+    def closed(self, count: int, seed: int, base_seed: int | None = None):
+        """`count` requests for a closed loop (arrivals made by the run): sizes drawn from the
+        seed as `at` draws them; a workload with prefix blocks (a Mooncake trace) gives its
+        first `count` real requests, blocks and all (whatever the seed)."""
+        if self.kind != "mooncake":
+            return draw_requests(self.sizes(), count, seed)
+        trace = self.sizes()
+        if count > len(trace):
+            raise InputError(f"{option_ref('requests')} {count:,} is more than the "
+                             f"{len(trace):,} requests of {self.name}", field="requests")
+        return trace.head(count)
 
     def at(self, rate_rps: float | None, duration_s: float, seed: int, base_seed: int | None = None):
         """One sample of the workload: a built-in distribution, the given lengths or a result

@@ -890,6 +890,11 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
         console.print(f"[bold red]infeasible:[/] {report.reason}", highlight=False)
         return
     console.print(_slo_table(report))
+    if summary.get("closed_loop"):
+        loop = summary["closed_loop"]
+        console.print(f"closed loop: {loop['users']:,} users, mean think time "
+                      f"{loop['think_time_s']:g} s: {loop['throughput_rps']:.3f} requests/s "
+                      "achieved", highlight=False)
     ms = summary["latency_ms"]
     console.print("latencies, ms P50 / P90 / P99: " + "; ".join(
         f"{metric.upper()} " + " / ".join("-" if v is None else _ms(v) for v in values.values())

@@ -145,6 +145,16 @@ A KV cache that arrives at its token machine (step (2): a transfer, a retarget o
 restored) seeds that machine's cache: its prompt's blocks enter (or are refreshed, leaving
 the host tier) as in an insertion, last first, but the cache is not trimmed then.
 
+Closed loop (`Workload.closed`, `simcore.workload.ClosedLoop`; open by default, arrivals as
+given): N users each send a request, wait for its last token, think, and send the next. The
+first N requests arrive at time 0; when request k finishes at t (in step (1)), its user's next
+request is pending, to arrive at t + think_k (think_k drawn before the run). Requests are
+numbered in arrival order: the next request arrives at the earliest pending time (ties: the
+times are equal, so which user sends it does not matter), and takes the next sizes. A user
+sent at the instant its request finished (think 0) arrives in step (3) of that instant. The
+run ends when every request has arrived and finished; pending users then send nothing. Not
+with failures or pool resizes.
+
 Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes of pool size,
 `simcore.cluster.plan_resizes`): after step (2), at the same instant, (2r) machines leave and
 join their pools, by index. A machine that leaves takes no new request (the router and the
@@ -176,6 +186,7 @@ down) waits for the next repair.
 """
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -291,6 +302,8 @@ def simulate_reference(workload: Workload, machines: MachineArrays, trace: list 
     """Run the reference event loop; returns per-request arrays and per-machine statistics.
     `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`: decode
     units, reservations, context bases and rates); None: one token per decode."""
+    if workload.closed is not None and (len(machines.failures) or len(machines.resizes)):
+        raise ValueError("a closed loop runs without failures or pool resizes")
     sim = _ReferenceSimulation(workload, machines, trace, steps)
     return sim.run()
 
@@ -313,6 +326,14 @@ class _ReferenceSimulation:
                          for i in range(m.count)]
         self.kv_arrivals: list[tuple[float, int]] = []
         self.next_arrival = 0
+        # closed loop: the users, each request's think time, and the pending users' next
+        # arrival times (the first `users` requests arrive at 0, the others when sent)
+        loop = workload.closed
+        self.users = 0 if loop is None else int(loop.users)
+        self.think = None if loop is None else [float(t) for t in loop.think_s]
+        self.pending_users: list[float] = []
+        for req in self.requests[self.users:] if self.users else ():
+            req.arrival = np.inf
         self.finished = 0
         self.failures = [(float(t), int(mc), float(d)) for t, mc, d in m.failures]
         self.repairs = sorted((t + d, mc) for t, mc, d in self.failures if np.isfinite(t + d))
@@ -353,18 +374,30 @@ class _ReferenceSimulation:
                 self.machines[index].retired = change < 0
             if self.failures or self.repairs or self.recoveries:
                 self._failure_steps(now)
+            self._next_user_arrival()
             while (self.next_arrival < len(self.requests)
                    and self.requests[self.next_arrival].arrival == now):
                 req = self.requests[self.next_arrival]
+                if self.users and req.index >= self.users:  # its user is no longer pending
+                    heapq.heappop(self.pending_users)
                 if not self._route(req, now):
                     self._lose(req, RESTART, now, self._next_repair())
                 self.next_arrival += 1
+                self._next_user_arrival()
             for machine in self.machines:
                 if machine.busy_until is None:
                     self._start_iteration(machine, now)
         return self._results()
 
+    def _next_user_arrival(self) -> None:
+        """Closed loop: the next request to arrive (past the users' first ones) comes when the
+        earliest pending user sends it (inf: none pending)."""
+        if self.users and self.users <= self.next_arrival < len(self.requests):
+            self.requests[self.next_arrival].arrival = (
+                self.pending_users[0] if self.pending_users else np.inf)
+
     def _next_event_time(self) -> float:
+        self._next_user_arrival()
         times = [mc.busy_until for mc in self.machines if mc.busy_until is not None]
         times += [t for t, _ in self.kv_arrivals]
         if self.next_arrival < len(self.requests):
@@ -886,6 +919,8 @@ class _ReferenceSimulation:
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
+        if self.users:  # closed loop: its user sends the next request after thinking
+            heapq.heappush(self.pending_users, now + self.think[req.index])
         self._recovered(req, now)
         if token_machine.epoch == req.token_epoch:
             token_machine.committed -= req.reservation
@@ -904,6 +939,8 @@ class _ReferenceSimulation:
             if mc.in_mixed:
                 mc.mixed_time += end - mc.mixed_since
         return {
+            **({} if not self.users else {
+                "arrival_s": np.array([r.arrival for r in reqs])}),
             "first_token_s": np.array([r.first_token for r in reqs]),
             "finish_s": np.array([r.finish for r in reqs]),
             "prompt_machine": np.array([r.prompt_machine for r in reqs], dtype=np.int64),

@@ -15,7 +15,7 @@ from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, bu
 from simcore.fastsim import simulate_fast
 from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
 from simcore.refsim import Stalled, simulate_reference
-from simcore.workload import Workload
+from simcore.workload import Workload, with_arrivals
 
 SIMULATOR_VERSION = "7"  # bump when simulation semantics change (search caches key on it)
 
@@ -109,6 +109,9 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
     """
     if len(workload) == 0:
         raise InputError("the workload has no requests")
+    if workload.closed is not None and (options.has_failures or options.pool_plan):
+        raise InputError("a closed loop (--concurrency) runs without failures or a pool plan: "
+                         "drop one or the other")
     machines, schedule, reason = run_machines(cluster, model, perf, options,
                                               float(np.max(workload.arrival_s)), workload)
     if reason:
@@ -122,6 +125,8 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
             raise
         return _infeasible(workload, "requests were left unserved: every machine that could "
                            "take them is down for the rest of the run")
+    if workload.closed is not None:  # its arrivals are the run's
+        workload = with_arrivals(workload, raw["arrival_s"])
     result = _result(workload, raw, machines, reference_curves(model, perf, reference, options),
                      cluster)
     if options.has_failures:

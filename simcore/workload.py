@@ -13,7 +13,7 @@ import json
 import math
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -56,6 +56,8 @@ class Workload:
     prefix_blocks: np.ndarray | None = None    # int64, flat
     prefix_offsets: np.ndarray | None = None   # int64, len(self) + 1
     prefix_block_tokens: int = 512
+    # closed-loop load (`ClosedLoop`): arrival_s is then what the run gave (zeros before it)
+    closed: "ClosedLoop | None" = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -77,6 +79,56 @@ class Workload:
         return Workload(f"{self.name}[:{n}]", self.arrival_s[:n], self.prompt_tokens[:n],
                         self.output_tokens[:n], self.notes, blocks, offsets,
                         self.prefix_block_tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class ClosedLoop:
+    """Closed-loop load: `users` users, each sending a request, waiting for its last token,
+    thinking, then sending the next. The first `users` requests arrive at time 0; when request
+    k finishes at t, its user's next request arrives at t + think_s[k]. Requests are numbered
+    in arrival order, so the k-th arrival takes the workload's k-th sizes, whichever user
+    sends it; the run ends when all of them have arrived and finished (users still thinking
+    then send nothing more). At most `users` requests are ever in the system at once."""
+    users: int
+    think_s: np.ndarray      # float64 >= 0, one per request: the think time after it finishes
+    think_mean_s: float      # the mean they were drawn with (exponential; 0: back to back)
+
+
+def closed_loop(workload: Workload, users: int, think_mean_s: float, seed: int) -> Workload:
+    """`workload`'s requests (sizes and prompt blocks, in order) sent by `users` users in a
+    closed loop, with exponential think times of mean `think_mean_s` drawn from `seed` (a
+    stream of their own: the sizes are the same as without them). Arrival times are zeros
+    until a simulator runs it (`with_arrivals`)."""
+    if users < 1:
+        raise InputError(f"a closed loop needs at least one user, got {users}")
+    if not think_mean_s >= 0 or not np.isfinite(think_mean_s):
+        raise InputError(f"the think time must be a finite number >= 0 s, got {think_mean_s}")
+    n = len(workload)
+    think = (np.zeros(n) if think_mean_s == 0 else
+             np.random.default_rng([seed, _THINK_STREAM]).exponential(think_mean_s, n))
+    note = (f"closed loop: {users} users, think time "
+            + ("0 s (back to back)" if think_mean_s == 0 else
+               f"exponential, mean {think_mean_s:g} s") + f", {n} requests")
+    return replace(workload, name=f"{workload.name}/closed-{users}users-think{think_mean_s:g}s",
+                   arrival_s=np.zeros(n), notes=(*workload.notes, note),
+                   closed=ClosedLoop(int(users), think, float(think_mean_s)))
+
+
+_THINK_STREAM = 0x7417   # the think times' own random stream beside the seed's
+
+
+def draw_requests(sizes: str | Workload, count: int, seed: int) -> Workload:
+    """`count` requests with sizes drawn from `sizes` (as `synthesize` draws them, from the
+    seed) and no arrival times yet (zeros): a closed loop's requests."""
+    sampler, base_name, size_note = _size_sampler(sizes)
+    prompt, output = sampler(np.random.default_rng(seed), count)
+    return Workload(f"{base_name}/{count}req/seed{seed}", np.zeros(count), prompt, output,
+                    (size_note,))
+
+
+def with_arrivals(workload: Workload, arrival_s: np.ndarray) -> Workload:
+    """A closed-loop workload with the arrival times a run gave it."""
+    return replace(workload, arrival_s=np.asarray(arrival_s, dtype=np.float64))
 
 
 # ------------------------------------------------------------------------------ trace loading

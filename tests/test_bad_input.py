@@ -86,6 +86,24 @@ def test_simulate_numeric_option_out_of_range(bad, tmp_path, flag, value):
     bad([*SIM, "--requests-csv", tmp_path / "r.csv", flag, value], flag)
 
 
+CLOSED = ["simulate", "--design", "splitwise-hh", "--prompt", "2", "--token", "2"]
+CURVE = REPO / "examples" / "load-curves" / "azure-coding-2024-05-13.csv"
+
+
+@pytest.mark.parametrize("extra,names", [
+    (["--concurrency", "4", "--rate", "5"], ("--rate", "--concurrency")),
+    (["--concurrency", "4", "--duration", "60"], ("--duration", "--concurrency")),
+    (["--concurrency", "4", "--load-curve", CURVE], ("--load-curve", "--concurrency")),
+    (["--concurrency", "4", "--mtbf-hours", "100"], ("--concurrency", "failure")),
+    (["--think-time", "1"], ("--think-time", "--concurrency")),
+    (["--requests", "10", "--rate", "5"], ("--requests", "--concurrency")),
+])
+def test_closed_loop_options_out_of_place(bad, tmp_path, extra, names):
+    """--concurrency is a load of its own: not beside a rate, a window, a curve or failures;
+    its options not without it."""
+    bad([*CLOSED, "--requests-csv", tmp_path / "r.csv", *extra], *names)
+
+
 CHOICES = [(flag_of(f), "spark") for n, f in option_fields(SearchOptions).items()
            if f.metadata["cli"] and isinstance(f.metadata["check"], OneOf)]
 

@@ -30,7 +30,8 @@ from .compiler import _compiled, _inlined
 from .records import INF, NONE
 from .latency import _combined, _decode_time, _host_time, _itl_bin
 from .structures import (
-    _blocks, _heap_push, _kv_tokens, _meld, _pop_running, _push_prompt, _unlink_running)
+    _blocks, _heap_push, _kv_tokens, _meld, _pop_running, _push_prompt, _unlink_running,
+    _user_thinks)
 from .routing import _leave_mixed_if_done
 
 
@@ -193,6 +194,7 @@ def _end_decodes(state, m, now):
         request = requests[r]
         request.finish = now
         finished += 1
+        _user_thinks(state.closed, request.number, now)
         machine.committed -= request.reservation
         if settings.kv_paged:
             context = request.prompt + request.output  # (residues count units)

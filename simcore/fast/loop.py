@@ -40,6 +40,19 @@ def _next_other_event(state, next_arrival, next_slot, filled):
 
 
 @_inlined
+def _next_user_arrival(state, next_arrival, next_slot, filled):
+    """Closed loop: the next request to arrive, past the users' first ones, comes when the
+    earliest pending user sends it; its record's arrival is made that time (INF: no user
+    pending), so the loop reads arrivals as in an open loop. Only requests finish in (1) send
+    users (a chunk-run end finishes none: `_settle_busy_heap`), so this is called before (3)
+    and after each arrival."""
+    closed = state.closed
+    if closed.users <= next_arrival < filled:
+        pending = closed.pending
+        state.requests[next_slot].arrival = pending.key[0] if pending.size[0] > 0 else INF
+
+
+@_inlined
 def _is_current_end(machine, at):
     """A busy-heap entry (at, machine) ends the iteration or run in flight, not a cut run (nor
     one already ended at this instant) nor an iteration of a chunk run before its last."""
@@ -51,7 +64,8 @@ def _settle_busy_heap(state, until):
     """Before the next instant: pop the old ends of cut runs off the top of the busy heap, and
     apply the chunk-run ends at its top up to `until`, the next other event, so that neither
     makes an instant of its own (an instant where nothing happens, at the cost of all four
-    steps). Returns how many requests finished."""
+    steps). Returns how many requests finished. (None, in fact: a chunk run has no running
+    decode, `_start_chunk_run`; so in a closed loop no user is sent here, before `until`.)"""
     machines, busy_heap = state.machines, state.busy_heap
     finished = 0
     while busy_heap.size[0] > 0:
@@ -80,6 +94,8 @@ def _run(state, until):
     next_slot = next_arrival % slots   # its slot, kept in step (no division per event)
     end_time = progress.clock[0]
     failing = len(failures.schedule) > 0
+    users = state.closed.users
+    closed = users > 0   # a closed loop: see _next_user_arrival
     status = RUN_DONE
     while True:
         if finished == filled and until == INF:
@@ -108,12 +124,18 @@ def _run(state, until):
             _resize_steps(state, now)
         if failing and _failure_due(failures, now):
             _failure_steps(state, now)
+        if closed:  # (requests that finished in (1) may have sent users' requests now)
+            _next_user_arrival(state, next_arrival, next_slot, filled)
         while next_arrival < filled and requests[next_slot].arrival == now:  # (3)
             r = next_slot
+            if closed and next_arrival >= users:  # its user is no longer pending
+                _heap_pop(state.closed.pending)
             if not _route(state, r, now):
                 _lose(requests, failures, r, RESTART, now, _next_repair(failures))
             next_arrival += 1
             next_slot = 0 if next_slot + 1 == slots else next_slot + 1
+            if closed:
+                _next_user_arrival(state, next_arrival, next_slot, filled)
         # (4); a decode-only run ends by the next failure step (see _start_decode_run)
         _start_touched(state, now, _next_failure_step(failures) if failing else INF)
     counts[0], counts[2] = next_arrival, finished

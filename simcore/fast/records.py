@@ -158,6 +158,11 @@ Failures = namedtuple("Failures", ["schedule", "repairs", "peer", "recover", "ne
 # pools resized mid-run: rows (time, machine, +1 joins | -1 leaves) sorted; next: [next row]
 Resizes = namedtuple("Resizes", ["rows", "next"])
 
+# closed loop (`simcore.workload.ClosedLoop`): users N (0: an open loop, arrivals as filled),
+# think: each request's think time by number, and pending: the heap of the users' next
+# arrivals, keyed (time, the number of the request whose finish sent it); at most N entries
+Closed = namedtuple("Closed", ["users", "think", "pending"])
+
 RESTART, RETARGET, RESTORE = 0, 1, 2
 
 RUN_PAUSED, RUN_DONE, RUN_STALLED = 0, 1, 2
@@ -218,5 +223,6 @@ State = namedtuple("State", [
     #                 mod kv_block (a row of one unused column when not paged)
     "progress",     # Progress: next arrival, requests filled and finished, the last instant
     "prefix",       # Prefix: the machines' prefix caches (placeholders when off)
+    "closed",       # Closed: a closed loop's users and think times (users 0: open loop)
 ])
 

@@ -14,7 +14,7 @@ from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
-    CHANGED_ALL, Curves, EMPTY, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
+    CHANGED_ALL, Closed, Curves, EMPTY, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
     KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
     MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
@@ -89,7 +89,8 @@ def _new_requests(workload: Workload, steps=None) -> np.recarray:
     """Every request of the workload in its own slot; `steps` as `simulate_fast` takes it."""
     _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
-    _fill(requests, 0, workload.arrival_s, workload.prompt_tokens, workload.output_tokens, steps)
+    arrival = workload.arrival_s if workload.closed is None else _closed_arrivals(workload)
+    _fill(requests, 0, arrival, workload.prompt_tokens, workload.output_tokens, steps)
     return requests
 
 
@@ -216,9 +217,28 @@ def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
                   np.zeros((count, blocks), np.int8), ends)
 
 
+def _new_closed(workload: Workload | None) -> Closed:
+    """A closed loop's users, think times and empty heap of pending arrivals; an open loop's
+    placeholders (users 0; the same types, so one compiled core)."""
+    loop = None if workload is None else workload.closed
+    if loop is None:
+        return Closed(0, np.zeros(0), _new_heap(0))
+    return Closed(int(loop.users), np.ascontiguousarray(loop.think_s, dtype=np.float64),
+                  _new_heap(int(loop.users)))
+
+
+def _closed_arrivals(workload: Workload) -> np.ndarray:
+    """A closed loop's arrivals as filled: its first N requests at 0, the others not yet known
+    (INF: the loop copies each one's time from the pending users when it is next)."""
+    arrival = np.full(len(workload), INF)
+    arrival[:workload.closed.users] = 0.0
+    return arrival
+
+
 def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None) -> State:
     """The request records given and fresh structures: a State for `_run(state, until)`.
-    `workload`: the run's, for its prompt blocks (prefix caching; None: off)."""
+    `workload`: the run's, for its prompt blocks (prefix caching; None: off) and its closed
+    loop (None: open)."""
     slots, machines = len(requests), _new_machines(m)
     prefix = _new_prefix(m, workload)
     block = int(workload.prefix_block_tokens) if len(prefix.ids) else 0
@@ -232,7 +252,7 @@ def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None
                          np.zeros(1, np.int64)),
                  np.zeros(ITL_BINS, np.int64),
                  np.zeros((m.count, int(m.kv_block_tokens) if m.kv_paged else 1), np.int64),
-                 Progress(np.zeros(3, np.int64), np.zeros(1)), prefix)
+                 Progress(np.zeros(3, np.int64), np.zeros(1)), prefix, _new_closed(workload))
 
 
 def _column(records, name):  # counts and indices as int64, whatever the record holds
@@ -263,6 +283,8 @@ def _machine_results(state: State) -> dict:
 def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
     """Run the compiled core; returns the same dictionary as the reference simulator.
     `steps`: speculative decoding's per-request plan (`simcore.specdecode.step_plan`)."""
+    if workload.closed is not None and (len(m.failures) or len(m.resizes)):
+        raise ValueError("a closed loop runs without failures or pool resizes")
     state = new_state(m, _new_requests(workload, steps), workload)
     state.machines.context_units[:] = 1 if steps is None else steps[3]
     state.progress.counts[1] = len(workload)
@@ -273,9 +295,11 @@ def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
 
 def results(state: State, failures: bool) -> dict:
     """A finished run's results, as the reference simulator gives them (its failure keys only
-    when the cluster had a failure schedule)."""
+    when the cluster had a failure schedule; the arrivals only in a closed loop, where the run
+    makes them)."""
     requests = state.requests
-    return {"first_token_s": _column(requests, "first_token"),
+    return {**({} if state.closed.users == 0 else {"arrival_s": _column(requests, "arrival")}),
+            "first_token_s": _column(requests, "first_token"),
             "finish_s": _column(requests, "finish"),
             "prompt_machine": _column(requests, "prompt_machine"),
             "token_machine": _column(requests, "token_machine"),

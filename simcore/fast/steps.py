@@ -19,7 +19,7 @@ from .records import CHANGED_COMMITTED, CHANGED_PENDING, CHANGED_POOL, INF, NONE
 from .latency import _iteration_time, _kv_transfer, _prompt_time, _with_host
 from .structures import (
     _append_running, _blocks, _heap_pop, _kv_tokens, _heap_push, _link_running, _pop_prompt, _pop_wait,
-    _push_wait, _touch)
+    _push_wait, _touch, _user_thinks)
 from .pools import _changes, _refresh
 from .routing import _leave_mixed_if_done
 from .decode_runs import (
@@ -90,6 +90,7 @@ def _end_prompts(state, m, now):
             machine.memory -= _prompt_hold(request, m, settings)
             request.finish = now
             finished += 1
+            _user_thinks(state.closed, request.number, now)
             _recovered(request, now)
             if machines[t].epoch == request.token_epoch:
                 machines[t].committed -= request.reservation

@@ -69,6 +69,14 @@ def _heapify(heap, size):
         _sift_down(heap, i)
 
 
+@_inlined
+def _user_thinks(closed, number, now):
+    """Closed loop: request `number` finished now; its user sends the next one after its think
+    time (pending until then; `loop._next_user_arrival`)."""
+    if closed.users > 0:
+        _heap_push(closed.pending, now + closed.think[number], number)
+
+
 @_compiled
 def _push_prompt(requests, machine, r):
     requests[r].queue_next = NONE
