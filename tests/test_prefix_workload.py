@@ -196,3 +196,24 @@ def test_sessions_beyond_every_machines_memory_are_blamed_on_the_model():
         error = request_too_long(source, "m has room for")
     assert str(error).startswith("--prefix-model system=1:100,turns=9,think=1: its sessions' "
                                  "turns, which grow up to the model's context (131,072 tokens)")
+
+
+def test_the_sensitivity_table_draws_no_burstier_sessions():
+    """Sessions start as a Poisson process and their turns follow think times: the sensitivity
+    table has no gamma-arrivals variant for them (it would not draw sessions), but keeps it
+    for the same sizes drawn one by one."""
+    from provisioner.sensitivity import variants
+    from tests.test_question import study_of
+    common = dict(model="llama-3.1-8b", workload="conversation", rate=10.0)
+    sessions = [label for label, _ in variants(study_of(
+        prefix_model="system=2:1000,turns=1-3,think=5", **common))]
+    plain = [label for label, _ in variants(study_of(**common))]
+    assert "burstier arrivals (gamma CV 2)" in plain
+    assert [label for label in plain if label != "burstier arrivals (gamma CV 2)"] == sessions
+
+
+def test_a_closed_loop_refuses_sessions(cli, bad_input):
+    """--concurrency makes arrivals from finishes; sessions fix theirs in advance: one line."""
+    bad_input(cli(["simulate", "--design", "baseline-h100", "--machines", "1", "--model",
+                   "llama-3.1-8b", "--concurrency", "4", "--prefix-model",
+                   "system=2:1000,turns=3,think=5"]), "--prefix-model", "--concurrency")
