@@ -589,18 +589,9 @@ def search_notes(document: dict) -> list[str]:
     lines += latency_lines(document) + unit_cost_lines(document) + layout_lines(document)
     lines += bound_lines(document)
     lines += comparison_lines(document)
-    resilience = resilience_rows(document)
-    if resilience:
-        lines.append(resilience_title(document) + ":")
-        lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
-                                             zip(RESILIENCE_COLUMNS, cells))
-                  for name, cells in resilience]
-    savings = savings_rows(document)
-    if savings:
-        lines.append(savings_title(document) + ":")
-        lines += [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
-                                             zip(SAVINGS_COLUMNS, cells))
-                  for name, cells in savings]
+    lines += _table_lines(resilience_title(document), RESILIENCE_COLUMNS,
+                          resilience_rows(document))
+    lines += _table_lines(savings_title(document), SAVINGS_COLUMNS, savings_rows(document))
     spares = document["summary"].get("survive_failures_auto")
     if spares is not None:
         lines.append(f"Spares (--survive-failures auto): k = {spares['k']}: MTBF "
@@ -1006,3 +997,13 @@ def _expert_parallel_legend(document: dict) -> str:
             return ("expert-parallel pools: attention (TP, or DP ranks) / EP group, 'on N': the "
                     "machines a group spans; ")
     return ""
+
+
+def _table_lines(title: str, columns: tuple[str, ...], rows: list) -> list[str]:
+    """A titled table of (design, cells) rows as summary lines, one per design ([] without
+    rows)."""
+    if not rows:
+        return []
+    return [title + ":"] + [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
+                                                       zip(columns, cells))
+                            for name, cells in rows]

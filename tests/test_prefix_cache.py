@@ -217,15 +217,20 @@ TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake"
 CONVERSATION = TRACES / "conversation_trace.jsonl"
 
 
-@pytest.mark.skipif(not CONVERSATION.exists(), reason="needs ../shared/traces/mooncake")
-def test_mooncake_hit_rate_is_below_the_bound_and_grows_with_the_cache():
+def conversation_slice(n: int = 1500):
+    """The conversation trace's first n requests from time 0, with their blocks, and their
+    infinite-cache bound."""
     from provisioner.mooncake import prefix_reuse, read_mooncake
     trace = read_mooncake(CONVERSATION)
-    n = 1500
     w = trace.workload.head(n)
     w = Workload(w.name, w.arrival_s - w.arrival_s[0], w.prompt_tokens, w.output_tokens,
                  w.notes, w.prefix_blocks, w.prefix_offsets, w.prefix_block_tokens)
-    bound = prefix_reuse(trace.blocks[:n], w.prompt_tokens)
+    return w, prefix_reuse(trace.blocks[:n], w.prompt_tokens)
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="needs ../shared/traces/mooncake")
+def test_mooncake_hit_rate_is_below_the_bound_and_grows_with_the_cache():
+    w, bound = conversation_slice()
     rates = []
     for capacity in (140_000, 1_000_000, 4_000_000):  # 1,500 requests: 3.6%, 7.0%, 9.8%
         m = machines([ROLE_BOTH] * 8, [capacity] * 8, limit=8192, prefix_cache=True)

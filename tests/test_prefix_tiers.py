@@ -23,8 +23,8 @@ from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
 from simcore.fast import setup
 from simcore.refsim import simulate_reference
 from tests.test_fast_runs import assert_as_reference, machines, run_paused
-from tests.test_prefix_cache import (BLOCK, CLUSTERS, CONVERSATION, LINEAR, ROUTED, hit_rate,
-                                     shared_prefixes)
+from tests.test_prefix_cache import (BLOCK, CLUSTERS, CONVERSATION, LINEAR, ROUTED,
+                                     conversation_slice, hit_rate, shared_prefixes)
 
 KV_BYTES = 2_000_000  # the test machines' KV bytes per token (tests/test_fast_runs.machines)
 
@@ -169,13 +169,7 @@ def test_a_host_tier_raises_the_mooncake_hit_rate():
     """Eight small instances (140k KV tokens each, the smallest cache of
     tests/test_prefix_cache.py): host tiers of 0, 100 and 1,000 blocks' worth each find more
     and more prefixes, all below the infinite-cache bound."""
-    from provisioner.mooncake import prefix_reuse, read_mooncake
-    trace = read_mooncake(CONVERSATION)
-    n = 1500
-    w = trace.workload.head(n)
-    w = Workload(w.name, w.arrival_s - w.arrival_s[0], w.prompt_tokens, w.output_tokens,
-                 w.notes, w.prefix_blocks, w.prefix_offsets, w.prefix_block_tokens)
-    bound = prefix_reuse(trace.blocks[:n], w.prompt_tokens)
+    w, bound = conversation_slice()
     m = machines([ROLE_BOTH] * 8, [140_000] * 8, limit=8192, prefix_cache=True)
     rates, hosts = [], []
     for blocks in (0, 100, 1000):
