@@ -186,6 +186,8 @@ def _unit_costs_html(document: dict) -> str:
 def _savings_html(document: dict) -> str:
     """--prefix-cache on|aware: each design's optimum with and without the cache."""
     rows = savings_rows(document)
+    if not rows:   # (the title reads inputs a document without savings may not have)
+        return ""
     return _text_table(savings_title(document), ["design", *SAVINGS_COLUMNS], rows)
 
 

@@ -589,9 +589,9 @@ def search_notes(document: dict) -> list[str]:
     lines += latency_lines(document) + unit_cost_lines(document) + layout_lines(document)
     lines += bound_lines(document)
     lines += comparison_lines(document)
-    lines += _table_lines(resilience_title(document), RESILIENCE_COLUMNS,
+    lines += _table_lines(document, resilience_title, RESILIENCE_COLUMNS,
                           resilience_rows(document))
-    lines += _table_lines(savings_title(document), SAVINGS_COLUMNS, savings_rows(document))
+    lines += _table_lines(document, savings_title, SAVINGS_COLUMNS, savings_rows(document))
     spares = document["summary"].get("survive_failures_auto")
     if spares is not None:
         lines.append(f"Spares (--survive-failures auto): k = {spares['k']}: MTBF "
@@ -999,11 +999,11 @@ def _expert_parallel_legend(document: dict) -> str:
     return ""
 
 
-def _table_lines(title: str, columns: tuple[str, ...], rows: list) -> list[str]:
+def _table_lines(document: dict, title, columns: tuple[str, ...], rows: list) -> list[str]:
     """A titled table of (design, cells) rows as summary lines, one per design ([] without
-    rows)."""
+    rows; `title(document)` is read only with rows, from the inputs they come with)."""
     if not rows:
         return []
-    return [title + ":"] + [f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in
-                                                       zip(columns, cells))
-                            for name, cells in rows]
+    return [title(document) + ":"] + [
+        f"  {name}: " + "; ".join(f"{label} {cell}" for label, cell in zip(columns, cells))
+        for name, cells in rows]

@@ -116,7 +116,8 @@ def test_reuse_bound_changes_no_simulation_input(tmp_path):
     w = workload_source(str(path)).sizes()
     assert not hasattr(w, "blocks")
     assert set(vars(w)) <= {"name", "arrival_s", "prompt_tokens", "output_tokens", "notes",
-                            "prefix_blocks", "prefix_offsets", "prefix_block_tokens"}
+                            "prefix_blocks", "prefix_offsets", "prefix_block_tokens", "closed"}
+    assert w.closed is None   # (a closed loop's users and think times: never a trace's own)
 
 
 @pytest.mark.parametrize("line, says", [
