@@ -20,20 +20,12 @@ def resilience_rows(document: dict) -> list[tuple[str, list[str]]]:
         cells = []
         for label in ("plain", "restart", "replicate"):
             o = r[label]
-            if o is None:
-                cells.append("infeasible")
-                continue
-            machines = pools_text(o.get("machines", o.get("prompt_machines")),
-                                  o.get("token_machines", 0))
-            if max_rate:
-                text = f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
-                if o.get("rate_ratio") is not None:
-                    text += f" ({o['rate_ratio'] - 1:+.1%} rate)"
-            else:
-                text = f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
-                if o.get("cost_ratio") is not None:
-                    text += (f" ({o['cost_ratio'] - 1:+.1%} cost, {o['power_ratio'] - 1:+.1%} "
-                             "power)")
+            text = optimum_cell(o, max_rate)
+            if o is not None and max_rate and o.get("rate_ratio") is not None:
+                text += f" ({o['rate_ratio'] - 1:+.1%} rate)"
+            elif o is not None and not max_rate and o.get("cost_ratio") is not None:
+                text += (f" ({o['cost_ratio'] - 1:+.1%} cost, {o['power_ratio'] - 1:+.1%} "
+                         "power)")
             cells.append(text)
         rows.append((entry["design"], cells))
     return rows
@@ -51,17 +43,7 @@ def savings_rows(document: dict) -> list[tuple[str, list[str]]]:
         s = entry.get("prefix_cache_savings")
         if s is None:
             continue
-        cells = []
-        for label in ("without_cache", "with_cache"):
-            o = s[label]
-            if o is None:
-                cells.append("infeasible")
-                continue
-            machines = pools_text(o.get("machines", o.get("prompt_machines")),
-                                  o.get("token_machines", 0))
-            cells.append(f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
-                         if max_rate else
-                         f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW")
+        cells = [optimum_cell(s[label], max_rate) for label in ("without_cache", "with_cache")]
         hit_rate = (entry["optimum"] or {}).get("prefix_hit_rate")
         if s["with_cache"] is not None and hit_rate is not None:
             cells[-1] += f", {hit_rate:.1%} of prefill tokens cached"
@@ -79,6 +61,17 @@ def savings_title(document: dict) -> str:
     routing = document["inputs"]["sim_options"].get("prefix_routing")
     return ("What the prefix cache saved (--prefix-cache "
             f"{'aware' if routing else 'on'} against the same question with it off)")
+
+
+def optimum_cell(o: dict | None, max_rate: bool) -> str:
+    """An optimum in a table cell: its pools and cost, with its rate for max-rate (the goal's
+    answer) or its power otherwise; "infeasible" for none."""
+    if o is None:
+        return "infeasible"
+    machines = pools_text(o.get("machines", o.get("prompt_machines")), o.get("token_machines", 0))
+    if max_rate:
+        return f"{machines} {o['rate_rps']:g} req/s ${o['cost_per_hour']:,.0f}/h"
+    return f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
 
 
 def pools_text(prompt: int, token: int) -> str:
