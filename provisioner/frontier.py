@@ -333,6 +333,8 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
     else:
         budget = (objective_at(design, goal, *corner)
                   if _allowed(design, *corner, constraints) else math.inf)
+        if beat is not None:   # corners dearer than `beat` are not verified (`_searched`)
+            budget = min(budget, beat)
         frontier = yield from budget_walk(probe, rate, p_hi, t_hi,
                                           lambda p, t: objective_at(design, goal, p, t), budget)
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
@@ -635,6 +637,18 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
     """One design's whole search (a generator for `drive`); returns a DesignResult. `beat`:
     min-cost / min-power, an objective value the design must undercut (see `_min_search`);
     `start`: the pool sizes the growth starts from."""
+    result, probe = yield from _searched(design, goal, constraints, settings, beat, start)
+    return (yield from _completed(result, probe, settings))
+
+
+def _searched(design: Design, goal: Goal, constraints: Constraints, settings: SearchSettings,
+              beat: float | None, start: tuple[int, int]):
+    """A design's optimum, screened and verified, without the headroom and load sweep that
+    only the answer needs (`_completed`); returns (DesignResult, its Probe).
+
+    With `beat`, only candidates that cost (min-power: draw) no more than it are verified:
+    a verified point dearer than `beat` could not win (results are ranked by the objective
+    first), so a design whose every such candidate fails cannot beat it (CANNOT_BEAT)."""
     probe = Probe(design, infer=not settings.exhaustive)
     if goal.name == "max-rate":
         run = _max_rate_search
@@ -643,24 +657,46 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
             return _min_search(*args, beat=beat, start=start)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
+    affordable = _within(beat, goal)
+    candidates = [c for c in candidates if affordable(c)]
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     optimum, rejected, exhausted = yield from _verified(probe, optimum, candidates, goal,
-                                                        constraints, design, settings)
+                                                        constraints, design, settings,
+                                                        affordable)
     if optimum is None and not reason:
-        reason = "no evaluated configuration meets the SLOs within the constraints"
-        if rejected:
-            reason += " on every verification sample: " + _gave_up(rejected, exhausted)
-    headroom = None
-    if optimum is not None and optimum.rate_rps is not None:
-        headroom = yield from _headroom(probe, optimum, goal, settings)
-        if settings.load_sweep:
-            sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
-                                 round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
-            yield from probe.measure_all(sweep)
+        if beat is not None:   # nothing that costs no more than `beat` passed
+            reason = CANNOT_BEAT
+        else:
+            reason = "no evaluated configuration meets the SLOs within the constraints"
+            if rejected:
+                reason += " on every verification sample: " + _gave_up(rejected, exhausted)
     points = sorted(probe.seen.values(), key=_point_order)
     return DesignResult(design, goal, optimum, reason, points, frontier,
-                        non_monotone_cells(points), box, headroom,
-                        rejected=[_rejection(m) for m in rejected])
+                        non_monotone_cells(points), box, None,
+                        rejected=[_rejection(m) for m in rejected]), probe
+
+
+def _within(beat: float | None, goal: Goal) -> Callable[[Metrics], bool]:
+    """Does a candidate cost (min-power: draw) no more than `beat` (None: any does)?"""
+    if beat is None:
+        return lambda m: True
+    return lambda m: objective(m, goal) <= beat + _slack(beat)
+
+
+def _completed(result: DesignResult, probe: Probe, settings: SearchSettings):
+    """The answer's headroom (the highest rate its optimum sustains) and load sweep, with
+    their points added to the result's."""
+    optimum, goal = result.optimum, result.goal
+    if optimum is None or optimum.rate_rps is None:
+        return result
+    result.headroom_rps = yield from _headroom(probe, optimum, goal, settings)
+    if settings.load_sweep:
+        sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
+                             round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
+        yield from probe.measure_all(sweep)
+    result.points = sorted(probe.seen.values(), key=_point_order)
+    result.non_monotone = non_monotone_cells(result.points)
+    return result
 
 
 MAX_VERIFY_STEPS = 64   # complete verifications before a design is reported infeasible
@@ -669,14 +705,15 @@ GALLOP_AFTER = 16       # rejections before the step-up grows (x2 every GALLOP_A
 
 
 def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
-              constraints: Constraints, design: Design, settings: SearchSettings):
+              constraints: Constraints, design: Design, settings: SearchSettings,
+              affordable: Callable[[Metrics], bool] = lambda m: True):
     """The best candidate that meets every SLO on every verification sample.
 
     The search screened its points on a few samples; the best candidate is now quick-checked
     on the hardest samples (`Verify(point, QUICK_SAMPLES)`: a sample that failed before comes
     first) and, when it passes, verified on all of them. A candidate that fails is dropped
     with everything below it and its next-larger neighbours are screened; the best remaining
-    candidate goes next. So a frontier whose corners all fail one hard sample costs about one
+    candidate that is still `affordable` (see `_searched`) goes next. So a frontier whose corners all fail one hard sample costs about one
     simulation per corner, not a complete verification each. After GALLOP_AFTER rejections
     the step up doubles every GALLOP_AFTER more (a large fleet whose screened frontier sits
     far below what the hard samples need). Returns (verified optimum or None, the verified
@@ -704,8 +741,8 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
         # (the candidates kept are above every earlier rejection: only the new one can drop
         # them; the neighbours are new, so they face every rejection)
         kept = [c for c in candidates if c.meets_slos and not _below(c, checked)]
-        fresh = [c for c in neighbours
-                 if c.meets_slos and not any(_below(c, r) for r in rejected)]
+        fresh = [c for c in neighbours if c.meets_slos and affordable(c)
+                 and not any(_below(c, r) for r in rejected)]
         candidates = list(dict.fromkeys([*kept, *fresh]))
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     return None, rejected, False
@@ -897,7 +934,7 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
     with every variant's fate in `layouts`. Sequential within a design, so what is pruned
     does not depend on jobs or batching."""
     better = goal_key(goal.name)
-    best, best_variant, last, lines = None, None, None, []
+    best, best_variant, best_probe, best_line, last, lines = None, None, None, None, None, []
     maximise = goal.name == "max-rate"
     for variant in variants:
         line = {"layout": _layout_label(variant.design), "bound": float(variant.bound)}
@@ -907,8 +944,8 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
             lines.append({**line, "status": "pruned",
                           "reason": "its capacity bound cannot beat the best layout"})
             continue
-        result = yield from design_search(variant.design, goal, constraints, settings,
-                                          None if maximise else target, variant.floors)
+        result, probe = yield from _searched(variant.design, goal, constraints, settings,
+                                             None if maximise else target, variant.floors)
         last = result
         if result.feasible:
             o = result.optimum
@@ -916,11 +953,14 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                         rate_rps=o.rate_rps, gpus=o.gpus, prompt_machines=o.prompt_machines,
                         token_machines=o.token_machines)
             if best is None or better(result) < better(best):
-                best, best_variant = result, variant
+                best, best_variant, best_probe, best_line = result, variant, probe, line
         else:
             line.update(status="infeasible", reason=result.reason)
         line["evaluations"] = len(result.points)
         lines.append(line)
+    if best is not None:   # the headroom and load sweep of the answer alone
+        best = yield from _completed(best, best_probe, settings)
+        best_line["evaluations"] = len(best.points)
     chosen = best or last
     ours = best_variant or next(v for v in variants if v.design == chosen.design)
     chosen.capacity_bound = {"value": float(ours.bound), "pool_floors": list(ours.floors)}

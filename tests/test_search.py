@@ -703,3 +703,61 @@ def test_budget_walk_finds_the_cheapest_corners_and_skips_dear_ones(rule, design
     assert all(objective(*c) <= objective(*corner) for c in walked)
     dear = [c for c in staircase if objective(*c) > objective(*corner)]
     assert not set(dear) & {(p.prompt_machines, p.token_machines) for p in asked}
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """A layout variant as `layout_search` reads one: a design, its capacity bound, floors."""
+    design: object
+    bound: float
+    floors: tuple = (1, 1)
+
+
+def _pooled(design, p, t, rate):
+    """baseline-h100 holds 10 req/s with 4 machines; splitwise-hh with 3 + 3 (`dear`) or
+    1 + 1; both scale with the rate (so a headroom climb ends)."""
+    scale = (rate or 10.0) / 10.0
+    if t == 0:
+        return p >= 4 * scale
+    need = 3 if design == "splitwise-hh" and _pooled.dear else 1
+    return p >= need * scale and t >= need * scale
+
+
+@pytest.mark.parametrize("dear", [True, False])
+def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(dear, monkeypatch):
+    """A variant whose screened candidates all cost more than the best verified optimum so
+    far is not verified (it cannot beat it); the headroom and load sweep are the answer's
+    alone. The answer is the variant the exhaustive enumeration finds cheapest."""
+    from provisioner.frontier import CANNOT_BEAT, layout_search
+    monkeypatch.setattr(_pooled, "dear", dear, raising=False)
+    from hardware_catalog import Layout
+    base = CATALOG.design("baseline-h100").with_layouts(Layout(8))
+    split = CATALOG.design("splitwise-hh").with_layouts(Layout(8), Layout(8))
+    runner = Runner(OracleEvaluator(CATALOG, _pooled, "pooled"))
+    verifier = Verifier(runner, (0, 1, 2))
+    verified = []
+
+    def run_batch(items):
+        verified.extend(i.point for i in items if isinstance(i, Verify))
+        return verifier.run(items)
+
+    settings = SearchSettings(load_sweep=(0.5,), search_limit=48)
+    search = layout_search([_Variant(base, 100.0), _Variant(split, 120.0)],
+                           Goal("min-cost", 10.0), Constraints(), settings)
+    result = drive({"design": search}, run_batch)["design"]
+    cheapest = {d.name: d.cost_per_hour(*brute_force_min(
+        _pooled, d, 10.0, lambda pools, p, t: pools.cost_per_hour(p, t))) for d in (base, split)}
+    winner = min(cheapest, key=cheapest.get)
+    assert result.design.name == winner and result.optimum.cost_per_hour == cheapest[winner]
+    lines = {line["layout"]: line for line in result.layouts}
+    if dear:   # splitwise-hh's cheapest corner ($228) costs more than baseline's $152
+        assert lines["TP8 / TP8"]["status"] == "infeasible"
+        assert lines["TP8 / TP8"]["reason"] == CANNOT_BEAT
+        assert not [p for p in verified if p.design.name == "splitwise-hh"]
+    else:      # splitwise-hh wins; the baseline's optimum was verified before it, then lost
+        assert lines["TP8"]["status"] == "lost"
+    finishing = [m for m in result.points if m.rate_rps != 10.0]   # headroom and sweep
+    assert finishing and result.headroom_rps >= 10.0
+    assert {m.point.design.name for m in finishing} == {winner}
+    assert lines[[k for k in lines if lines[k]["status"] == "chosen"][0]]["evaluations"] == len(
+        result.points)
