@@ -31,7 +31,7 @@ s >= N proves nothing (every user may wait on a slow request), and when none pro
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -103,9 +103,19 @@ def _round_down(rate: float) -> float:
     return float(f"{math.floor(rate / step) * step:.4g}")
 
 
-def safe_rate(sample, slo: SloProfile, reference_curves, per_token: bool):
-    """(rate, why) the base sample's closed loop (`sample`: a closed-loop Workload) proves
-    every SLO-meeting cluster processes, or (None, why not)."""
+@dataclass(frozen=True)
+class Proof:
+    """The way that proves the highest rate, with its steps' figures (module docstring)."""
+    label: str          # which limits: "E2E P99", "TTFT P99 + TBT P99"
+    slow: int           # requests that may exceed their bound
+    arrive_by: float    # every request has arrived by then (s)
+    done_by: float      # the others have finished by then (s)
+    rate: float         # the rate of the sample's mean work that proves (req/s)
+
+
+def proof(sample, slo: SloProfile, reference_curves, per_token: bool) -> Proof | None:
+    """The best `Proof` the base sample's closed loop (`sample`: a closed-loop Workload) and
+    the SLOs give, or None."""
     loop = sample.closed
     prompt, output = sample.prompt_tokens, sample.output_tokens
     reference = uncontended_latencies(prompt, output, reference_curves, per_token)
@@ -113,14 +123,22 @@ def safe_rate(sample, slo: SloProfile, reference_curves, per_token: bool):
     for label, bound, slow in _bounds(slo, reference, output, per_token):
         found = _way_rate(bound, slow, loop.users, loop.think_s, prompt.astype(np.float64),
                           (output - 1).astype(np.float64))
-        if found is not None and found[0] > 0 and (best is None or found[0] > best[1][0]):
-            best = ((label, slow), found)
+        if found is not None and found[0] > 0 and (best is None or found[0] > best.rate):
+            rate, arrive_by, done_by = found
+            best = Proof(label, slow, arrive_by, done_by, rate)
+    return best
+
+
+def safe_rate(sample, slo: SloProfile, reference_curves, per_token: bool):
+    """(rate, why) the base sample's closed loop proves every SLO-meeting cluster processes
+    (`proof`, rounded down), or (None, why not)."""
+    best = proof(sample, slo, reference_curves, per_token)
     if best is None:
         return None, ("no SLO bounds a request's E2E for enough requests (an E2E limit, or "
                       "TTFT and TBT limits, leaving fewer slow requests than users): the "
                       "pools grow from one machine")
-    (label, slow), (rate, arrive_by, done_by) = best
-    rate = _round_down(rate)
+    label, slow, arrive_by, done_by = best.label, best.slow, best.arrive_by, best.done_by
+    rate = _round_down(best.rate)
     return rate, (f"{label}: at most {slow:,} of the {len(sample):,} requests above their "
                   f"limit, so every request arrives by {arrive_by:.4g} s and those within it "
                   f"finish by {done_by:.4g} s: at least {rate:g} req/s of the sample's "
