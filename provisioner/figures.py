@@ -321,7 +321,8 @@ def design_space_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
     colour_title = "power kW" if by_power else "cost $/h"
     cols = min(3, len(splits))
     rows = math.ceil(len(splits) / cols)
-    titles = [f"{r.design.name} @ {_rate_text(_reference_rate(r))}" for r in splits]
+    titles = [f"{r.design.name} @ " + (f"{r.goal.closed.users:,} users" if r.goal.closed
+                                        else _rate_text(_reference_rate(r))) for r in splits]
     layout = subplot_grid(rows, cols, titles, horizontal_spacing=0.08, vertical_spacing=0.14)
     data = [_in_cell(trace, i + 1) for i, result in enumerate(splits)
             for trace in _design_space_traces(result, by_power, first=i == 0)]

@@ -175,3 +175,21 @@ def test_what_needs_a_rate_is_refused(cli, bad_input, repo, tmp_path, extra, nam
     """One line naming both options, exit 2, nothing written."""
     bad_input(cli([*CLOSED, "--out", tmp_path / "out", *extra], cwd=repo), *names)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_reports_show_the_users_and_their_throughput(cli, repo, tmp_path):
+    """The terminal, report.html and report.json say the users and the throughput achieved
+    where an open loop says its rate; nothing calls the load a trace's rate."""
+    out = tmp_path / "out"
+    run = cli([*CLOSED[:2], "baseline-h100,splitwise-hh", *CLOSED[3:], "--concurrency", "16",
+               "--think-time", "0.5", "--requests", "400", "--verify-seeds", "3", "--quiet",
+               "--out", out], cwd=repo)
+    assert run.returncode == 0, run.stderr
+    document = json.loads((out / "report.json").read_text())
+    loops = [entry["optimum"]["closed_loop"] for entry in document["designs"]]
+    assert all(loop["users"] == 16 and loop["throughput_rps"] > 0 for loop in loops)
+    assert "Load: a closed loop of 16 users, mean think time 0.5 s" in run.stdout
+    assert f"{loops[0]['throughput_rps']:.4g}" in run.stdout
+    page = (out / "report.html").read_text()
+    assert "closed loop: 16 users, mean think time 0.5 s" in page
+    assert "splitwise-hh @ 16 users" in page and "trace rate" not in page
