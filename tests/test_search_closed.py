@@ -193,3 +193,14 @@ def test_the_reports_show_the_users_and_their_throughput(cli, repo, tmp_path):
     page = (out / "report.html").read_text()
     assert "closed loop: 16 users, mean think time 0.5 s" in page
     assert "splitwise-hh @ 16 users" in page and "trace rate" not in page
+
+
+def test_sensitivity_leaves_out_what_needs_a_rate(sixteen):
+    """--sensitivity with a closed loop: no rate +-10% and no burstier arrivals (the users'
+    requests arrive as the cluster answers them); the other assumptions stay."""
+    from provisioner.sensitivity import variants
+    labels = [label for label, _ in variants(sixteen.study.auxiliary())]
+    assert not any(label.startswith(("rate", "burstier")) for label in labels)
+    assert "KV transfer always serialized" in labels
+    open_loop = resolve_study(build(SearchOptions, {"designs": ("baseline-h100",)}))
+    assert [label for label, _ in variants(open_loop)][:2] == ["rate +10%", "rate -10%"]
