@@ -278,6 +278,8 @@ class SearchResult:
     def __repr__(self) -> str:   # one line (a notebook shows it; the full record is to_dict)
         goal = self.study.goal
         at = f" at {goal.rate_rps:g} req/s" if goal.rate_rps is not None else ""
+        if goal.closed is not None:
+            at = f" holding {goal.closed.users:,} users"
         feasible = sum(r.feasible for r in self.designs)
         return (f"SearchResult({goal.name}{at}, {len(self.designs)} designs, {feasible} "
                 f"feasible; {answer_sentence(self.to_dict())})")

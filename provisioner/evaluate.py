@@ -22,6 +22,7 @@ import provisioner.presets
 import simcore
 from provisioner import __version__
 from provisioner.question import identity
+from provisioner.simulation import closed_loop_fields
 from provisioner.study import SLO_KEYS, Outcome, Point, Study
 from provisioner.verify import INTERVAL_SEEDS, combine_samples, latency_values
 from simcore import SIMULATOR_VERSION, Cluster, Workload, evaluate_slos, simulate
@@ -96,14 +97,22 @@ _SAMPLES = LatestRequests(SAMPLE_CACHE_REQUESTS, len)
 
 
 def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int,
-                    base_seed: int) -> Workload:
-    """`source.at(...)`, the same object while it stays among the latest samples drawn."""
-    key = (source, rate_rps, duration_s, seed, base_seed)
+                    base_seed: int, closed=None) -> Workload:
+    """`source.at(...)`, or with a closed loop (`study.ClosedLoad`) its sample for the seed,
+    the same object while it stays among the latest samples drawn."""
+    key = (source, rate_rps, duration_s, seed, base_seed, closed)
     sample = _SAMPLES.get(key)
     if sample is None:
-        sample = source.at(rate_rps, duration_s, seed, base_seed=base_seed)
+        sample = (closed.sample(source, seed) if closed is not None
+                  else source.at(rate_rps, duration_s, seed, base_seed=base_seed))
         _SAMPLES.put(key, sample)
     return sample
+
+
+def study_sample(study: Study, rate_rps: float | None, seed: int) -> Workload:
+    """The study's sample `seed` at a point's rate (a closed loop: its users' loop)."""
+    return workload_sample(study.workload, rate_rps, study.duration_s, seed, study.seed,
+                           study.goal.closed)
 
 
 # The report gives bootstrap intervals for the optimum's first samples (provisioner.confidence),
@@ -160,7 +169,7 @@ class SimulationEvaluator:
         adds schedule rows (a failure case)."""
         s = self.study
         cluster = Cluster(point.design, point.prompt_machines, point.token_machines)
-        requests = workload_sample(s.workload, point.rate_rps, s.duration_s, seed, s.seed)
+        requests = study_sample(s, point.rate_rps, seed)
         options = s.sim_options
         if options.has_failures or failures:
             options = replace(options, failures=options.failures + failures, failure_seed=seed)
@@ -176,24 +185,29 @@ class SimulationEvaluator:
         return self.run_latencies(point, seed)[0]
 
     def run_latencies(self, point: Point, seed: int):
-        """(`latency_values`, the run's TTFT / TPOT / E2E in seconds, and its prefix-cache hit
-        rate) of the point's run on sample `seed`; the last two are None when the run was kept
-        from its verification rather than simulated here (the hit rate also without a prefix
-        cache)."""
+        """(`latency_values`, the run's TTFT / TPOT / E2E in seconds, its prefix-cache hit
+        rate, and a closed loop's users, think time and achieved throughput) of the point's
+        run on sample `seed`; the last three are None when the run was kept from its
+        verification rather than simulated here (the hit rate also without a prefix cache,
+        the loop without a closed loop)."""
         kept = _kept(self, point, seed)
         if kept is not None:
-            return kept, None, None
+            return kept, None, None, None
         result = self.simulate(point, seed)[0]
         seconds = ({"ttft": result.ttft_s, "tpot": result.tbt_s, "e2e": result.e2e_s,
                     "itl": result.itl_histogram} if result.feasible else None)
         hit_rate = result.prefix_hit_rate if result.feasible else None
-        return latency_values(result, self.study.slo), seconds, hit_rate
+        loop = (closed_loop_fields(result) if self.study.goal.closed is not None
+                and result.feasible else None)
+        return latency_values(result, self.study.slo), seconds, hit_rate, loop
 
     def sample_size(self, rate_rps: float | None, seed: int) -> int:
         """Requests in the workload sample drawn with `seed` at `rate_rps` (its arrivals only:
         the verifier asks for every seed at every rate it verifies). The sample with the most
         requests in the window is the hardest for nearly every design, so it goes first."""
         s = self.study
+        if s.goal.closed is not None:   # every sample: the loop's requests
+            return s.goal.closed.requests
         return s.workload.requests_at(rate_rps, s.duration_s, seed, s.seed)
 
     def identity(self) -> dict:

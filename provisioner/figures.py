@@ -16,7 +16,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
-from provisioner.tables import answer_sentence, layout_label, no_optimum_text
+from provisioner.tables import (answer_sentence, closed_loop_text, layout_label,
+                                no_optimum_text, optimum_rate)
 from provisioner.tables import (RESILIENCE_COLUMNS, SAVINGS_COLUMNS, resilience_rows,
                                 resilience_title, savings_rows, savings_title,
                                 sensitivity_cells)
@@ -72,12 +73,17 @@ def _inputs_html(inputs: dict) -> str:
     goal = inputs["goal"]
     load = (f"{goal['rate_rps']:g} req/s" if goal["rate_rps"] is not None else
             "budget " + _budget_text(goal["budget"]) if goal["budget"] else "trace rate")
+    window = window_text(inputs.get("window"), inputs["options"]["duration"])
+    if goal.get("closed_loop"):
+        loop = goal["closed_loop"]
+        load = (f"closed loop: {closed_loop_text(loop)}, {loop['requests']:,} requests a "
+                "sample (req/s below: the throughput they achieved)")
+        window = "the loop's requests, until the last finishes"
     options = inputs["options"]
     constraints = ", ".join(f"{k} {options[k]}" for k in CONSTRAINTS if options[k]) or "none"
     rows = [("goal", f"{goal['name']} ({goal['paper_name']})"), ("load", load),
             ("model", inputs["model"]["name"]), ("workload", inputs["workload"]["name"]),
-            ("window", f"{window_text(inputs.get('window'), options['duration'])}, "
-                       f"seed {options['seed']}"),
+            ("window", f"{window}, seed {options['seed']}"),
             ("SLO profile", inputs["slo_profile"]["name"]), ("constraints", constraints),
             ("performance model", inputs["perf_model"]["name"])]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
@@ -139,7 +145,8 @@ def optimum_html(document: dict) -> str:
         if o.get("binding_slo"):
             margin = (f"{o['binding_slo'].replace('_', ' ').upper()} "
                       f"{o['binding_margin']:+.1%}")
-        rate = "trace" if o["rate_rps"] is None else f"{o['rate_rps']:g}"
+        served = optimum_rate(o)
+        rate = "trace" if served is None else f"{served:g}"
         headroom = "-" if o.get("headroom_rps") is None else f"{o['headroom_rps']:g}"
         cells = [html.escape(layout_label(o.get("layout")) or "-"), p, t, rate,
                  f"{o['cost_per_hour']:,.2f}", f"{o['power_kw']:,.1f}", o["gpus"], margin,
@@ -314,7 +321,8 @@ def design_space_figure(results: Sequence[DesignResult], inputs: dict) -> dict |
     colour_title = "power kW" if by_power else "cost $/h"
     cols = min(3, len(splits))
     rows = math.ceil(len(splits) / cols)
-    titles = [f"{r.design.name} @ {_rate_text(_reference_rate(r))}" for r in splits]
+    titles = [f"{r.design.name} @ " + (f"{r.goal.closed.users:,} users" if r.goal.closed
+                                        else _rate_text(_reference_rate(r))) for r in splits]
     layout = subplot_grid(rows, cols, titles, horizontal_spacing=0.08, vertical_spacing=0.14)
     data = [_in_cell(trace, i + 1) for i, result in enumerate(splits)
             for trace in _design_space_traces(result, by_power, first=i == 0)]
@@ -344,11 +352,11 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
                  mode="markers", name="feasible", legendgroup="feasible", showlegend=False,
                  marker={"size": 9, "color": [m.power_kw if by_power else m.cost_per_hour
                                               for m in ok], "coloraxis": "coloraxis"},
-                 text=[_hover(m) for m in ok], hoverinfo="text"),
+                 text=[_hover(m, result.goal.closed) for m in ok], hoverinfo="text"),
         _scatter(x=[m.prompt_machines for m in bad], y=[m.token_machines for m in bad],
                  mode="markers", name="infeasible", legendgroup="infeasible", showlegend=first,
                  marker={"size": 8, "symbol": "x", "color": "#b0b0b0"},
-                 text=[_hover(m) for m in bad], hoverinfo="text")]
+                 text=[_hover(m, result.goal.closed) for m in bad], hoverinfo="text")]
     if first:
         traces.insert(1, _scatter(x=[None], y=[None], mode="markers", name="feasible",
                                   legendgroup="feasible", hoverinfo="skip",
@@ -364,14 +372,15 @@ def _design_space_traces(result: DesignResult, by_power: bool, first: bool) -> l
                                name="optimum", legendgroup="optimum", showlegend=first,
                                marker={"size": 20, "symbol": "star", "color": "gold",
                                        "line": {"color": "black", "width": 1}},
-                               text=[_hover(o)], hoverinfo="text"))
+                               text=[_hover(o, result.goal.closed)], hoverinfo="text"))
     return traces
 
 
-def _hover(m: Metrics) -> str:
+def _hover(m: Metrics, closed=None) -> str:
     margin = m.outcome.worst_margin
     verdict = "feasible" if m.meets_slos else (m.outcome.reason or "infeasible")
-    return (f"P={m.prompt_machines} T={m.token_machines}<br>{_rate_text(m.rate_rps)}<br>"
+    load = f"{closed.users:,} users" if closed is not None else _rate_text(m.rate_rps)
+    return (f"P={m.prompt_machines} T={m.token_machines}<br>{load}<br>"
             f"${m.cost_per_hour:,.2f}/h, {m.power_kw:,.1f} kW, {m.gpus} GPUs<br>"
             f"worst margin {'' if margin is None else f'{margin:+.1%}'}<br>{verdict}")
 
@@ -540,15 +549,22 @@ def _hardware_hover(result: DesignResult) -> str:
             f"{o.power_kw:,.1f} kW, {o.gpus} GPUs{note}")
 
 
+def _served_rate(result: DesignResult) -> float | None:
+    """The optimum's rate, or the throughput a closed loop's users achieved on it."""
+    if result.optimum.rate_rps is not None:
+        return result.optimum.rate_rps
+    return ((result.verification or {}).get("closed_loop") or {}).get("throughput_rps")
+
+
 def summary_figure(results: Sequence[DesignResult]) -> dict | None:
     done = [r for r in results if r.optimum is not None]
     if not done:
         return None
     names = [r.design.name for r in done]
     layout = subplot_grid(1, 3, ("cost $/h", "power kW", "throughput req/s"))
-    series = ((lambda m: m.cost_per_hour, "#1f77b4"), (lambda m: m.power_kw, "#ff7f0e"),
-              (lambda m: m.rate_rps, "#2ca02c"))
-    data = [_in_cell({"type": "bar", "x": names, "y": [value(r.optimum) for r in done],
+    series = ((lambda r: r.optimum.cost_per_hour, "#1f77b4"),
+              (lambda r: r.optimum.power_kw, "#ff7f0e"), (_served_rate, "#2ca02c"))
+    data = [_in_cell({"type": "bar", "x": names, "y": [value(r) for r in done],
                       "marker": {"color": colour}, "showlegend": False}, cell)
             for cell, (value, colour) in enumerate(series, start=1)]
     layout.update(title={"text": "Optimum of each design"}, height=420)

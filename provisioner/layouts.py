@@ -58,14 +58,19 @@ class WorkloadShape:
 
     @classmethod
     def of(cls, study: Study) -> "WorkloadShape":
+        from provisioner.evaluate import study_sample
         rate = study.goal.rate_rps
         if rate is None and study.goal.name == "max-rate":
             rate = study.settings.start_rate   # sizes only: the bound is per unit of rate
-        sample = study.workload.at(rate, study.duration_s, study.seed, base_seed=study.seed)
+        sample = study_sample(study, rate, study.seed)
         need = sample.prompt_tokens + sample.output_tokens
-        span = study.duration_s if rate is not None else max(
-            float(np.max(sample.arrival_s)), 1e-9)
-        return cls(len(sample) / span, float(np.mean(sample.prompt_tokens)),
+        if study.goal.closed is not None:   # no rate: the one its throughput is proven above
+            sized = study.goal.sizing_rate_rps
+        else:
+            span = study.duration_s if rate is not None else max(
+                float(np.max(sample.arrival_s)), 1e-9)
+            sized = len(sample) / span
+        return cls(sized, float(np.mean(sample.prompt_tokens)),
                    float(np.mean(sample.output_tokens)), int(np.max(need)),
                    sample.prompt_tokens, sample.output_tokens)
 

@@ -210,6 +210,22 @@ class StudyOptions:
         None, "Seconds of synthesized arrivals. Left out, derived from the workload: "
               f"{WINDOW_RULE}.", positive(MAX_DURATION),
         default_text="derived (120 for the default workload)", outcome=True)
+    concurrency: Optional[int] = option(
+        None, "Closed-loop load instead of --rate: N users, each sending a request, waiting "
+              "for its last token, thinking (--think-time), then sending the next; all start "
+              "at time 0, and the run is --requests requests; search sizes the cheapest (min-power: "
+              "least-power) cluster that holds them within the SLOs (docs/closed-loop.md).",
+        count(1, MAX_USERS), metavar="N", outcome=True)
+    think_time: Optional[float] = option(
+        None, "--concurrency: each user's mean think time in seconds between a request's last "
+              "token and its next request (exponential, drawn from --seed; 0: back to back).",
+        Number(0, MAX_DURATION), metavar="S", default_text="0", outcome=True)
+    requests: Optional[int] = option(
+        None, "--concurrency: the requests the users send in all, their sizes drawn from the "
+              "workload (a Mooncake trace: its first ones); the run ends when the last has "
+              "finished.", count(1, MAX_CLOSED_REQUESTS), metavar="M",
+        default_text=f"{DEFAULT_CLOSED_REQUESTS:,} or {CLOSED_REQUESTS_PER_USER} per user, "
+                     "the more", outcome=True)
     seed: int = option(0, "Random seed of the synthesized arrivals and sizes.", count(0, MAX_SEED), outcome=True)
     slo: str = option("splitwise", "SLO profile name (see `provision catalog`) or YAML file.",
                       Text(), path=True, metavar="NAME|FILE", outcome=True)
@@ -593,21 +609,6 @@ class ClusterOptions:
     curve_shape: str = option(
         "step", "--load-curve: the rate between the curve's rows: step (each row's rate holds "
                 "until the next) or linear (interpolated).", OneOf(CURVE_SHAPES))
-    concurrency: Optional[int] = option(
-        None, "Closed-loop load instead of --rate: N users, each sending a request, waiting "
-              "for its last token, thinking (--think-time), then sending the next; all start "
-              "at time 0, and the run is --requests requests (docs/closed-loop.md).",
-        count(1, MAX_USERS), metavar="N")
-    think_time: Optional[float] = option(
-        None, "--concurrency: each user's mean think time in seconds between a request's last "
-              "token and its next request (exponential, drawn from --seed; 0: back to back).",
-        Number(0, MAX_DURATION), metavar="S", default_text="0")
-    requests: Optional[int] = option(
-        None, "--concurrency: the requests the users send in all, their sizes drawn from the "
-              "workload (a Mooncake trace: its first ones); the run ends when the last has "
-              "finished.", count(1, MAX_CLOSED_REQUESTS), metavar="M",
-        default_text=f"{DEFAULT_CLOSED_REQUESTS:,} or {CLOSED_REQUESTS_PER_USER} per user, "
-                     "the more")
     plan: Optional[str] = option(
         None, "--load-curve: resize the pools during the run as this plan says: a search's "
               "plan.csv (its rows of --design), or a CSV start_s,prompt_machines,"

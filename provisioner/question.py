@@ -27,6 +27,7 @@ from hardware_catalog import (Catalog, Design, InputError, Layout, MachineSku, M
                               check_path, load_catalog, parse_design)
 from hardware_catalog.errors import cli_flag, naming, option_ref
 from provisioner.chunked import with_chunk_tokens
+from provisioner.closedloop import with_safe_rate
 from provisioner.layouts import check_fits, check_pins, pinned_design
 from provisioner.options import (CLOSED_REQUESTS_PER_USER, DEFAULT_CLOSED_REQUESTS,
                                  DEFAULT_RATE, LEGACY_ENGINE, MAX_DURATION, WINDOW_FLOOR_S,
@@ -36,7 +37,8 @@ from provisioner.options import (CLOSED_REQUESTS_PER_USER, DEFAULT_CLOSED_REQUES
                                  StudyOptions,
                                  build, check_value, flag_of, leaves, option_fields, read_spec)
 from provisioner.presets import preset_catalog, preset_perf, preset_sim_options
-from provisioner.study import (BOUND_SAMPLE_RATE, BOUND_SAMPLE_S, ENGINE_NAMES, Budget, Goal, PerfSource, Study,
+from provisioner.study import (BOUND_SAMPLE_RATE, BOUND_SAMPLE_S, ENGINE_NAMES, Budget,
+                               ClosedLoad, Goal, PerfSource, Study,
                                Window, WorkloadSource, kv_dtype_of, lengths_source,
                                model_in_dtype, perf_source, workload_source)
 from simcore import Cluster, SimOptions, Workload
@@ -44,8 +46,8 @@ from simcore import layout as layouts
 from simcore.cluster import kv_capacity_tokens
 from simcore.engine_overheads import NO_OVERHEADS, EngineOverheads, fitted_overheads
 from simcore.metrics import uncontended_latencies
-from simcore.workload import (MAX_REQUESTS, builtin_size_table, check_request_count,
-                              closed_loop)
+from simcore.simulate import reference_curves
+from simcore.workload import MAX_REQUESTS, builtin_size_table, check_request_count
 from slo_profiles import SloProfile, load_slo_profile, with_ms_limits
 
 SLO_REFERENCE_SKU = "dgx-a100"  # the Splitwise SLOs are slowdowns against an uncontended DGX-A100
@@ -316,8 +318,14 @@ def with_mixed_pool(designs: Sequence[Design], mixed_pool: bool | None,
 
 
 def resolve_goal(options: SearchOptions, workload: WorkloadSource, catalog: Catalog,
-                 load_curve=None) -> Goal:
+                 load_curve=None, closed: ClosedLoad | None = None) -> Goal:
     name, rate = options.question.goal, options.study.rate
+    if closed is not None:   # the users are the load: sized for, never searched
+        if name == "max-rate":
+            raise InputError(f"{option_ref('goal')} max-rate searches a rate; a closed loop's "
+                             f"load is its users: use {option_ref('goal')} min-cost or "
+                             f"min-power with {option_ref('concurrency')}", field="goal")
+        return Goal(name, None, resolve_budget(options, catalog), closed)
     if load_curve is not None:   # the static cluster: sized for the busiest window
         rate = max(window.rate_rps for window in load_curve[0])
     if name == "max-rate" and rate is not None:
@@ -371,6 +379,9 @@ MIN_WINDOW_REQUESTS = 20
 def resolve_study(options: SearchOptions) -> Study:
     """The search's question as records: every name looked up once, here."""
     s = options.study
+    closed = closed_load(s)
+    if closed is not None:
+        refuse_beside_search_closed_loop(options)
     catalog = with_custom_designs(study_catalog(s), options.question.custom_designs)
     workload = asked_workload(s)
     perf = resolve_perf(s)
@@ -378,13 +389,21 @@ def resolve_study(options: SearchOptions) -> Study:
     load_curve = resolve_load_curve(options)
     if load_curve is not None:
         refuse_sessions_on_a_curve(workload)
-    goal = resolve_goal(options, workload, catalog, load_curve)
+    goal = resolve_goal(options, workload, catalog, load_curve, closed)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     workload = workload.with_context(model)
     used = sim_options(options.study, options.resilience)
-    window = resolve_window(s, workload, model, loaded, catalog.machine(SLO_REFERENCE_SKU),
-                            used, goal.rate_rps)
-    duration = window.duration_s
+    slo = asked_slo(s, options.slo_limits)
+    if closed is None:
+        window = resolve_window(s, workload, model, loaded, catalog.machine(SLO_REFERENCE_SKU),
+                                used, goal.rate_rps)
+        duration = window.duration_s
+    else:   # the requests set the run's length: no window; the bounds' rate, proven
+        window, duration = None, 0.0
+        goal = replace(goal, closed=with_safe_rate(
+            closed, closed.sample(workload, s.seed), slo,
+            reference_curves(model, loaded, catalog.machine(SLO_REFERENCE_SKU), used),
+            used.tbt_per_output_token))
     check_workload_size(workload, goal.rate_rps, duration, s.seed)
     auto_spares = options.question.survive_failures == "auto"
     check_resilience(options.resilience, options.question.survive_failures is not None,
@@ -396,14 +415,16 @@ def resolve_study(options: SearchOptions) -> Study:
     refuse_unused_pins(options.layout, designs, designs_option)
     check_pins(options.layout, catalog, designs)
     settings = options.settings
+    if closed is not None:   # no rate to sweep around the optimum (the figure's load sweep)
+        settings = replace(settings, load_sweep=())
     if settings.max_rate * duration > MAX_REQUESTS:  # max-rate never asks for an unreachable run
         settings = replace(settings, max_rate=MAX_REQUESTS / duration)
-    if settings.min_rate * duration < MIN_WINDOW_REQUESTS:
+    if duration > 0 and settings.min_rate * duration < MIN_WINDOW_REQUESTS:
         # nor a window so thin that a sample may hold no request at all (percentiles of a
         # handful of requests say nothing): max-rate's floor holds 20 expected requests
         settings = replace(settings, min_rate=MIN_WINDOW_REQUESTS / duration)
     study = Study(catalog=catalog, model=model, workload=workload, window=window,
-                  duration_s=duration, seed=s.seed, slo=asked_slo(s, options.slo_limits), perf=perf,
+                  duration_s=duration, seed=s.seed, slo=slo, perf=perf,
                   reference=catalog.machine(SLO_REFERENCE_SKU),
                   designs=designs,
                   goal=goal, constraints=options.constraints, settings=settings,
@@ -417,6 +438,17 @@ def resolve_study(options: SearchOptions) -> Study:
                   hardware=options.question.hardware is not None, load_curve=load_curve)
     check_fits(study, designs)   # a model or pinned layout that fits no design fails here
     return study
+
+
+def refuse_beside_search_closed_loop(options: SearchOptions) -> None:
+    """search --concurrency: what needs a rate or failures is refused in one line (the max-rate
+    goal is `resolve_goal`'s)."""
+    refuse_beside("concurrency", "a curve is a rate over time; a closed loop's load is its "
+                  "users", options.question, QuestionOptions(), ("load_curve",))
+    refuse_beside("concurrency", "a closed loop is sized without failures", options.question,
+                  QuestionOptions(), ("survive_failures",))
+    refuse_beside("concurrency", "a closed loop is sized without failures", options.resilience,
+                  FailureOptions(), ("mtbf_hours",))
 
 
 # ------------------------------------------------------------------------------ the window
@@ -554,9 +586,9 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     common = {"catalog": catalog, "model": model, "perf": source, "perf_model": perf,
               "slo": profile, "workload": workload, "seed": s.seed,
               "reference": catalog.machine(SLO_REFERENCE_SKU)}
-    if c.concurrency is not None:
+    if s.concurrency is not None:
         return _closed_question(options, cluster, common)
-    refuse_closed_options(c)
+    refuse_closed_options(s)
     if c.load_curve is None:
         window = resolve_window(s, workload, model, perf, catalog.machine(SLO_REFERENCE_SKU),
                                 sim_options(s, options.resilience), rate)
@@ -600,12 +632,35 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
 CLOSED_OPTIONS = ("think_time", "requests")   # shape a closed loop (--concurrency)
 
 
-def refuse_closed_options(c: ClusterOptions) -> None:
+def refuse_closed_options(s: StudyOptions) -> None:
     """Options that shape a closed loop, given without `--concurrency`: a mistake."""
     for name in CLOSED_OPTIONS:
-        if getattr(c, name) is not None:
+        if getattr(s, name) is not None:
             raise InputError(f"{option_ref(name)} applies to a closed loop: add "
                              f"{option_ref('concurrency')} N, or drop it", field=name)
+
+
+def refuse_beside_closed_loop(s: StudyOptions) -> None:
+    """What a closed loop cannot run beside, in either command: a rate (it is its own load),
+    a window (its requests set its length) and sessions (they arrive open-loop)."""
+    refuse_beside("concurrency", "a closed loop is its own load: give one or the other", s,
+                  StudyOptions(), ("rate",))
+    refuse_beside("concurrency", "--requests sets a closed loop's length", s, StudyOptions(),
+                  ("duration",))
+    refuse_beside("concurrency", "sessions arrive open-loop, at their own think times", s,
+                  StudyOptions(), ("prefix_model",))
+
+
+def closed_load(s: StudyOptions) -> ClosedLoad | None:
+    """--concurrency's users, mean think time and requests in all (None: no closed loop); its
+    options without it are refused."""
+    if s.concurrency is None:
+        refuse_closed_options(s)
+        return None
+    refuse_beside_closed_loop(s)
+    count = (max(DEFAULT_CLOSED_REQUESTS, CLOSED_REQUESTS_PER_USER * s.concurrency)
+             if s.requests is None else s.requests)
+    return ClosedLoad(s.concurrency, 0.0 if s.think_time is None else s.think_time, count)
 
 
 def _closed_question(options: SimulateOptions, cluster: Cluster, common: dict):
@@ -613,23 +668,14 @@ def _closed_question(options: SimulateOptions, cluster: Cluster, common: dict):
     arrivals made by the run), instead of arrivals at a rate; not with a load curve, failures
     or a window (--duration: the requests set the run's length)."""
     s, c = options.study, options.cluster
-    refuse_beside("concurrency", "a closed loop is its own load: give one or the other", s,
-                  StudyOptions(), ("rate",))
-    refuse_beside("concurrency", "--requests sets a closed loop's length", s, StudyOptions(),
-                  ("duration",))
-    refuse_beside("concurrency", "sessions arrive open-loop, at their own think times", s,
-                  StudyOptions(), ("prefix_model",))
+    load = closed_load(s)
     refuse_beside("concurrency", "a closed loop runs its requests on one cluster, without "
                   "failures", c, ClusterOptions(), ("load_curve", "plan", "failures"))
     used = replace(sim_options(s, options.resilience), mixed_pool=c.mixed_pool)
     if used.has_failures:
         raise InputError(f"{option_ref('concurrency')} runs without failures: drop the "
                          "failure options", field="concurrency")
-    count = (max(DEFAULT_CLOSED_REQUESTS, CLOSED_REQUESTS_PER_USER * c.concurrency)
-             if c.requests is None else c.requests)
-    think = 0.0 if c.think_time is None else c.think_time
-    requests = closed_loop(common["workload"].closed(count, s.seed), c.concurrency, think,
-                           s.seed)
+    requests = load.sample(common["workload"], s.seed)
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens))
     cluster = replace(cluster, design=pinned_design(
         cluster.design, options.layout, common["model"], used.memory_reserve_fraction, longest,
@@ -918,6 +964,7 @@ def to_echo(study: Study) -> dict:
         "sim_options": sim_options_echo(study),
         "kv_capacity_tokens": kv_capacities(study),
         "window": study.window.as_dict() if study.window is not None else
+        None if study.goal.closed is not None else   # a closed loop runs its requests
         Window(study.duration_s, "given", "--duration").as_dict(),
     }
 
@@ -1113,7 +1160,9 @@ def identity(study: Study) -> dict:
     key = {}
     for f in fields(study):
         if f.metadata.get("outcome"):
-            key[f.name] = _identity_of(getattr(study, f.name))
+            value = _identity_of(getattr(study, f.name))
+            if value is not None:   # (an open-loop goal has none: the key of before)
+                key[f.name] = value
     return key
 
 

@@ -121,6 +121,10 @@ def verification_dict(verification: dict | None) -> dict:
             # --prefix-cache on|aware: prefill tokens found cached on the base sample
             **({"prefix_hit_rate": num(verification["prefix_hit_rate"])}
                if "prefix_hit_rate" in verification else {}),
+            # --concurrency: the users, their think time and the throughput they achieved on
+            # the base sample (where an open loop's optimum has its rate)
+            **({"closed_loop": _rounded_tree(verification["closed_loop"])}
+               if "closed_loop" in verification else {}),
             "verification": {"seeds": verification["seeds"], "slo": slo}}
 
 

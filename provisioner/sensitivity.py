@@ -1,6 +1,6 @@
 """What moves the answer: each design's optimum re-derived with one assumption changed.
 
-The variants: the rate +-10%; the HBM reserve at 0 or 10% (whichever the run did not use); every
+The variants: the rate +-10% (not for a closed loop: it has no rate); the HBM reserve at 0 or 10% (whichever the run did not use); every
 KV transfer serialized, or every one layer-wise; burstier arrivals (gamma, CV 2) for synthesized
 arrivals; and +-15% on every latency for designs with uncalibrated hardware (the datasheet
 transfer's typical error). The "as run" row is the search's own answer, and every variant is
@@ -38,8 +38,9 @@ def variants(study: Study) -> list[tuple[str, Study]]:
     # a Mooncake trace's samples are windows of its own timeline (`WorkloadSource.at`): its
     # arrivals are never drawn, so there is no burstier variant to draw
     # (nor for sessions: they start as a Poisson process, their turns follow think times)
+    # (nor for a closed loop: its users' requests arrive as the cluster answers them)
     if (rate is not None or not study.workload.timed) and study.workload.kind != "mooncake" \
-            and study.workload.prefix_model is None:
+            and study.workload.prefix_model is None and study.goal.closed is None:
         out.append(("burstier arrivals (gamma CV 2)",
                     replace(study, workload=replace(study.workload, burstiness_cv=2.0))))
     if any(r for r in _uncalibrated_designs(study)):

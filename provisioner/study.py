@@ -27,7 +27,8 @@ from simcore.perfmodel import (FittedPerformanceModel, default_performance_model
                                load_performance_model, perf_model_version)
 from simcore.performance import PerformanceModel
 from simcore.workload import (BUILTIN_TABLES_PATH, SyntheticSizes, Workload, arrival_count,
-                              builtin_workload_names, check_trace_size, cyclic_window, draw_requests,
+                              builtin_workload_names, check_trace_size, closed_loop, cyclic_window,
+                              draw_requests,
                               load_trace, parse_lengths, resample_sizes, synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
@@ -52,10 +53,43 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class ClosedLoad:
+    """--concurrency: `users` users sending `requests` requests in a closed loop, each
+    thinking an exponential time of mean `think_time_s` between a request's last token and
+    its next (docs/closed-loop.md). Every sample of a search is this loop over its seed's
+    sizes and think times (`sample`), as `provision simulate --concurrency` builds it.
+
+    `bound_rps` is what the search's capacity bounds size for instead of a rate: a rate every
+    cluster that meets the SLOs on the base sample is proven to process at least
+    (`provisioner.closedloop.safe_rate`), None when the SLOs prove none (then the bounds size
+    for no load: the pools grow from one machine); `bound_why` says how it was derived."""
+    users: int
+    think_time_s: float
+    requests: int
+    bound_rps: float | None = None
+    bound_why: str = ""
+
+    def sample(self, workload: "WorkloadSource", seed: int) -> Workload:
+        """The loop over the sizes `workload` draws with `seed` and think times drawn from it."""
+        return closed_loop(workload.closed(self.requests, seed), self.users,
+                           self.think_time_s, seed)
+
+    def identity(self) -> dict:
+        """What changes a simulated sample (the bound only steers the search)."""
+        return {"users": self.users, "think_time_s": self.think_time_s,
+                "requests": self.requests}
+
+    def as_dict(self) -> dict:
+        return {**self.identity(), "bound_rps": self.bound_rps, "bound_why": self.bound_why}
+
+
+@dataclass(frozen=True)
 class Goal:
     name: str                       # min-cost, min-power or max-rate
-    rate_rps: float | None = None   # min-cost / min-power (None: replay a trace as it is)
+    rate_rps: float | None = None   # min-cost / min-power (None: replay a trace as it is, or
+    #                                 a closed loop's own load)
     budget: Budget | None = None    # max-rate
+    closed: ClosedLoad | None = None   # --concurrency: hold these users instead of a rate
 
     def __post_init__(self):
         if self.name == "max-rate" and self.budget is None:
@@ -71,13 +105,32 @@ class Goal:
 
     @property
     def paper_name(self) -> str:
+        if self.closed is not None:
+            return f"iso-concurrency {self.name.split('-')[1]}-optimized"
         if self.name == "max-rate":
             return f"iso-{self.budget.kind} throughput-optimized"
         return f"iso-throughput {self.name.split('-')[1]}-optimized"
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "paper_name": self.paper_name, "rate_rps": self.rate_rps,
-                "budget": self.budget.as_dict() if self.budget else None}
+        record = {"name": self.name, "paper_name": self.paper_name, "rate_rps": self.rate_rps,
+                  "budget": self.budget.as_dict() if self.budget else None}
+        if self.closed is not None:   # (an open-loop goal's record as before)
+            record["closed_loop"] = self.closed.as_dict()
+        return record
+
+    def identity(self) -> dict | None:
+        """The goal's part of the cache key: a closed loop's users, think time and requests
+        (a point's rate is the point's own; the name and budget only steer the search). An
+        open-loop goal has none: None, leaving the key as it was."""
+        return None if self.closed is None else self.closed.identity()
+
+    @property
+    def sizing_rate_rps(self) -> float | None:
+        """The rate the capacity bounds and pool floors size for: the goal's, or a closed
+        loop's proven lower bound on its throughput (0 without one: no load, floors of one)."""
+        if self.closed is not None:
+            return self.closed.bound_rps or 0.0
+        return self.rate_rps
 
 
 @dataclass(frozen=True)
@@ -512,8 +565,8 @@ OUTCOME = {"outcome": True}   # a Study field that changes a simulated outcome (
 class Study:
     """Everything a search simulates and optimises, as records. The fields marked `OUTCOME`
     change what a simulated sample says and make up the evaluation cache's identity
-    (`provisioner.question.identity`); the others (designs, goal, constraints) are carried
-    by the points or only steer the search. `options` is the question as asked, for the echo."""
+    (`provisioner.question.identity`); the others (designs, constraints) are carried by the
+    points or only steer the search, and so does the goal but for its closed loop, if any. `options` is the question as asked, for the echo."""
     catalog: Catalog
     model: ModelSpec = field(metadata=OUTCOME)
     workload: WorkloadSource = field(metadata=OUTCOME)
@@ -523,7 +576,7 @@ class Study:
     perf: PerfSource = field(metadata=OUTCOME)
     reference: MachineSku = field(metadata=OUTCOME)   # slowdowns are against this machine
     designs: tuple[Design, ...]
-    goal: Goal
+    goal: Goal = field(metadata=OUTCOME)   # its closed loop, if any (`Goal.identity`)
     constraints: Constraints
     settings: SearchSettings = field(metadata=OUTCOME)   # its outcome options: slo_confidence
     sim_options: SimOptions = field(default=SimOptions(), metadata=OUTCOME)

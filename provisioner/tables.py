@@ -74,6 +74,19 @@ def optimum_cell(o: dict | None, max_rate: bool) -> str:
     return f"{machines} ${o['cost_per_hour']:,.0f}/h {o['power_kw']:,.1f} kW"
 
 
+def optimum_rate(o: dict) -> float | None:
+    """The requests per second an optimum serves: its rate, or the throughput a closed loop's
+    users achieved on it (None: a trace replayed at its own rate)."""
+    if o.get("rate_rps") is not None:
+        return o["rate_rps"]
+    return (o.get("closed_loop") or {}).get("throughput_rps")
+
+
+def closed_loop_text(loop: dict) -> str:
+    """A closed loop as reports say it: "16 users, mean think time 2 s"."""
+    return f"{loop['users']:,} users, mean think time {loop['think_time_s']:g} s"
+
+
 def pools_text(prompt: int, token: int) -> str:
     """A cluster's pools in a table cell: "15P+3T", or "38" for a colocated pool."""
     return f"{prompt}" if not token else f"{prompt}P+{token}T"
@@ -217,6 +230,9 @@ def _static_sentence(document: dict) -> str:
         pools = (pool(o["prompt_machines"], "prompt ", entry["prompt_sku"], "prompt") + " + "
                  + pool(o["token_machines"], "token ", entry["token_sku"], "token"))
     rate = "" if o["rate_rps"] is None else f" at {o['rate_rps']:g} req/s"
+    if o.get("closed_loop") and o["closed_loop"].get("throughput_rps") is not None:
+        rate = (f" holding {closed_loop_text(o['closed_loop'])} "
+                f"({o['closed_loop']['throughput_rps']:.4g} req/s achieved)")
     binding = ""
     if o.get("binding_slo"):
         binding = (f"; binding SLO {o['binding_slo'].replace('_', ' ').upper()}, margin "

@@ -13,7 +13,8 @@ from rich import box
 from rich.table import Table
 
 from provisioner.study import window_text
-from provisioner.tables import answer_sentence, best_line, layout_label, no_optimum_text
+from provisioner.tables import (answer_sentence, best_line, closed_loop_text, layout_label,
+                                no_optimum_text, optimum_rate)
 from provisioner.unitcosts import unit_cost_lines
 from provisioner.tables import (RESILIENCE_COLUMNS, SAVINGS_COLUMNS, resilience_rows,
                                 resilience_title, savings_rows, savings_title,
@@ -186,7 +187,7 @@ def optimum_table(document: dict, width: int | None = None) -> Table:
                         f"{_expert_parallel_legend(document)}"
                         f"verified on {seeds} workload sample(s); binding SLO: the smallest "
                         "margin 1 - value/limit over the samples; headroom: highest rate the "
-                        "optimum sustains on the base sample")
+                        "optimum sustains on the base sample" + _closed_caption(goal))
     # numbers never shrink below their width (rich would cut "2,587.20" to "2,58…"); the
     # words wrap instead: design names, the binding SLO and headroom break at their spaces
     widths = _number_widths(document)
@@ -224,7 +225,7 @@ def _narrow_table(document: dict) -> Table:
     no vertical rules, so that 80 columns hold it without a word broken."""
     goal = document["inputs"]["goal"]
     optima = [e["optimum"] for e in document["designs"] if e["optimum"] is not None]
-    rates = {_fmt(o["rate_rps"], ".4g") for o in optima}
+    rates = {_fmt(optimum_rate(o), ".4g") for o in optima}
     title = f"Optimum per design — {goal['name']}"
     if len(rates) == 1:
         title += f", {next(iter(rates))} req/s"
@@ -288,6 +289,15 @@ def _block_table(document: dict) -> Table:
 
 
 
+def _closed_caption(goal: dict) -> str:
+    """A closed loop's req/s column: what its users achieved (no rate was asked)."""
+    loop = goal.get("closed_loop")
+    if loop is None:
+        return ""
+    return (f"; req/s: the throughput {closed_loop_text(loop)} achieved on the base sample "
+            "(a closed loop: no rate asked, no headroom)")
+
+
 def _no_optimum(entry: dict) -> str:
     """A design without an optimum: infeasible (red) or, --hardware, pruned (dim)."""
     text = escape(no_optimum_text(entry))
@@ -299,7 +309,7 @@ def _figures(o: dict) -> dict[str, str]:
     """The numeric cells of an optimum, by column of `optimum_table`."""
     return {"P": str(o.get("machines", o.get("prompt_machines"))),
             "T": "-" if "machines" in o else str(o["token_machines"]),
-            "req/s": _fmt(o["rate_rps"], ".4g"), "$/h": _fmt(o["cost_per_hour"], ",.2f"),
+            "req/s": _fmt(optimum_rate(o), ".4g"), "$/h": _fmt(o["cost_per_hour"], ",.2f"),
             "kW": _fmt(o["power_kw"], ",.1f"), "GPUs": str(o["gpus"])}
 
 
@@ -528,6 +538,15 @@ def asked_input_lines(inputs: dict) -> list[str]:
     workload, options = inputs.get("workload", {}), inputs.get("options", {})
     rate = inputs.get("goal", {}).get("rate_rps")
     at = f"at {rate:g} req/s" if rate is not None else "at the searched rate"
+    loop = inputs.get("goal", {}).get("closed_loop")
+    if loop is not None:
+        at = f"sent by {loop['users']:,} users in a closed loop"
+        bound = ("no rate: the pools grow from one machine" if loop["bound_rps"] is None else
+                 f"{loop['bound_rps']:g} req/s, proven below what any cluster meeting the "
+                 "SLOs processes")
+        lines.append(f"Load: a closed loop of {closed_loop_text(loop)}, "
+                     f"{loop['requests']:,} requests a sample; the capacity bounds size for "
+                     f"{bound} (docs/closed-loop.md)")
     if workload.get("prefix_model"):
         lines.append(f"Workload: sessions {workload['prefix_model']} over the sizes of "
                      f"{workload.get('name')}, {at} (requests; sessions start as a Poisson "
@@ -668,7 +687,7 @@ def markdown_table(document: dict) -> str:
         rows.append([
             name, _machines(optimum), _layout_cell(optimum.get("layout") or {}),
             f"{optimum['gpus']:,}", f"{optimum['cost_per_hour']:,.2f}",
-            f"{optimum['power_kw']:,.1f}", f"{optimum['rate_rps']:,.4g}",
+            f"{optimum['power_kw']:,.1f}", _fmt(optimum_rate(optimum), ",.4g"),
             f"{optimum.get('binding_slo') or '-'}"
             + (f" ({margin:+.1%})" if margin is not None else ""),
             _ms_cell(latency, "ttft"), _ms_cell(latency, "tpot"),

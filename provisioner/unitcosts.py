@@ -60,17 +60,20 @@ def unit_costs(*, rate_rps: float, mean_prompt_tokens: float, mean_output_tokens
 
 def optimum_unit_costs(result, study) -> dict | None:
     """`unit_costs` of a DesignResult's optimum on the study's base sample (None without one)."""
-    from provisioner.evaluate import workload_sample
+    from provisioner.evaluate import study_sample
     o = result.optimum
     if o is None:
         return None
-    sample = workload_sample(study.workload, o.rate_rps, study.duration_s, study.seed,
-                             study.seed)
+    sample = study_sample(study, o.rate_rps, study.seed)
     requests = len(sample)
     if not requests:
         return None
     rate = o.rate_rps
-    if rate is None:   # a trace replayed as it is: its requests over its span
+    if study.goal.closed is not None:   # the throughput the users achieved on it
+        rate = (result.verification or {}).get("closed_loop", {}).get("throughput_rps")
+        if rate is None:
+            return None
+    elif rate is None:   # a trace replayed as it is: its requests over its span
         span = float(np.max(sample.arrival_s))
         rate = requests / span if span > 0 else None
         if rate is None:

@@ -461,10 +461,10 @@ def intervals_of(evaluator, sample) -> dict:
     milliseconds when it was simulated for this (the base sample: the others' runs are kept
     as SLO values only)} (a runner function: runs on the workers)."""
     point, seed = sample
-    values, seconds, hit_rate = evaluator.run_latencies(point, seed)
+    values, seconds, hit_rate, loop = evaluator.run_latencies(point, seed)
     return {"ci": percentile_intervals(values, evaluator.study.slo, seed),
             "ms": milliseconds(seconds) if seconds is not None else None,
-            "prefix_hit_rate": hit_rate}
+            "prefix_hit_rate": hit_rate, "closed_loop": loop}
 
 
 def milliseconds(seconds: dict[str, np.ndarray]) -> dict[str, dict[str, float | None]]:
@@ -496,6 +496,8 @@ def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
     latency_ms = next((run["ms"] for run in runs if run.get("ms") is not None), None)
     hit_rate = next((run["prefix_hit_rate"] for run in runs
                      if run.get("prefix_hit_rate") is not None), None)
+    loop = next((run["closed_loop"] for run in runs if run.get("closed_loop") is not None),
+                None)   # the base sample's run: the users' throughput on the optimum
     intervals = [run["ci"] for run in runs] + [{}] * (len(seeds) - len(runs))
     slo = {}
     for i, key in enumerate(SLO_KEYS):
@@ -508,7 +510,8 @@ def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
     limited = [(v["margin"], key) for key, v in slo.items() if v["margin"] is not None]
     binding = min(limited)[1] if limited else None
     return {"seeds": seeds, "binding_slo": binding, "slo": slo, "latency_ms": latency_ms,
-            **({} if hit_rate is None else {"prefix_hit_rate": hit_rate})}
+            **({} if hit_rate is None else {"prefix_hit_rate": hit_rate}),
+            **({} if loop is None else {"closed_loop": loop})}
 
 
 def attach_verification(results: Sequence[DesignResult], runner: Any) -> None:

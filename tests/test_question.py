@@ -169,6 +169,10 @@ OUTCOME_CHANGES = {   # option -> (base options, the option's other value)
     "isl": ({"isl": "1000", "osl": "300"}, "uniform:1000-3000"),
     "osl": ({"isl": "2000", "osl": "300"}, "lognormal:300,0.5"),
     "prefix_model": ({}, "system=2:500,turns=1-3,think=10"),
+    # a closed loop's users, think time and requests (the goal's closed loop)
+    "concurrency": ({}, 8),
+    "think_time": ({"concurrency": 8}, 2.0),
+    "requests": ({"concurrency": 8}, 500),
     **{name: ({}, 500.0) for name, _, _ in MS_OPTIONS},   # --ttft-p99-ms ... over the profile
 }
 OTHER_CHANGES = {   # options that change the search or its points, never a sample's outcome
