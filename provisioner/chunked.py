@@ -72,9 +72,15 @@ def progress_by_design(on_batch: Callable[[dict[str, int]], None] | None,
 
 def goal_key(goal_name: str):
     """Order of design results for a goal: the best first (ties: cheaper)."""
-    return {"min-cost": lambda r: (r.optimum.cost_per_hour, r.optimum.power_kw),
-            "min-power": lambda r: (r.optimum.power_kw, r.optimum.cost_per_hour),
-            "max-rate": lambda r: (-r.optimum.rate_rps, r.optimum.cost_per_hour)}[goal_name]
+    key = metrics_key(goal_name)
+    return lambda r: key(r.optimum)
+
+
+def metrics_key(goal_name: str):
+    """`goal_key` of a result whose optimum would be these metrics."""
+    return {"min-cost": lambda m: (m.cost_per_hour, m.power_kw),
+            "min-power": lambda m: (m.power_kw, m.cost_per_hour),
+            "max-rate": lambda m: (-m.rate_rps, m.cost_per_hour)}[goal_name]
 
 
 def best_of(results: Sequence[DesignResult], goal_name: str) -> DesignResult | None:

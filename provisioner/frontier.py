@@ -28,7 +28,7 @@ from typing import Any, Callable, Generator, Iterable, Sequence
 import numpy as np
 
 from hardware_catalog import Design
-from provisioner.chunked import goal_key
+from provisioner.chunked import goal_key, metrics_key
 from provisioner.options import Constraints, SearchSettings
 from provisioner.select import select_optimum
 from provisioner.study import Asked, Budget, DesignResult, Goal, Metrics, Point
@@ -642,13 +642,15 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
 
 
 def _searched(design: Design, goal: Goal, constraints: Constraints, settings: SearchSettings,
-              beat: float | None, start: tuple[int, int]):
+              beat: float | None, start: tuple[int, int], rival: Metrics | None = None):
     """A design's optimum, screened and verified, without the headroom and load sweep that
     only the answer needs (`_completed`); returns (DesignResult, its Probe).
 
     With `beat`, only candidates that cost (min-power: draw) no more than it are verified:
     a verified point dearer than `beat` could not win (results are ranked by the objective
-    first), so a design whose every such candidate fails cannot beat it (CANNOT_BEAT)."""
+    first), so a design whose every such candidate fails cannot beat it (CANNOT_BEAT). With
+    `rival` (the best layout's verified optimum so far), only candidates that would rank
+    strictly before it (`metrics_key`: a tie keeps the earlier layout) are."""
     probe = Probe(design, infer=not settings.exhaustive)
     if goal.name == "max-rate":
         run = _max_rate_search
@@ -657,7 +659,7 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
             return _min_search(*args, beat=beat, start=start)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
-    affordable = _within(beat, goal)
+    affordable = _within(beat, goal, rival)
     candidates = [c for c in candidates if affordable(c)]
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     optimum, rejected, exhausted = yield from _verified(probe, optimum, candidates, goal,
@@ -676,11 +678,16 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
                         rejected=[_rejection(m) for m in rejected]), probe
 
 
-def _within(beat: float | None, goal: Goal) -> Callable[[Metrics], bool]:
-    """Does a candidate cost (min-power: draw) no more than `beat` (None: any does)?"""
-    if beat is None:
-        return lambda m: True
-    return lambda m: objective(m, goal) <= beat + _slack(beat)
+def _within(beat: float | None, goal: Goal,
+            rival: Metrics | None = None) -> Callable[[Metrics], bool]:
+    """Could a candidate win: does it cost (min-power: draw) no more than `beat`, and rank
+    before `rival` (None: no such condition)?"""
+    key = metrics_key(goal.name)
+
+    def within(m: Metrics) -> bool:
+        return ((beat is None or objective(m, goal) <= beat + _slack(beat))
+                and (rival is None or key(m) < key(rival)))
+    return within
 
 
 def _completed(result: DesignResult, probe: Probe, settings: SearchSettings):
@@ -945,7 +952,8 @@ def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                           "reason": "its capacity bound cannot beat the best layout"})
             continue
         result, probe = yield from _searched(variant.design, goal, constraints, settings,
-                                             None if maximise else target, variant.floors)
+                                             None if maximise else target, variant.floors,
+                                             None if maximise or best is None else best.optimum)
         last = result
         if result.feasible:
             o = result.optimum
