@@ -649,8 +649,9 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
     With `beat`, only candidates that cost (min-power: draw) no more than it are verified:
     a verified point dearer than `beat` could not win (results are ranked by the objective
     first), so a design whose every such candidate fails cannot beat it (CANNOT_BEAT). With
-    `rival` (the best layout's verified optimum so far), only candidates that would rank
-    strictly before it (`metrics_key`: a tie keeps the earlier layout) are."""
+    `rival` (the best layout's verified optimum so far), the verification stops at the first
+    candidate it would take that does not rank strictly before it (`metrics_key`: a tie keeps
+    the earlier layout): neither that one nor any after it (dearer) could win."""
     probe = Probe(design, infer=not settings.exhaustive)
     if goal.name == "max-rate":
         run = _max_rate_search
@@ -659,12 +660,12 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
             return _min_search(*args, beat=beat, start=start)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
-    affordable = _within(beat, goal, rival)
+    affordable = _within(beat, goal)
     candidates = [c for c in candidates if affordable(c)]
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     optimum, rejected, exhausted = yield from _verified(probe, optimum, candidates, goal,
                                                         constraints, design, settings,
-                                                        affordable)
+                                                        affordable, _within(beat, goal, rival))
     if optimum is None and not reason:
         if beat is not None:   # nothing that costs no more than `beat` passed
             reason = CANNOT_BEAT
@@ -713,14 +714,16 @@ GALLOP_AFTER = 16       # rejections before the step-up grows (x2 every GALLOP_A
 
 def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
               constraints: Constraints, design: Design, settings: SearchSettings,
-              affordable: Callable[[Metrics], bool] = lambda m: True):
+              affordable: Callable[[Metrics], bool] = lambda m: True,
+              could_win: Callable[[Metrics], bool] = lambda m: True):
     """The best candidate that meets every SLO on every verification sample.
 
     The search screened its points on a few samples; the best candidate is now quick-checked
     on the hardest samples (`Verify(point, QUICK_SAMPLES)`: a sample that failed before comes
     first) and, when it passes, verified on all of them. A candidate that fails is dropped
     with everything below it and its next-larger neighbours are screened; the best remaining
-    candidate that is still `affordable` (see `_searched`) goes next. So a frontier whose corners all fail one hard sample costs about one
+    candidate that is still `affordable` goes next, until one that `could_win` no longer
+    (see `_searched`). So a frontier whose corners all fail one hard sample costs about one
     simulation per corner, not a complete verification each. After GALLOP_AFTER rejections
     the step up doubles every GALLOP_AFTER more (a large fleet whose screened frontier sits
     far below what the hard samples need). Returns (verified optimum or None, the verified
@@ -730,7 +733,7 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
         return (*(yield from _verified_rate(probe, optimum, settings)), False)
     rejected: list[Metrics] = []
     complete = 0
-    while optimum is not None:
+    while optimum is not None and could_win(optimum):
         if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
             return None, rejected, True
         checked, ran_fully = yield from _quick_then_full(optimum.point)
