@@ -143,7 +143,11 @@ tier).
 
 A KV cache that arrives at its token machine (step (2): a transfer, a retarget or a replica
 restored) seeds that machine's cache: its prompt's blocks enter (or are refreshed, leaving
-the host tier) as in an insertion, last first, but the cache is not trimmed then.
+the host tier) as in an insertion, last first, and then the cache is trimmed as above but
+to the room of the machine's whole KV capacity (capacity // block tokens, whatever it holds:
+the fast core's memory count may lag at that instant); the next lookup or insertion trims to
+its free memory. So a cache never holds more than its capacity's blocks (plus its host tier's)
+after any step, and the fast core keeps each cache in a pool of slots of that size.
 
 Closed loop (`Workload.closed`, `simcore.workload.ClosedLoop`; open by default, arrivals as
 given): N users each send a request, wait for its last token, think, and send the next. The
@@ -854,7 +858,11 @@ class _ReferenceSimulation:
         """Evict least recently used blocks down to the room its free KV memory leaves; with a
         host tier, each evicted block becomes the host's most recently used, and the host
         evicts its least recently used beyond its capacity."""
-        room = max(0, mc.capacity - mc.memory_used) // self.prefix_block
+        self._evict_to(mc, max(0, mc.capacity - mc.memory_used) // self.prefix_block)
+
+    def _evict_to(self, mc: _Machine, room: int) -> None:
+        """The cache's least recently used blocks leave HBM until `room` are left (to the host
+        tier, which then evicts its least recently used beyond its capacity)."""
         while len(mc.cache) > room:
             block, _ = mc.cache.popitem(last=False)
             if self.host_blocks:
@@ -911,11 +919,13 @@ class _ReferenceSimulation:
 
     def _prefix_seed(self, req: _Request, mc: _Machine) -> None:
         """Its KV arrived at its token machine mc: its blocks enter mc's cache (or are
-        refreshed), as a prefill's do, but with no trim (the next lookup or insertion trims)."""
+        refreshed), as a prefill's do, then it is trimmed to the room of its whole capacity
+        (the next lookup or insertion trims to its free memory)."""
         if not self.prefix:
             return
         for block in reversed(req.blocks):
             self._to_hbm(mc, block)
+        self._evict_to(mc, mc.capacity // self.prefix_block)
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now

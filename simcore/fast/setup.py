@@ -14,7 +14,7 @@ from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
-    CHANGED_ALL, Closed, Curves, EMPTY, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
+    CHANGED_ALL, Closed, Curves, EMPTY, FREE, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
     KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
     MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
@@ -197,24 +197,46 @@ def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
 
 def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
     """The machines' prefix caches, empty: real ones when the option is on and the workload
-    carries blocks, else one-block placeholders (the same types, so one compiled core)."""
+    carries blocks, else one-slot placeholders (the same types, so one compiled core)."""
     on = workload is not None and bool(m.prefix_cache) and workload.has_prefix_blocks
-    ids = (np.ascontiguousarray(workload.prefix_blocks, dtype=np.int64) if on
-           else np.zeros(0, np.int64))
-    offsets = (np.ascontiguousarray(workload.prefix_offsets, dtype=np.int64) if on
-               else np.zeros(1, np.int64))
-    blocks = max(1, int(ids.max()) + 1 if len(ids) else 1) if on else 1
-    count = m.count if on else 1
-    ends = np.full((count, HOST_HITS + 1), NONE, np.int64)
+    if not on:
+        return empty_caches(m, 0, 0, np.zeros(0, np.int64), np.zeros(1, np.int64))
+    offsets = np.ascontiguousarray(workload.prefix_offsets, dtype=np.int64)
+    most = int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+    return empty_caches(m, int(workload.prefix_block_tokens), most,
+                        np.ascontiguousarray(workload.prefix_blocks, dtype=np.int64), offsets)
+
+
+def cache_slots(m: MachineArrays, block: int, most: int) -> int:
+    """The slots a machine's cache needs: the most blocks it holds after a trim (its whole KV
+    capacity's, with nothing held, plus its host tier's), plus one request's blocks (`most`):
+    those an insertion or a seed adds before it trims."""
+    hbm = int(np.asarray(m.kv_capacity, np.int64).max()) // block if m.count else 0
+    return hbm + host_cache_blocks(m, block) + most + 1
+
+
+def empty_caches(m: MachineArrays, block: int, most: int, ids: np.ndarray,
+                 offsets: np.ndarray) -> Prefix:
+    """Every machine's cache, empty, for blocks of `block` tokens and requests of at most
+    `most` blocks (`block` 0: the cache is off, one-slot placeholders); `ids`, `offsets`: the
+    requests' blocks (records.Prefix)."""
+    count, slots = (m.count, cache_slots(m, block, most)) if block else (1, 1)
+    # a power of two >= 4 x slots: a quarter full at most, so probes stay short
+    table = 1 << max(1, (4 * slots - 1).bit_length())
+    ends = np.full((count, FREE + 1), NONE, np.int64)
     ends[:, 2] = ends[:, 5] = ends[:, LOAD_TOKENS] = ends[:, HOST_HITS] = 0
     ends[:, HOST_BLOCKS], ends[:, KV_BYTES], ends[:, HOST_LINK] = 0, 0, 1
-    if on and host_cache_blocks(m, int(workload.prefix_block_tokens)) > 0:
-        ends[:, HOST_BLOCKS] = host_cache_blocks(m, int(workload.prefix_block_tokens))
+    ends[:, FREE] = 0
+    if block and host_cache_blocks(m, block) > 0:
+        ends[:, HOST_BLOCKS] = host_cache_blocks(m, block)
         ends[:, KV_BYTES] = m.kv_bytes_per_token
         ends[:, HOST_LINK] = host_link_integers(m)
-    return Prefix(ids, offsets, np.full((count, blocks), NONE, np.int32),
-                  np.full((count, blocks), NONE, np.int32),
-                  np.zeros((count, blocks), np.int8), ends)
+    chain = np.tile(np.arange(1, slots + 1, dtype=np.int32), (count, 1))
+    chain[:, -1] = NONE  # the free list: every slot, in order
+    return Prefix(ids, offsets, np.full((count, slots), NONE, np.int64),
+                  np.full((count, slots), NONE, np.int32), chain,
+                  np.zeros((count, slots), np.int8), np.full((count, table), NONE, np.int64),
+                  np.full((count, table), NONE, np.int32), ends)
 
 
 def _new_closed(workload: Workload | None) -> Closed:
