@@ -164,7 +164,9 @@ Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes o
 join their pools, by index. A machine that leaves takes no new request (the router and the
 mixed pool never pick it) but finishes everything it holds, and then sits idle: it has left.
 A machine that joins can be picked from that instant on (its provisioning delay has passed:
-a plan orders it that long before).
+a plan orders it that long before). With prefix caching a machine that joins starts with an
+empty cache, HBM and host tier (it was off, or it was just provisioned): what a machine that
+left cached, while draining too, is lost.
 
 Failures (only when `machines.failures` has rows; DejaVu, SPEC 4): after step (2), at the same
 instant, (2a) machines whose repair ends rejoin their pools empty, by index; (2b) machines fail,
@@ -376,6 +378,9 @@ class _ReferenceSimulation:
             while self.resizes and self.resizes[0][0] == now:  # (2r)
                 _, index, change = self.resizes.pop(0)
                 self.machines[index].retired = change < 0
+                if change > 0:  # it joins cold
+                    self.machines[index].cache.clear()
+                    self.machines[index].host.clear()
             if self.failures or self.repairs or self.recoveries:
                 self._failure_steps(now)
             self._next_user_arrival()

@@ -127,3 +127,50 @@ def test_a_traces_curve_keeps_its_bursts_at_the_curves_rate():
     assert np.allclose(gaps[gaps > 0], 0.5, rtol=0.01)  # ~5 x the mean gap of 0.1 s
     sizes = np.concatenate([c[1] for c in chunks])
     assert np.all(sizes == 100)                        # the trace's sizes
+
+
+def test_a_streamed_run_keeps_the_prefix_caches_across_chunks():
+    """Prefix caching (aware routing, a host tier) over chunks of 7 requests in 64 slots, the
+    pools resized mid-run: the same run as with every request's record and blocks at once,
+    request by request and in the machines' hits, and the whole run as the reference's (a
+    machine that rejoins starts cold in both)."""
+    from simcore.refsim import simulate_reference
+    from simcore.sessions import PrefixModel, synthesize_sessions
+    from tests.test_fast_runs import machines as arrays
+    from simcore.cluster import ROLE_BOTH, ROLE_PROMPT, ROLE_TOKEN
+    w = synthesize_sessions("conversation", PrefixModel(3, 700, 2, 5, 4.0), 60_000, 3.0, 40.0, 5)
+    w = dataclasses.replace(w, prefix_blocks=w.prefix_blocks * 1_000_003 + (1 << 40))
+    plans = {"baseline": np.array([[10.0, 2, -1], [25.0, 2, 1], [30.0, 1, -1]]),
+             "splitwise": np.array([[12.0, 1, -1], [28.0, 1, 1]])}
+    for name, m in (("baseline", arrays([ROLE_BOTH] * 3, [60_000] * 3, limit=4096)),
+                    ("splitwise", arrays([ROLE_PROMPT] * 2 + [ROLE_TOKEN], [30_000] * 3,
+                                         kinds=[0, 0, 1], limit=4096))):
+        m = dataclasses.replace(m, prefix_cache=True, prefix_routing=True,
+                                resizes=plans[name], prefix_host_bytes=2_000_000 * 512 * 40,
+                                host_link_bytes_per_s=np.full(3, 1e10))
+        whole = simulate_fast(w, m)
+        assert whole["prefix_hit_tokens"].sum() > 0
+        ref = simulate_reference(w, m)
+        for key in ref:
+            np.testing.assert_array_equal(whole[key], ref[key], err_msg=f"{name} {key}")
+        got = {"first_token": np.full(len(w), np.nan), "finish": np.full(len(w), np.nan),
+               "prompt_machine": np.zeros(len(w), np.int64)}
+
+        def harvest(first, records, got=got):
+            for key, column in got.items():
+                column[first:first + len(records)] = records[key]
+
+        def chunks(size=7):
+            offsets = w.prefix_offsets
+            for i in range(0, len(w), size):
+                j = min(i + size, len(w))
+                yield (w.arrival_s[i:j], w.prompt_tokens[i:j], w.output_tokens[i:j], None,
+                       w.prefix_blocks[offsets[i]:offsets[j]], offsets[i:j + 1] - offsets[i])
+
+        most = int(np.diff(w.prefix_offsets).max())
+        raw = run_streamed(m, chunks(), 64, harvest, 512, most)
+        np.testing.assert_array_equal(got["first_token"], whole["first_token_s"])
+        np.testing.assert_array_equal(got["finish"], whole["finish_s"])
+        np.testing.assert_array_equal(got["prompt_machine"], whole["prompt_machine"])
+        for key in ("prefix_hit_tokens", "prefix_tokens", "prefix_host_hit_tokens", "busy_s"):
+            np.testing.assert_array_equal(raw[key], whole[key], err_msg=f"{name} {key}")

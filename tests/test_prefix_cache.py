@@ -253,7 +253,7 @@ def test_the_cache_structure_is_an_lru_by_id():
     m = dataclasses.replace(machines([ROLE_BOTH], [BLOCK * 12], prefix_cache=True),
                             prefix_host_bytes=2_000_000 * BLOCK * 5,
                             host_link_bytes_per_s=np.array([1e9]))
-    caches = setup.empty_caches(m, BLOCK, 8, np.zeros(0, np.int64), np.zeros(1, np.int64))
+    caches = setup.empty_caches(m, BLOCK, 8)
     hbm, host = OrderedDict(), OrderedDict()
     pool = np.concatenate([np.arange(30), rng.integers(0, 2**62, 30)])
     for step in range(3000):

@@ -182,16 +182,29 @@ def _clear_cache(prefix, m):
         _drop(prefix, m, prefix.ends[m, 3])
 
 
+@_inlined
+def _span(prefix, request):
+    """Where the request's block ids lie in `ids`: positions start to stop (a ring: position p
+    is ids[p & (len(ids) - 1)]), from its row of `offsets` (request number g: row g mod rows)."""
+    row = request.number % prefix.offsets.shape[0]
+    return prefix.offsets[row, 0], prefix.offsets[row, 1]
+
+
+@_inlined
+def _id_at(prefix, p):
+    return prefix.ids[p & (len(prefix.ids) - 1)]
+
+
 @_compiled
 def _matched_blocks(prefix, m, request):
     """How many of the request's leading blocks machine m's cache holds in HBM, and how many of
     the blocks after those its host tier holds (a run; 0 without the tier)."""
-    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
+    start, stop = _span(prefix, request)
     k = 0
-    while start + k < stop and _tier(prefix, m, prefix.ids[start + k]) == HBM:
+    while start + k < stop and _tier(prefix, m, _id_at(prefix, start + k)) == HBM:
         k += 1
     h = k
-    while start + h < stop and _tier(prefix, m, prefix.ids[start + h]) == HOST:
+    while start + h < stop and _tier(prefix, m, _id_at(prefix, start + h)) == HOST:
         h += 1
     return k, h - k
 
@@ -204,10 +217,10 @@ def _prefix_lookup(prefix, machine, m, request, block):
     its host part adds to the tokens the machine's next iteration waits to load. Returns the
     hit in tokens."""
     _trim_cache(prefix, machine, m, block)
-    start = prefix.offsets[request.number]
+    start = _span(prefix, request)[0]
     k, h = _matched_blocks(prefix, m, request)
     for i in range(start + k + h - 1, start - 1, -1):
-        _to_hbm(prefix, m, prefix.ids[i])
+        _to_hbm(prefix, m, _id_at(prefix, i))
     hit = min((k + h) * block, request.prefill - 1)
     loaded = hit - min(k * block, hit)  # its host part
     machine.prefix_hits += hit
@@ -243,9 +256,9 @@ def _prefix_insert(prefix, machine, m, request, block):
 def _enter(prefix, m, request):
     """The request's blocks enter machine m's cache (or are refreshed, leaving the host tier),
     the last first, so its first block is the most recently used."""
-    start, stop = prefix.offsets[request.number], prefix.offsets[request.number + 1]
+    start, stop = _span(prefix, request)
     for i in range(stop - 1, start - 1, -1):
-        _to_hbm(prefix, m, prefix.ids[i])
+        _to_hbm(prefix, m, _id_at(prefix, i))
 
 
 @_compiled
