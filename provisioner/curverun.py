@@ -39,6 +39,16 @@ def curve_sizes(workload):
     return workload.sizes()
 
 
+def curve_sessions(workload) -> dict:
+    """simulate_curve's session arguments: with --prefix-model, the session model and the
+    context that cuts its sessions (`WorkloadSource.with_context`); else none."""
+    if workload.prefix_model is None:
+        return {}
+    from simcore.sessions import parse_prefix_model
+    return {"sessions": parse_prefix_model(workload.prefix_model),
+            "context": int(workload.context_tokens)}
+
+
 def longest_request(sizes) -> int:
     """The most tokens (prompt + output) a request drawn from `sizes` can hold."""
     if isinstance(sizes, str):
@@ -62,7 +72,8 @@ def run_curve(study, cluster: Cluster, plan: Sequence[tuple[int, int]] | None) -
     run = simulate_curve(cluster, curve_sizes(study.workload), curve.times, curve.rates,
                          curve.end_s, edges, study.seed, study.model,
                          study.perf.load(study.catalog),
-                         study.reference, options, linear=curve.linear)
+                         study.reference, options, linear=curve.linear,
+                         **curve_sessions(study.workload))
     return curve_record(run, study.slo, options)
 
 

@@ -433,12 +433,13 @@ def run_asked_curve(q):
     workload's sizes under arrivals following the curve (`simcore.longrun.curve_chunks`), all
     of it in one streamed run. Returns (the run, the SLOs over the whole curve, each
     --curve-window with its SLOs or None when no request arrived in it, the notes)."""
+    from provisioner.curverun import curve_sessions
     from simcore.longrun import simulate_curve
     curve, spans = q.curve, q.windows
     edges = [w.start_s for w in spans] + [spans[-1].end_s]
     run = simulate_curve(q.cluster, q.sizes, curve.times, curve.rates, curve.end_s, edges,
                          q.seed, q.model, q.perf_model, q.reference, q.sim_options,
-                         linear=curve.linear)
+                         linear=curve.linear, **curve_sessions(q.workload))
     reports = ([(w, evaluate_slos(run.window(k), q.slo) if n else None)
                 for k, (w, n) in enumerate(zip(spans, run.window_requests))]
                if run.feasible else [(w, None) for w in spans])

@@ -114,7 +114,9 @@ pieces start after the hit (`prefilled` starts there, so `chunk_extra` prices th
 over the cached prefix). When its prefill ends, every block of its prompt (a recompute's too:
 blocks cover the prompt only) is inserted or refreshed, last block first, so the first ends
 most recently used. A machine that fails loses its cache. Each machine counts the tokens its
-lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`);
+lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`),
+and so does each request over its lookups (`request_hit_tokens`, `request_looked_up`: a
+recompute looks up again; the hit rate of the requests arriving in a window is their ratio);
 a hit rate is their ratio. Prefix-aware routing (`SimOptions.prefix_routing`, with the cache):
 a request's cached prefix on a machine is the hit a lookup there would find now (the longest
 run of its leading blocks in the cache as it is, nothing trimmed or refreshed: min(blocks x
@@ -239,6 +241,8 @@ class _Request:
     context_rate: int = 1
     blocks: tuple = ()           # prefix caching: its prompt's block ids
     cached: int = 0              # prefix caching: tokens of its current prefill found cached
+    hit_tokens: int = 0          # prefix caching: tokens all its lookups found cached
+    looked_up: int = 0           # prefix caching: prefill tokens all its lookups looked up
 
     @property
     def context(self) -> int:
@@ -899,6 +903,8 @@ class _ReferenceSimulation:
         mc.prefix_hits += req.cached
         mc.prefix_host_hits += loaded
         mc.prefix_tokens += req.prefill
+        req.hit_tokens += req.cached
+        req.looked_up += req.prefill
         mc.pending_prompt_tokens -= req.cached
         if h == 0:
             return 0
@@ -974,7 +980,9 @@ class _ReferenceSimulation:
                 "preemptions": np.array([mc.preemptions for mc in ms], dtype=np.int64)}),
             **({} if not self.prefix else {
                 "prefix_hit_tokens": np.array([mc.prefix_hits for mc in ms], dtype=np.int64),
-                "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64)}),
+                "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64),
+                "request_hit_tokens": np.array([r.hit_tokens for r in reqs], dtype=np.int64),
+                "request_looked_up": np.array([r.looked_up for r in reqs], dtype=np.int64)}),
             **({} if not self.host_blocks else {
                 "prefix_host_hit_tokens": np.array([mc.prefix_host_hits for mc in ms],
                                                    dtype=np.int64)}),

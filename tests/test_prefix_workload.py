@@ -169,8 +169,8 @@ def test_bad_prefix_models_are_refused_in_one_line(cli, bad_input, value, words)
     bad_input(cli(SIM + ["--prefix-model", value]), *words)
 
 
-def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, bad_input,
-                                                                         tmp_path):
+def test_a_prefix_model_beside_a_trace_or_its_blocks_on_a_curve_are_refused(
+        cli, bad_input, tmp_path):
     from tests.test_mooncake import ROWS, write
     trace = write(tmp_path / "t.jsonl", ROWS)
     model = ["--prefix-model", "system=1:100,turns=2,think=1"]
@@ -179,8 +179,9 @@ def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, ba
               "Mooncake")
     from tests.test_question import OTHER_CHANGES
     bad_input(cli(["search", "--model", "llama-3.1-8b", "--designs", "baseline-h100",
-                   "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"] + model),
-              "--prefix-model", "--load-curve")
+                   "--workload", trace, "--prefix-cache", "on",
+                   "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"]),
+              "--prefix-cache", "--load-curve", "Mooncake")
 
 
 def test_sessions_beyond_every_machines_memory_are_blamed_on_the_model():

@@ -226,6 +226,9 @@ def _prefix_lookup(prefix, machine, m, request, block):
     machine.prefix_hits += hit
     prefix.ends[m, HOST_HITS] += loaded
     machine.prefix_tokens += request.prefill
+    row = request.number % prefix.offsets.shape[0]
+    prefix.offsets[row, 2] += hit  # the request's own counts, over its lookups
+    prefix.offsets[row, 3] += request.prefill
     machine.pending -= hit
     if h > 0:
         _trim_cache(prefix, machine, m, block)  # the loaded blocks may push others out

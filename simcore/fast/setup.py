@@ -241,7 +241,7 @@ def empty_caches(m: MachineArrays, block: int, most: int, rows: int = 1,
         ends[:, HOST_LINK] = host_link_integers(m)
     chain = np.tile(np.arange(1, slots + 1, dtype=np.int32), (count, 1))
     chain[:, -1] = NONE  # the free list: every slot, in order
-    return Prefix(np.zeros(ring, np.int64), np.zeros((max(rows, 1), 2), np.int64),
+    return Prefix(np.zeros(ring, np.int64), np.zeros((max(rows, 1), 4), np.int64),
                   np.full((count, slots), NONE, np.int64),
                   np.full((count, slots), NONE, np.int32), chain,
                   np.zeros((count, slots), np.int8), np.full((count, table), NONE, np.int64),
@@ -339,6 +339,9 @@ def results(state: State, failures: bool) -> dict:
             "token_machine": _column(requests, "token_machine"),
             "kv_transfer_s": _column(requests, "kv_transfer"),
             **_machine_results(state),
+            **({} if not state.settings.prefix_block else {
+                "request_hit_tokens": np.ascontiguousarray(state.prefix.offsets[:, 2]),
+                "request_looked_up": np.ascontiguousarray(state.prefix.offsets[:, 3])}),
             **({} if not failures else {
                 "recoveries": _column(requests, "recoveries"),
                 "recomputed_tokens": _column(requests, "recomputed"),
@@ -366,7 +369,8 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest, cache_block: int
     in a ring that holds those of the requests not yet handed over (grown as needed).
     Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled again, its finished request is handed over:
     `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
-    it before returning) in order, every request exactly once. Raises TooManyInFlight when a
+    it before returning) in order, every request exactly once (with the cache, also
+    `hits`: per request, the tokens its lookups found cached and looked up, a view too). Raises TooManyInFlight when a
     request still holds its slot when it is needed (slots arrivals after it), Stalled when the
     run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
     but the per-request ones)."""
@@ -386,7 +390,10 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest, cache_block: int
             if np.isnan(records.finish).any():
                 raise TooManyInFlight(
                     f"a request was still in flight {slots:,} arrivals after it arrived")
-            harvest(handed, records)
+            if cached:  # and the tokens its lookups found cached and looked up
+                harvest(handed, records, state.prefix.offsets[start:stop, 2:])
+            else:
+                harvest(handed, records)
             handed += stop - start
 
     pending = None
@@ -449,6 +456,7 @@ def _fill_blocks(state: State, first: int, ids, offsets, most: int) -> State:
     prefix.ids[(end + np.arange(offsets[-1])) & mask] = ids
     rows = (first + np.arange(len(offsets) - 1)) % slots
     prefix.offsets[rows, 0], prefix.offsets[rows, 1] = end + offsets[:-1], end + offsets[1:]
+    prefix.offsets[rows, 2:] = 0
     return state
 
 
