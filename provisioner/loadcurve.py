@@ -447,6 +447,9 @@ def run_asked_curve(q):
     from provisioner.study import SYNTHESIZED
     process = ("poisson arrivals" if q.workload.kind in SYNTHESIZED
                else "arrivals with the trace's gaps")
+    if q.workload.prefix_model is not None:
+        process = (f"sessions {q.workload.prefix_model} starting at the curve's rate / their "
+                   "mean turns (Poisson), cold at its start,")
     notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
              f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "
              "in one streamed run",)
