@@ -408,22 +408,26 @@ def check_whole_curve(study, static, options, plan, replan):
 def plan_csv(document: dict) -> str:
     """plan.csv: one row per window and design: its rates, the plan's pools and the
     window's worst SLO margin in the plan's whole-curve run (below 0: missed; empty: no run
-    or no request in the window)."""
+    or no request in the window); with prefix caching, the window's hit rate in that run."""
     curve = document["load_curve"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    plans = {name: (entry.get("whole_curve") or {}).get("plan") or {}
+             for name, entry in curve["designs"].items() if entry["feasible"]}
+    # prefix caching: each window's hit rate in the plan's run (a column only then)
+    cached = any("window_prefix_hit_rates" in run for run in plans.values())
     writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
                      "prompt_machines", "token_machines", "static_prompt", "static_token",
-                     "whole_curve_margin"))
-    for name, entry in curve["designs"].items():
-        if not entry["feasible"]:
-            continue
-        run = (entry.get("whole_curve") or {}).get("plan") or {}
+                     "whole_curve_margin") + (("whole_curve_prefix_hit_rate",) if cached else ()))
+    for name, run in plans.items():
+        entry = curve["designs"][name]
         margins = run.get("window_margins") or [None] * len(entry["plan"])
+        rates = run.get("window_prefix_hit_rates") or [None] * len(entry["plan"])
         for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
             writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
                              window["mean_rps"], window["rate_rps"], name, *pools,
-                             *entry["static"], "" if margins[k] is None else margins[k]))
+                             *entry["static"], "" if margins[k] is None else margins[k])
+                            + (("" if rates[k] is None else rates[k],) if cached else ()))
     return buffer.getvalue()
 
 

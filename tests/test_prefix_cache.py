@@ -344,6 +344,12 @@ def test_a_prefix_run_types_the_core_as_any_other():
     for m in (CLUSTERS["baseline"], ROUTED["splitwise"],
               dataclasses.replace(CLUSTERS["baseline"], prefix_cache=False)):
         setup.simulate_fast(w, m)
+    # and a streamed run's caches, their ring of ids grown chunk by chunk
+    chunks = [(w.arrival_s[i:i + 5], w.prompt_tokens[i:i + 5], w.output_tokens[i:i + 5], None,
+               w.prefix_blocks[w.prefix_offsets[i]:w.prefix_offsets[min(i + 5, len(w))]],
+               w.prefix_offsets[i:i + 6] - w.prefix_offsets[i]) for i in range(0, len(w), 5)]
+    setup.run_streamed(ROUTED["baseline"], chunks, 16, lambda first, records, hits: None,
+                       BLOCK, int(np.diff(w.prefix_offsets).max()))
     for entry in (setup._run, setup._fill_requests, setup._fill_pools):
         if hasattr(entry, "nopython_signatures"):  # (the JIT build, not the install-time one)
             assert len(entry.nopython_signatures) == 1
