@@ -131,7 +131,7 @@ def test_a_traces_curve_keeps_its_bursts_at_the_curves_rate():
 
 def test_a_streamed_run_keeps_the_prefix_caches_across_chunks():
     """Prefix caching (aware routing, a host tier) over chunks of 7 requests in 64 slots, the
-    pools resized mid-run: the same run as with every request's record and blocks at once,
+    pools resized mid-run, machines failing or not: the same run as with every request's record and blocks at once,
     request by request and in the machines' hits, and the whole run as the reference's (a
     machine that rejoins starts cold in both)."""
     from simcore.refsim import simulate_reference
@@ -142,13 +142,20 @@ def test_a_streamed_run_keeps_the_prefix_caches_across_chunks():
     w = dataclasses.replace(w, prefix_blocks=w.prefix_blocks * 1_000_003 + (1 << 40))
     plans = {"baseline": np.array([[10.0, 2, -1], [25.0, 2, 1], [30.0, 1, -1]]),
              "splitwise": np.array([[12.0, 1, -1], [28.0, 1, 1]])}
-    for name, m in (("baseline", arrays([ROLE_BOTH] * 3, [60_000] * 3, limit=4096)),
-                    ("splitwise", arrays([ROLE_PROMPT] * 2 + [ROLE_TOKEN], [30_000] * 3,
-                                         kinds=[0, 0, 1], limit=4096))):
+    failures = np.array([[18.0, 0, 2.0], [33.0, 2, 1.0]])
+    cases = [(name, m, fails, slots)
+             for name, m in (("baseline", arrays([ROLE_BOTH] * 3, [60_000] * 3, limit=4096)),
+                             ("splitwise", arrays([ROLE_PROMPT] * 2 + [ROLE_TOKEN],
+                                                  [30_000] * 3, kinds=[0, 0, 1], limit=4096)))
+             # (failures hold requests longer than 64 arrivals: more slots)
+             for fails, slots in ((np.zeros((0, 3)), 64), (failures, 256))]
+    for name, m, fails, slots in cases:
         m = dataclasses.replace(m, prefix_cache=True, prefix_routing=True,
                                 resizes=plans[name], prefix_host_bytes=2_000_000 * 512 * 40,
-                                host_link_bytes_per_s=np.full(3, 1e10))
+                                host_link_bytes_per_s=np.full(3, 1e10), detection_s=0.5,
+                                failures=fails)
         whole = simulate_fast(w, m)
+        assert not len(fails) or whole["recoveries"].sum() > 0
         assert whole["prefix_hit_tokens"].sum() > 0
         ref = simulate_reference(w, m)
         for key in ref:
@@ -170,7 +177,7 @@ def test_a_streamed_run_keeps_the_prefix_caches_across_chunks():
                        w.prefix_blocks[offsets[i]:offsets[j]], offsets[i:j + 1] - offsets[i])
 
         most = int(np.diff(w.prefix_offsets).max())
-        raw = run_streamed(m, chunks(), 64, harvest, 512, most)
+        raw = run_streamed(m, chunks(), slots, harvest, 512, most)
         np.testing.assert_array_equal(got["first_token"], whole["first_token_s"])
         np.testing.assert_array_equal(got["finish"], whole["finish_s"])
         np.testing.assert_array_equal(got["prompt_machine"], whole["prompt_machine"])
