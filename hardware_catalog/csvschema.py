@@ -372,7 +372,7 @@ PLAN = CsvSchema(
     example="start_s,prompt_machines,token_machines\n0,2,1\n600,3,2\n",
     # what a search's plan.csv adds beside each window's pools (read back as it is)
     ignored=("window", "end_s", "peak_rps", "mean_rps", "sized_rps", "static_prompt",
-             "static_token", "whole_curve_margin"))
+             "static_token", "whole_curve_margin", "whole_curve_prefix_hit_rate"))
 
 FAILURE_POOLS = ("prompt", "token", "any")
 FAILURE_SCHEDULE = CsvSchema(

@@ -39,6 +39,16 @@ def curve_sizes(workload):
     return workload.sizes()
 
 
+def curve_sessions(workload) -> dict:
+    """simulate_curve's session arguments: with --prefix-model, the session model and the
+    context that cuts its sessions (`WorkloadSource.with_context`); else none."""
+    if workload.prefix_model is None:
+        return {}
+    from simcore.sessions import parse_prefix_model
+    return {"sessions": parse_prefix_model(workload.prefix_model),
+            "context": int(workload.context_tokens)}
+
+
 def longest_request(sizes) -> int:
     """The most tokens (prompt + output) a request drawn from `sizes` can hold."""
     if isinstance(sizes, str):
@@ -62,7 +72,8 @@ def run_curve(study, cluster: Cluster, plan: Sequence[tuple[int, int]] | None) -
     run = simulate_curve(cluster, curve_sizes(study.workload), curve.times, curve.rates,
                          curve.end_s, edges, study.seed, study.model,
                          study.perf.load(study.catalog),
-                         study.reference, options, linear=curve.linear)
+                         study.reference, options, linear=curve.linear,
+                         **curve_sessions(study.workload))
     return curve_record(run, study.slo, options)
 
 
@@ -86,9 +97,21 @@ def curve_record(run: CurveRun, profile, options: SimOptions) -> dict:
                            {"window": failing[0], "reason": reports[failing[0]].reason}),
             "whole_curve": {"passed": whole.passed, "reason": whole.reason,
                             "worst_margin": round(whole.worst_margin, 6)},
+            **_prefix_fields(run),
             "failures": {"mtbf_hours": options.mtbf_hours, "repair_s": options.repair_s,
                          "machine_failures": 0 if run.schedule is None else len(run.schedule),
                          "requests_affected": failures.get("requests_affected", 0)}}
+
+
+def _prefix_fields(run: CurveRun) -> dict:
+    """With prefix caching: the whole curve's hit rate and each window's (its requests'
+    hit tokens / looked-up tokens; None: none looked up); nothing without the cache."""
+    if run.window_prefix is None:
+        return {}
+    rates = [run.window_hit_rate(k) for k in range(len(run.window_requests))]
+    whole = run.prefix_hit_rate
+    return {"prefix_hit_rate": None if whole is None else round(whole, 4),
+            "window_prefix_hit_rates": [None if r is None else round(r, 4) for r in rates]}
 
 
 def step_up(options: list[list[tuple[int, int]]], plan: Sequence[tuple[int, int]],

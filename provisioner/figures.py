@@ -35,7 +35,8 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
     inputs = document["inputs"]
     if document.get("load_curve") is not None:
         figures = [("fig-load-curve", load_curve_figure(document)),
-                   ("fig-curve-margins", curve_margin_figure(document))]
+                   ("fig-curve-margins", curve_margin_figure(document)),
+                   ("fig-curve-prefix", curve_prefix_figure(document))]
     elif document["summary"].get("hardware") is not None:   # dozens of designs: one scatter
         figures = [("fig-hardware", hardware_figure(results))]
     else:
@@ -499,6 +500,33 @@ def curve_margin_figure(document: dict) -> dict | None:
               "xaxis": {"title": {"text": "hours from the curve's start"}},
               "yaxis": {"title": {"text": "worst margin (fraction of the limit)"},
                         "tickformat": ".0%", "zeroline": True},
+              "height": 420, "legend": {"orientation": "h", "y": -0.25}}
+    return {"data": data, "layout": layout}
+
+
+def curve_prefix_figure(document: dict) -> dict | None:
+    """--load-curve with prefix caching: each window's prefix hit rate (the prefill tokens of
+    the requests arriving in it found cached) in the whole-curve runs of the static cluster
+    (dotted) and of the plan (solid); None without the cache."""
+    curve = document["load_curve"]
+    middles = [(w["start_s"] + w["end_s"]) / 7200.0 for w in curve["windows"]]
+    data = []
+    for name, entry in curve["designs"].items():
+        checked = entry.get("whole_curve") if entry["feasible"] else None
+        if checked is None:
+            continue
+        for label, dash in (("plan", "solid"), ("static", "dot")):
+            rates = checked[label].get("window_prefix_hit_rates")
+            if rates:
+                data.append(_scatter(x=middles, y=rates, mode="lines+markers",
+                                     line={"dash": dash, "shape": "hvh"},
+                                     name=f"{name} {label}"))
+    if not data:
+        return None
+    layout = {"title": {"text": "Prefix cache hit rate of each window in the whole-curve runs "
+                                "(prefill tokens of its requests found cached)"},
+              "xaxis": {"title": {"text": "hours from the curve's start"}},
+              "yaxis": {"title": {"text": "hit rate"}, "tickformat": ".0%", "rangemode": "tozero"},
               "height": 420, "legend": {"orientation": "h", "y": -0.25}}
     return {"data": data, "layout": layout}
 

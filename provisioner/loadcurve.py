@@ -408,22 +408,26 @@ def check_whole_curve(study, static, options, plan, replan):
 def plan_csv(document: dict) -> str:
     """plan.csv: one row per window and design: its rates, the plan's pools and the
     window's worst SLO margin in the plan's whole-curve run (below 0: missed; empty: no run
-    or no request in the window)."""
+    or no request in the window); with prefix caching, the window's hit rate in that run."""
     curve = document["load_curve"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    plans = {name: (entry.get("whole_curve") or {}).get("plan") or {}
+             for name, entry in curve["designs"].items() if entry["feasible"]}
+    # prefix caching: each window's hit rate in the plan's run (a column only then)
+    cached = any("window_prefix_hit_rates" in run for run in plans.values())
     writer.writerow(("window", "start_s", "end_s", "peak_rps", "mean_rps", "sized_rps", "design",
                      "prompt_machines", "token_machines", "static_prompt", "static_token",
-                     "whole_curve_margin"))
-    for name, entry in curve["designs"].items():
-        if not entry["feasible"]:
-            continue
-        run = (entry.get("whole_curve") or {}).get("plan") or {}
+                     "whole_curve_margin") + (("whole_curve_prefix_hit_rate",) if cached else ()))
+    for name, run in plans.items():
+        entry = curve["designs"][name]
         margins = run.get("window_margins") or [None] * len(entry["plan"])
+        rates = run.get("window_prefix_hit_rates") or [None] * len(entry["plan"])
         for k, (window, pools) in enumerate(zip(curve["windows"], entry["plan"])):
             writer.writerow((k, window["start_s"], window["end_s"], window["peak_rps"],
                              window["mean_rps"], window["rate_rps"], name, *pools,
-                             *entry["static"], "" if margins[k] is None else margins[k]))
+                             *entry["static"], "" if margins[k] is None else margins[k])
+                            + (("" if rates[k] is None else rates[k],) if cached else ()))
     return buffer.getvalue()
 
 
@@ -433,12 +437,13 @@ def run_asked_curve(q):
     workload's sizes under arrivals following the curve (`simcore.longrun.curve_chunks`), all
     of it in one streamed run. Returns (the run, the SLOs over the whole curve, each
     --curve-window with its SLOs or None when no request arrived in it, the notes)."""
+    from provisioner.curverun import curve_sessions
     from simcore.longrun import simulate_curve
     curve, spans = q.curve, q.windows
     edges = [w.start_s for w in spans] + [spans[-1].end_s]
     run = simulate_curve(q.cluster, q.sizes, curve.times, curve.rates, curve.end_s, edges,
                          q.seed, q.model, q.perf_model, q.reference, q.sim_options,
-                         linear=curve.linear)
+                         linear=curve.linear, **curve_sessions(q.workload))
     reports = ([(w, evaluate_slos(run.window(k), q.slo) if n else None)
                 for k, (w, n) in enumerate(zip(spans, run.window_requests))]
                if run.feasible else [(w, None) for w in spans])
@@ -446,6 +451,9 @@ def run_asked_curve(q):
     from provisioner.study import SYNTHESIZED
     process = ("poisson arrivals" if q.workload.kind in SYNTHESIZED
                else "arrivals with the trace's gaps")
+    if q.workload.prefix_model is not None:
+        process = (f"sessions {q.workload.prefix_model} starting at the curve's rate / their "
+                   "mean turns (Poisson), cold at its start,")
     notes = (f"{process} following the load curve {q.load_curve} ({len(curve.rates)} "
              f"steps over {curve.end_s:g} s): {run.requests:,} requests (seed {q.seed}), all "
              "in one streamed run",)

@@ -117,12 +117,14 @@ def asked_sizes(s: StudyOptions) -> WorkloadSource:
     return lengths_source(s.isl, s.osl)
 
 
-def refuse_sessions_on_a_curve(workload: WorkloadSource) -> None:
-    """A load curve draws independent requests at its rates; sessions are not drawn there."""
-    if workload.prefix_model is not None:
-        raise InputError(f"{option_ref('prefix_model')} cannot be used with "
-                         f"{option_ref('load_curve')}: a curve's requests are drawn one by one "
-                         "at its rates; size sessions at a --rate")
+def refuse_trace_blocks_on_a_curve(workload: WorkloadSource, prefix_cache: str) -> None:
+    """A load curve draws a Mooncake trace's sizes, not its prompt blocks: its cache would
+    find nothing (sessions, --prefix-model, carry blocks over a curve)."""
+    if workload.kind == "mooncake" and prefix_cache != "off":
+        raise InputError(f"{option_ref('prefix_cache')} cannot be used with a Mooncake trace "
+                         f"and {option_ref('load_curve')}: a curve draws the trace's sizes, "
+                         f"not its prompt blocks; use {option_ref('prefix_model')} over other "
+                         "sizes, or a --rate")
 
 
 def merge_options(tree: type, given: dict[str, Any], spec_path: str | Path | None = None):
@@ -388,7 +390,7 @@ def resolve_study(options: SearchOptions) -> Study:
     loaded = perf.load(catalog)  # a broken file fails here, before any simulation
     load_curve = resolve_load_curve(options)
     if load_curve is not None:
-        refuse_sessions_on_a_curve(workload)
+        refuse_trace_blocks_on_a_curve(workload, s.prefix_cache)
     goal = resolve_goal(options, workload, catalog, load_curve, closed)
     model = model_in_dtype(resolve_model(s, catalog), s.dtype, perf.kv_dtype)
     workload = workload.with_context(model)
@@ -596,7 +598,7 @@ def resolve_simulate(options: SimulateOptions) -> SimulateQuestion:
     pools = (cluster.prompt_machines, cluster.token_machines)
     if c.load_curve is not None:
         from provisioner.loadcurve import asked_curve, curve_sizes, longest_request, windows
-        refuse_sessions_on_a_curve(workload)
+        refuse_trace_blocks_on_a_curve(workload, s.prefix_cache)
         refuse_beside("load_curve", "the curve sets the run's length", s, StudyOptions(),
                       ("duration",))
         if c.requests_csv is not None:

@@ -81,6 +81,9 @@ def curve_summary(run) -> dict:
                          **{k: round(v, 6) if isinstance(v, float) else v
                             for k, v in curve.failure_stats.items()}}}
            if curve.failure_stats is not None else {}),
+        # prefix caching over the curve: prefill tokens found cached, every request's lookups
+        **({"prefix_hit_rate": round(curve.prefix_hit_rate, 4)}
+           if curve.feasible and curve.prefix_hit_rate is not None else {}),
         "latency_source": run.latency_source, "uncalibrated_skus": run.uncalibrated,
         **run.report.as_dict(), "windows": curve_windows(run)}
 
@@ -143,14 +146,21 @@ def curve_windows(run) -> list[dict]:
                  if s["start_s"] < w.end_s and s["end_s"] > w.start_s]
         return {"pools": [p for k, p in enumerate(pools) if k == 0 or p != pools[k - 1]]}
 
+    def cached(k: int) -> dict:
+        """Prefix caching: the hit rate of the requests that arrived in window k."""
+        if run.run.window_prefix is None:
+            return {}
+        rate = run.run.window_hit_rate(k)
+        return {"prefix_hit_rate": None if rate is None else round(rate, 4)}
+
     return [{"start_s": w.start_s, "end_s": w.end_s, "peak_rps": w.peak_rps,
              "mean_rps": round(w.mean_rps, 6), **serving(w), "requests": int(n),
              "passed": report is None or report.passed,
              "reason": "" if report is None else report.reason,
              "worst_margin": (round(report.worst_margin, 6)
                               if report is not None and report.feasible and report.checks
-                              else None)}
-            for (w, report), n in zip(run.windows, counts)]
+                              else None), **cached(k)}
+            for k, ((w, report), n) in enumerate(zip(run.windows, counts))]
 
 
 def _failures(run) -> dict:

@@ -478,7 +478,7 @@ def whole_curve_lines(checked: dict | None, windows: int) -> list[str]:
                failures["machine_failures"] else "") + "); over the whole curve "
             + ("met" if whole["passed"] else f"missed: {whole['reason']}")
             + ("" if miss is None else f"; first miss: window {miss['window']}: "
-               f"{miss['reason']}"))
+               f"{miss['reason']}") + _curve_prefix_text(run))
     if checked["stepped_up_windows"]:
         lines.append("    plan stepped up where a window missed: windows "
                      + ", ".join(map(str, checked["stepped_up_windows"])))
@@ -856,6 +856,16 @@ def calibration_table(result, seed: int) -> Table:
 
 
 # ---------------------------------------------------------------------------------- simulate
+def _curve_prefix_text(run: dict) -> str:
+    """A whole-curve check's prefix hit rate and its windows' range (nothing without the
+    cache)."""
+    if run.get("prefix_hit_rate") is None:
+        return ""
+    rates = [r for r in run["window_prefix_hit_rates"] if r is not None]
+    return (f"; prefix cache: {run['prefix_hit_rate']:.1%} of prefill tokens cached (windows "
+            f"{min(rates):.1%} to {max(rates):.1%})")
+
+
 def print_simulation(console: Console, err_console: Console, summary: dict, run) -> None:
     report = run.report
     for note in (run.notes if hasattr(run, "plan") else run.workload.notes):
@@ -937,9 +947,11 @@ def print_simulation(console: Console, err_console: Console, summary: dict, run)
                        f"[bold red]missed[/]: {entry['reason']}")
             pools = (" " + " then ".join(pools_text(*p) for p in entry["pools"])
                      if entry.get("pools") else "")
+            cached = ("" if entry.get("prefix_hit_rate") is None else
+                      f", {entry['prefix_hit_rate']:.1%} of prefill tokens cached")
             console.print(f"  window {_clock(entry['start_s'])}-{_clock(entry['end_s'])}{pools}: "
                           f"{entry['requests']:,} requests, peak {entry['peak_rps']:.4g} "
-                          f"req/s, SLOs {verdict}", highlight=False)
+                          f"req/s{cached}, SLOs {verdict}", highlight=False)
         met = sum(entry["passed"] for entry in summary["windows"])
         console.print(f"per window: {met} of {len(summary['windows'])} met every SLO; over the "
                       "whole curve:", highlight=False)

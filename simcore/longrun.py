@@ -28,6 +28,8 @@ from simcore.metrics import first_token_overheads, request_latencies, uncontende
 from simcore.specdecode import decode_steps, step_plan
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
+from simcore.sessions import (BLOCK_TOKENS, PrefixModel, _draw_sessions,
+                              session_rate_per_request)
 from simcore.workload import Workload, _arrival_times, _size_sampler
 
 SLOTS = 1 << 20            # request records held (a request older than this many arrivals
@@ -70,10 +72,27 @@ class CurveRun:
     failure_stats: dict | None = None
     schedule: np.ndarray | None = None
     makespan_s: float = 0.0
+    # with prefix caching: per window, the tokens the lookups of its requests (those that
+    # arrived in it) found cached and looked up (a recompute looks up again); None: no cache
+    window_prefix: np.ndarray | None = None
 
     @property
     def requests(self) -> int:
         return sum(self.window_requests)
+
+    def window_hit_rate(self, k: int) -> float | None:
+        """Window k's prefix hit rate: hit tokens / looked-up tokens of its requests (None:
+        no cache, or nothing looked up)."""
+        if self.window_prefix is None or not self.window_prefix[k, 1]:
+            return None
+        return float(self.window_prefix[k, 0] / self.window_prefix[k, 1])
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """The whole curve's (the windows' sums)."""
+        if self.window_prefix is None or not self.window_prefix[:, 1].sum():
+            return None
+        return float(self.window_prefix[:, 0].sum() / self.window_prefix[:, 1].sum())
 
     @cached_property
     def _window_starts(self) -> np.ndarray:
@@ -153,27 +172,8 @@ def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[
     sampler, _, _ = _size_sampler(sizes)
     gaps = trace_gaps(sizes) if isinstance(sizes, Workload) else None
     rng = np.random.default_rng(seed)
-    steps = [*times, end_s]
-    cuts = sorted(set(steps) | set(edges))
     counts.extend([0] * (len(edges) - 1))
-    knots = (np.array(steps), np.append(np.array(rates, dtype=np.float64), rates[-1]))
-    for start, stop in zip(cuts, cuts[1:]):
-        if stop <= start:
-            continue
-        if linear:
-            first, last = np.interp([start, stop], *knots)
-            arrival = start + _linear_arrivals(rng, float(first), float(last), stop - start,
-                                               gaps)
-        else:
-            rate = rates[max(0, int(np.searchsorted(steps, start, side="right")) - 1)]
-            if rate <= 0:
-                continue
-            if gaps is None:
-                arrival = start + _arrival_times(rng, rate, stop - start, "poisson", 1.0)
-            else:
-                arrival = start + _unit_arrivals(rng, rate * (stop - start), gaps) / rate
-        if not len(arrival):
-            continue
+    for start, arrival in _curve_pieces(rng, times, rates, end_s, edges, gaps, linear):
         prompt, output = sampler(rng, len(arrival))
         window = int(np.searchsorted(edges, start, side="right")) - 1
         if 0 <= window < len(counts):
@@ -183,15 +183,142 @@ def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[
             yield arrival[part], prompt[part], output[part]
 
 
+def _curve_pieces(rng: np.random.Generator, times, rates, end_s: float, edges,
+                  gaps: np.ndarray | None = None, linear: bool = False, scale: float = 1.0,
+                  empty: bool = False):
+    """The curve's pieces between two of its steps or window `edges`, in order, each with the
+    arrivals drawn in it (`curve_chunks`: the rates x `scale`); `empty`: pieces without
+    arrivals too."""
+    steps = [*times, end_s]
+    cuts = sorted(set(steps) | set(edges))
+    knots = (np.array(steps), np.append(np.array(rates, dtype=np.float64), rates[-1]))
+    for start, stop in zip(cuts, cuts[1:]):
+        if stop <= start:
+            continue
+        if linear:
+            first, last = np.interp([start, stop], *knots) * scale
+            arrival = start + _linear_arrivals(rng, float(first), float(last), stop - start,
+                                               gaps)
+        else:
+            rate = rates[max(0, int(np.searchsorted(steps, start, side="right")) - 1)] * scale
+            if rate <= 0:
+                arrival = np.zeros(0)
+            elif gaps is None:
+                arrival = start + _arrival_times(rng, rate, stop - start, "poisson", 1.0)
+            else:
+                arrival = start + _unit_arrivals(rng, rate * (stop - start), gaps) / rate
+        if len(arrival) or empty:
+            yield (start, stop) if empty else start, arrival
+
+
+# global block ids of sessions over a curve: kind (0 system prompt, 1 session, 2 request) in
+# bits 61-62, its owner's number (system prompt, session or request, counted over the whole
+# run) in bits 21-60, the block's place in the prompt in bits 0-20
+_PLACE_BITS, _OWNER_BITS = 21, 40
+
+
+def session_block_ids(system: np.ndarray, session: np.ndarray, request: np.ndarray,
+                      prompt: np.ndarray, system_tokens: int,
+                      block: int = BLOCK_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's block ids as `simcore.sessions.session_blocks` keys them, but global to a
+    run (not dense per sample): a session crossing chunks keeps its blocks."""
+    count = -(-prompt // block)
+    offsets = np.zeros(len(prompt) + 1, np.int64)
+    np.cumsum(count, out=offsets[1:])
+    turn = np.repeat(np.arange(len(prompt)), count)
+    j = np.arange(offsets[-1]) - offsets[turn]
+    full = (j + 1) * block <= prompt[turn]
+    system_only = full & ((j + 1) * block <= system_tokens)
+    kind = np.where(system_only, 0, np.where(full, 1, 2)).astype(np.int64)
+    owner = np.where(system_only, system[turn], np.where(full, session[turn], request[turn]))
+    ids = (kind << (_OWNER_BITS + _PLACE_BITS)) | (owner.astype(np.int64) << _PLACE_BITS) | j
+    return ids.astype(np.int64), offsets
+
+
+def curve_session_chunks(sizes, model: PrefixModel, context: int, times: Sequence[float],
+                         rates: Sequence[float], end_s: float, seed: int,
+                         edges: Sequence[float], counts: list[int],
+                         chunk: int = CHUNK_REQUESTS, linear: bool = False):
+    """Sessions (`simcore.sessions`, the model stated there) over the curve: sessions start
+    as a Poisson process at the curve's rate / E[turns] (`session_rate_per_request`), so the
+    turns arrive at about the curve's rate, following it a session's span behind; from the
+    curve's start, cold (no warm-up: the first think times ramp up). Each piece of the curve
+    (`curve_chunks`) draws its session starts, then their sessions whole (`_draw_sessions`:
+    one generator seeded with `seed`); a turn is yielded in the piece its arrival falls in,
+    turns in arrival order (ties: by session, then turn), those at or after `end_s` dropped.
+    Yielded as (arrival_s, prompt, output, None, block ids, offsets) chunks (`run_streamed`'s
+    prefix chunks), the ids global (`session_block_ids`); appends to `counts` each window's
+    turns."""
+    sampler, _, _ = _size_sampler(sizes)
+    per_request = session_rate_per_request(sizes, model, context)
+    rng = np.random.default_rng(seed)
+    counts.extend([0] * (len(edges) - 1))
+    pending = _Turns.empty()
+    sessions = requests = 0
+    for (start, stop), starts in _curve_pieces(rng, times, rates, end_s, edges, None, linear,
+                                               per_request, empty=True):
+        if len(starts):
+            drawn = _draw_sessions(rng, sampler, model, context, starts)
+            pending = pending.joined(_Turns(
+                drawn.arrival_s, drawn.prompt, drawn.output,
+                drawn.system[drawn.session], drawn.session + sessions))
+            sessions += len(starts)
+        now, pending = pending.split(stop)
+        if not len(now.arrival):
+            continue
+        window = int(np.searchsorted(edges, start, side="right")) - 1
+        if 0 <= window < len(counts):
+            counts[window] += len(now.arrival)
+        for first in range(0, len(now.arrival), chunk):
+            part = slice(first, first + chunk)
+            numbers = requests + np.arange(len(now.arrival[part]))
+            ids, offsets = session_block_ids(now.system[part], now.session[part], numbers,
+                                             now.prompt[part], model.system_tokens)
+            requests += len(numbers)
+            yield now.arrival[part], now.prompt[part], now.output[part], None, ids, offsets
+
+
+@dataclass(frozen=True, eq=False)
+class _Turns:
+    """Session turns drawn, not yet yielded, in (arrival, session, turn) order."""
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    system: np.ndarray
+    session: np.ndarray
+
+    @staticmethod
+    def empty() -> "_Turns":
+        return _Turns(np.zeros(0), *(np.zeros(0, np.int64) for _ in range(4)))
+
+    def joined(self, other: "_Turns") -> "_Turns":
+        """Both, in arrival order (a stable sort: equal arrivals keep session order, and a
+        session's turns arrive in order)."""
+        columns = [np.concatenate([getattr(self, f), getattr(other, f)])
+                   for f in ("arrival", "prompt", "output", "system", "session")]
+        order = np.lexsort((columns[4], columns[0]))
+        return _Turns(*(c[order] for c in columns))
+
+    def split(self, before: float) -> tuple["_Turns", "_Turns"]:
+        """(turns arriving before `before`, the others)."""
+        cut = int(np.searchsorted(self.arrival, before, side="left"))
+        return (_Turns(*(getattr(self, f)[:cut] for f in self.__dataclass_fields__)),
+                _Turns(*(getattr(self, f)[cut:] for f in self.__dataclass_fields__)))
+
+
 def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[float],
                    rates: Sequence[float], end_s: float, edges: Sequence[float], seed: int,
                    model: ModelSpec, perf, reference: MachineSku,
                    options: SimOptions = SimOptions(), slots: int = SLOTS,
-                   linear: bool = False) -> CurveRun:
+                   linear: bool = False, sessions: PrefixModel | None = None,
+                   context: int = 0) -> CurveRun:
     """Simulate the whole curve on `cluster` (resized by `options.pool_plan`, failing as
     `options` says over the whole curve), streamed in `slots` request records; windows are
     `edges[k]` to `edges[k + 1]` and must cover the curve; `linear`: the rate interpolated
-    between the curve's rows (`curve_chunks`)."""
+    between the curve's rows (`curve_chunks`). `sessions`: the requests are sessions' turns
+    (`curve_session_chunks`, cut at `context` tokens), with prompt blocks for
+    `options.prefix_cache`, each machine's cache kept over the whole run (a machine that
+    rejoins its pool starts cold)."""
     expected = expected_requests(times, rates, end_s, linear)
     if expected > MAX_CURVE_REQUESTS:
         raise InputError(f"the load curve asks for about {expected:,.0f} requests, more than "
@@ -214,16 +341,28 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
 
     spec = options.spec_decode
 
-    def harvest(first: int, records) -> None:
+    window_prefix = np.zeros((len(edges) - 1, 2), np.int64)
+
+    def harvest(first: int, records, hits=None) -> None:
         store.add(first, records, ref, per_token, failures,
                   first_token_overheads(machines.curves, machines.kind, records.prompt_machine))
+        if hits is not None:  # each request's counts into its arrival window's
+            ends = np.cumsum(counts)
+            window = np.searchsorted(ends, first + np.arange(len(records)), side="right")
+            np.add.at(window_prefix, np.minimum(window, len(window_prefix) - 1), hits)
 
     try:
-        chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts,
-                              min(CHUNK_REQUESTS, slots // 4), linear)
+        size = min(CHUNK_REQUESTS, slots // 4)
+        if sessions is None:
+            chunks = curve_chunks(sizes, times, rates, end_s, seed, edges, counts, size, linear)
+        else:
+            chunks = curve_session_chunks(sizes, sessions, context, times, rates, end_s, seed,
+                                          edges, counts, size, linear)
         if spec is not None:
             chunks = with_step_plans(chunks, spec, options.spec_seed)
-        raw = run_streamed(machines, checked(chunks), slots, harvest)
+        cached = sessions is not None and options.prefix_cache
+        raw = run_streamed(machines, checked(chunks), slots, harvest,
+                           BLOCK_TOKENS if cached else 0, -(-context // BLOCK_TOKENS))
     except _Unservable as err:
         return CurveRun(False, str(err), tuple(counts))
     except TooManyInFlight as err:
@@ -235,7 +374,8 @@ def simulate_curve(cluster: Cluster, sizes: str | Workload, times: Sequence[floa
     latencies = store.latencies(raw["itl_histogram"])
     return CurveRun(True, "", tuple(counts), latencies,
                     machine_statistics(raw, machines, cluster, raw["end_s"]),
-                    store.failure_totals() if failures else None, schedule, raw["end_s"])
+                    store.failure_totals() if failures else None, schedule, raw["end_s"],
+                    window_prefix if cached else None)
 
 
 def with_step_plans(chunks, spec, seed: int):
@@ -243,9 +383,9 @@ def with_step_plans(chunks, spec, seed: int):
     for the chunk alone (`decode_steps`' stream: the number of its first request), so the
     run is the same as one whole run given the chunks' plans end to end."""
     first = 0
-    for arrival, prompt, output in chunks:
+    for arrival, prompt, output, *blocks in chunks:
         steps = decode_steps(output, spec, seed, stream=first)
-        yield arrival, prompt, output, step_plan(prompt, output, steps)
+        yield (arrival, prompt, output, step_plan(prompt, output, steps), *blocks[1:])
         first += len(arrival)
 
 

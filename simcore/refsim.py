@@ -114,7 +114,9 @@ pieces start after the hit (`prefilled` starts there, so `chunk_extra` prices th
 over the cached prefix). When its prefill ends, every block of its prompt (a recompute's too:
 blocks cover the prompt only) is inserted or refreshed, last block first, so the first ends
 most recently used. A machine that fails loses its cache. Each machine counts the tokens its
-lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`);
+lookups hit and the prefill tokens looked up (results `prefix_hit_tokens`, `prefix_tokens`),
+and so does each request over its lookups (`request_hit_tokens`, `request_looked_up`: a
+recompute looks up again; the hit rate of the requests arriving in a window is their ratio);
 a hit rate is their ratio. Prefix-aware routing (`SimOptions.prefix_routing`, with the cache):
 a request's cached prefix on a machine is the hit a lookup there would find now (the longest
 run of its leading blocks in the cache as it is, nothing trimmed or refreshed: min(blocks x
@@ -143,7 +145,11 @@ tier).
 
 A KV cache that arrives at its token machine (step (2): a transfer, a retarget or a replica
 restored) seeds that machine's cache: its prompt's blocks enter (or are refreshed, leaving
-the host tier) as in an insertion, last first, but the cache is not trimmed then.
+the host tier) as in an insertion, last first, and then the cache is trimmed as above but
+to the room of the machine's whole KV capacity (capacity // block tokens, whatever it holds:
+the fast core's memory count may lag at that instant); the next lookup or insertion trims to
+its free memory. So a cache never holds more than its capacity's blocks (plus its host tier's)
+after any step, and the fast core keeps each cache in a pool of slots of that size.
 
 Closed loop (`Workload.closed`, `simcore.workload.ClosedLoop`; open by default, arrivals as
 given): N users each send a request, wait for its last token, think, and send the next. The
@@ -160,7 +166,9 @@ Pools resized mid-run (only when `machines.resizes` has rows: a plan's changes o
 join their pools, by index. A machine that leaves takes no new request (the router and the
 mixed pool never pick it) but finishes everything it holds, and then sits idle: it has left.
 A machine that joins can be picked from that instant on (its provisioning delay has passed:
-a plan orders it that long before).
+a plan orders it that long before). With prefix caching a machine that joins starts with an
+empty cache, HBM and host tier (it was off, or it was just provisioned): what a machine that
+left cached, while draining too, is lost.
 
 Failures (only when `machines.failures` has rows; DejaVu, SPEC 4): after step (2), at the same
 instant, (2a) machines whose repair ends rejoin their pools empty, by index; (2b) machines fail,
@@ -233,6 +241,8 @@ class _Request:
     context_rate: int = 1
     blocks: tuple = ()           # prefix caching: its prompt's block ids
     cached: int = 0              # prefix caching: tokens of its current prefill found cached
+    hit_tokens: int = 0          # prefix caching: tokens all its lookups found cached
+    looked_up: int = 0           # prefix caching: prefill tokens all its lookups looked up
 
     @property
     def context(self) -> int:
@@ -372,6 +382,9 @@ class _ReferenceSimulation:
             while self.resizes and self.resizes[0][0] == now:  # (2r)
                 _, index, change = self.resizes.pop(0)
                 self.machines[index].retired = change < 0
+                if change > 0:  # it joins cold
+                    self.machines[index].cache.clear()
+                    self.machines[index].host.clear()
             if self.failures or self.repairs or self.recoveries:
                 self._failure_steps(now)
             self._next_user_arrival()
@@ -854,7 +867,11 @@ class _ReferenceSimulation:
         """Evict least recently used blocks down to the room its free KV memory leaves; with a
         host tier, each evicted block becomes the host's most recently used, and the host
         evicts its least recently used beyond its capacity."""
-        room = max(0, mc.capacity - mc.memory_used) // self.prefix_block
+        self._evict_to(mc, max(0, mc.capacity - mc.memory_used) // self.prefix_block)
+
+    def _evict_to(self, mc: _Machine, room: int) -> None:
+        """The cache's least recently used blocks leave HBM until `room` are left (to the host
+        tier, which then evicts its least recently used beyond its capacity)."""
         while len(mc.cache) > room:
             block, _ = mc.cache.popitem(last=False)
             if self.host_blocks:
@@ -886,6 +903,8 @@ class _ReferenceSimulation:
         mc.prefix_hits += req.cached
         mc.prefix_host_hits += loaded
         mc.prefix_tokens += req.prefill
+        req.hit_tokens += req.cached
+        req.looked_up += req.prefill
         mc.pending_prompt_tokens -= req.cached
         if h == 0:
             return 0
@@ -911,11 +930,13 @@ class _ReferenceSimulation:
 
     def _prefix_seed(self, req: _Request, mc: _Machine) -> None:
         """Its KV arrived at its token machine mc: its blocks enter mc's cache (or are
-        refreshed), as a prefill's do, but with no trim (the next lookup or insertion trims)."""
+        refreshed), as a prefill's do, then it is trimmed to the room of its whole capacity
+        (the next lookup or insertion trims to its free memory)."""
         if not self.prefix:
             return
         for block in reversed(req.blocks):
             self._to_hbm(mc, block)
+        self._evict_to(mc, mc.capacity // self.prefix_block)
 
     def _finish(self, req: _Request, token_machine: _Machine, now: float) -> None:
         req.finish = now
@@ -959,7 +980,9 @@ class _ReferenceSimulation:
                 "preemptions": np.array([mc.preemptions for mc in ms], dtype=np.int64)}),
             **({} if not self.prefix else {
                 "prefix_hit_tokens": np.array([mc.prefix_hits for mc in ms], dtype=np.int64),
-                "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64)}),
+                "prefix_tokens": np.array([mc.prefix_tokens for mc in ms], dtype=np.int64),
+                "request_hit_tokens": np.array([r.hit_tokens for r in reqs], dtype=np.int64),
+                "request_looked_up": np.array([r.looked_up for r in reqs], dtype=np.int64)}),
             **({} if not self.host_blocks else {
                 "prefix_host_hit_tokens": np.array([mc.prefix_host_hits for mc in ms],
                                                    dtype=np.int64)}),

@@ -211,6 +211,84 @@ def test_a_full_memory_leaves_no_room_for_the_cache():
         assert run["prefix_hit_tokens"].tolist() == [0]
 
 
+def test_block_ids_are_any_64_bit_ids():
+    """The caches hash block ids, so ids far apart and above 2**32 (a streamed run's global
+    ids) give the same run as the dense ids they stand for."""
+    w = shared_prefixes(150, 5, rate=12.0, output=(20, 200))
+    spread = (w.prefix_blocks * 7_919 + 1) << 33 | w.prefix_blocks  # distinct, up to 2**62
+    far = dataclasses.replace(w, prefix_blocks=spread)
+    for name in ("splitwise-chunked-paged", "baseline"):
+        dense = setup.simulate_fast(w, ROUTED[name])
+        wide = setup.simulate_fast(far, ROUTED[name])
+        for key in dense:
+            np.testing.assert_array_equal(wide[key], dense[key], err_msg=f"{name} {key}")
+    assert_as_reference(setup.simulate_fast(far, ROUTED["baseline"]), far, ROUTED["baseline"])
+
+
+def test_the_caches_memory_does_not_grow_with_the_runs_distinct_blocks():
+    """A cache's slots are its capacity's blocks, its host tier's and one request's: ten times
+    the distinct blocks (every request's own) take no more memory, and the run still matches
+    the reference (its slots reused many times over, its table's entries deleted as often)."""
+    m = dataclasses.replace(CLUSTERS["splitwise"], kv_capacity=np.array([3000, 3000, 9000]))
+    sizes = []
+    for n in (60, 600):
+        base = shared_prefixes(n, 2, rate=30.0, output=(1, 30), documents=1)
+        own = np.arange(len(base.prefix_blocks), dtype=np.int64)  # no block shared
+        w = dataclasses.replace(base, prefix_blocks=own)
+        state = setup.new_state(m, setup._new_requests(w), w)
+        sizes.append(sum(a.nbytes for a in state.prefix[2:]))
+        assert state.prefix.block.shape == (3, setup.cache_slots(
+            m, BLOCK, int(np.diff(w.prefix_offsets).max())))
+    assert sizes[0] == sizes[1]
+    assert_as_reference(setup.simulate_fast(w, m), w, m)
+
+
+def test_the_cache_structure_is_an_lru_by_id():
+    """The slot pool and its hash table against a dictionary kept in recency order, on random
+    ids drawn from a few values and from all of int64, with a host tier: the same blocks in
+    the same tiers in the same order after every step."""
+    from collections import OrderedDict
+    from simcore.fast import prefix as core
+    rng = np.random.default_rng(4)
+    m = dataclasses.replace(machines([ROLE_BOTH], [BLOCK * 12], prefix_cache=True),
+                            prefix_host_bytes=2_000_000 * BLOCK * 5,
+                            host_link_bytes_per_s=np.array([1e9]))
+    caches = setup.empty_caches(m, BLOCK, 8)
+    hbm, host = OrderedDict(), OrderedDict()
+    pool = np.concatenate([np.arange(30), rng.integers(0, 2**62, 30)])
+    for step in range(3000):
+        if step % 97 == 0:
+            core._clear_cache(caches, 0)
+            hbm.clear()
+            host.clear()
+        for b in rng.choice(pool, int(rng.integers(1, 9))):
+            core._to_hbm(caches, 0, int(b))
+            host.pop(int(b), None)
+            hbm[int(b)] = None
+            hbm.move_to_end(int(b))
+        room = int(rng.integers(0, 13))
+        core._evict_to(caches, 0, room)
+        while len(hbm) > room:
+            host[hbm.popitem(last=False)[0]] = None
+        while len(host) > 5:
+            host.popitem(last=False)
+        for tier, expected in ((1, hbm), (2, host)):
+            assert walk(caches, 3 * (tier - 1)) == list(expected)
+            assert all(core._tier(caches, 0, b) == tier for b in expected)
+        assert all(core._tier(caches, 0, int(b)) == 0 for b in pool
+                   if int(b) not in hbm and int(b) not in host)
+
+
+def walk(caches, end):
+    """A tier's block ids, least recently used first (ends' columns from `end`)."""
+    blocks, s = [], caches.ends[0, end]
+    while s != -1:
+        blocks.append(int(caches.block[0, s]))
+        s = caches.next[0, s]
+    assert len(blocks) == caches.ends[0, end + 2]
+    return blocks
+
+
 # ---------------------------------------------------------------------------- Mooncake
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake"
@@ -266,6 +344,12 @@ def test_a_prefix_run_types_the_core_as_any_other():
     for m in (CLUSTERS["baseline"], ROUTED["splitwise"],
               dataclasses.replace(CLUSTERS["baseline"], prefix_cache=False)):
         setup.simulate_fast(w, m)
+    # and a streamed run's caches, their ring of ids grown chunk by chunk
+    chunks = [(w.arrival_s[i:i + 5], w.prompt_tokens[i:i + 5], w.output_tokens[i:i + 5], None,
+               w.prefix_blocks[w.prefix_offsets[i]:w.prefix_offsets[min(i + 5, len(w))]],
+               w.prefix_offsets[i:i + 6] - w.prefix_offsets[i]) for i in range(0, len(w), 5)]
+    setup.run_streamed(ROUTED["baseline"], chunks, 16, lambda first, records, hits: None,
+                       BLOCK, int(np.diff(w.prefix_offsets).max()))
     for entry in (setup._run, setup._fill_requests, setup._fill_pools):
         if hasattr(entry, "nopython_signatures"):  # (the JIT build, not the install-time one)
             assert len(entry.nopython_signatures) == 1

@@ -169,8 +169,8 @@ def test_bad_prefix_models_are_refused_in_one_line(cli, bad_input, value, words)
     bad_input(cli(SIM + ["--prefix-model", value]), *words)
 
 
-def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, bad_input,
-                                                                         tmp_path):
+def test_a_prefix_model_beside_a_trace_or_its_blocks_on_a_curve_are_refused(
+        cli, bad_input, tmp_path):
     from tests.test_mooncake import ROWS, write
     trace = write(tmp_path / "t.jsonl", ROWS)
     model = ["--prefix-model", "system=1:100,turns=2,think=1"]
@@ -179,8 +179,9 @@ def test_a_prefix_model_beside_a_trace_with_blocks_or_a_curve_is_refused(cli, ba
               "Mooncake")
     from tests.test_question import OTHER_CHANGES
     bad_input(cli(["search", "--model", "llama-3.1-8b", "--designs", "baseline-h100",
-                   "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"] + model),
-              "--prefix-model", "--load-curve")
+                   "--workload", trace, "--prefix-cache", "on",
+                   "--load-curve", OTHER_CHANGES["load_curve"], "--no-cache"]),
+              "--prefix-cache", "--load-curve", "Mooncake")
 
 
 def test_sessions_beyond_every_machines_memory_are_blamed_on_the_model():
@@ -217,3 +218,26 @@ def test_a_closed_loop_refuses_sessions(cli, bad_input):
     bad_input(cli(["simulate", "--design", "baseline-h100", "--machines", "1", "--model",
                    "llama-3.1-8b", "--concurrency", "4", "--prefix-model",
                    "system=2:1000,turns=3,think=5"]), "--prefix-model", "--concurrency")
+
+
+def test_sessions_over_a_curve_report_each_windows_hit_rate(cli, tmp_path):
+    """simulate --load-curve with sessions and the cache: each window's line and JSON entry
+    give its requests' hit rate (between 0 and 1), the whole curve's matches the machines';
+    with the cache off no window mentions it."""
+    import json
+    curve = tmp_path / "spike.csv"
+    curve.write_text("time_s,rate_rps\n0,4\n40,12\n80,4\n")
+    base = ["simulate", "--design", "baseline-h100", "--machines", "2", "--model",
+            "llama-3.1-8b", "--workload", "conversation", "--load-curve", str(curve),
+            "--curve-window", "40", "--prefix-model", "system=4:1500,turns=1-5,think=10"]
+    out = cli(base + ["--prefix-cache", "on"])
+    assert out.code == 0, out.stderr
+    assert out.stdout.count("of prefill tokens cached, SLOs") == 3
+    summary = json.loads(cli(base + ["--prefix-cache", "on", "--json"]).stdout)
+    rates = [w["prefix_hit_rate"] for w in summary["windows"]]
+    assert all(0 <= r < 1 for r in rates) and max(rates) > 0.2
+    assert summary["prefix_hit_rate"] == summary["pools"]["machines"]["prefix_hit_rate"]
+    off = json.loads(cli(base + ["--json"]).stdout)
+    assert "prefix_hit_rate" not in off and all("prefix_hit_rate" not in w
+                                                for w in off["windows"])
+    assert "cached" not in cli(base).stdout

@@ -135,20 +135,27 @@ Settings = namedtuple("Settings", [
     "prefix_block",  # prefix caching: tokens per block (0: off)
     "prefix_route"])  # prefix-aware routing (with prefix_block > 0)
 
-# prefix caching (`simcore.fast.prefix`): request number g's block ids are
-# ids[offsets[g]:offsets[g + 1]] (dense, 0..B-1); per (machine, block) its LRU list links and
-# where it is cached (member: 0 nowhere, HBM, HOST); ends: per machine [least recently used,
-# most recently used, count] of its HBM list, then of its host list, then the host tier's
-# columns below (in `ends`: with three arrays of their own and a MACHINE field instead,
-# chunked runs measured about 10% slower with the cache off)
-Prefix = namedtuple("Prefix", ["ids", "offsets", "prev", "next", "member", "ends"])
+# prefix caching (`simcore.fast.prefix`): request number g's block ids (any ids >= 0) are at
+# positions offsets[g mod rows, 0] to offsets[g mod rows, 1] of the ring `ids` (position p:
+# ids[p & (len(ids) - 1)], a power of two; a whole run's ids in order, a streamed run's those
+# of the requests not handed over); offsets[row, 2:4]: the tokens its lookups found cached and
+# looked up; per machine m a pool of slots: slot s holds
+# block id block[m, s] (NONE: free), its tier (0 free, HBM, HOST) and its LRU list links
+# prev/next (a free slot's next: the next free one); keys[m], table[m]: open addressing from
+# block id to slot (key NONE: empty), a power of two at least four times the slots; ends: per machine [least
+# recently used, most recently used, count] of its HBM list, then of its host list, then the
+# host tier's columns below, then the first free slot (in `ends`: with three arrays of their
+# own and a MACHINE field instead, chunked runs measured about 10% slower with the cache off)
+Prefix = namedtuple("Prefix", ["ids", "offsets", "block", "prev", "next", "tier", "keys",
+                               "table", "ends"])
 
-HBM, HOST = 1, 2  # Prefix.member: the tier that holds a block
+HBM, HOST = 1, 2  # Prefix.tier: the tier that holds a slot's block
 
 # Prefix.ends's host tier columns: its capacity in blocks (0: none), the KV bytes per token, the
 # host-to-GPU link in whole bytes/s, the host tokens the lookups since the machine's last
-# iteration start loaded (that iteration waits for them), its hits' host tokens in all
-HOST_BLOCKS, KV_BYTES, HOST_LINK, LOAD_TOKENS, HOST_HITS = 6, 7, 8, 9, 10
+# iteration start loaded (that iteration waits for them), its hits' host tokens in all; then
+# the head of the free slots' list
+HOST_BLOCKS, KV_BYTES, HOST_LINK, LOAD_TOKENS, HOST_HITS, FREE = 6, 7, 8, 9, 10, 11
 
 # failures: the schedule's rows (time, machine, down) and repairs (time, machine), both sorted,
 # the replica peer of every machine (NONE: host memory), and the heap of lost requests to act

@@ -14,7 +14,7 @@ from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
-    CHANGED_ALL, Closed, Curves, EMPTY, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
+    CHANGED_ALL, Closed, Curves, EMPTY, FREE, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
     KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
     MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
@@ -197,24 +197,55 @@ def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
 
 def _new_prefix(m: MachineArrays, workload: Workload | None) -> Prefix:
     """The machines' prefix caches, empty: real ones when the option is on and the workload
-    carries blocks, else one-block placeholders (the same types, so one compiled core)."""
-    on = workload is not None and bool(m.prefix_cache) and workload.has_prefix_blocks
-    ids = (np.ascontiguousarray(workload.prefix_blocks, dtype=np.int64) if on
-           else np.zeros(0, np.int64))
-    offsets = (np.ascontiguousarray(workload.prefix_offsets, dtype=np.int64) if on
-               else np.zeros(1, np.int64))
-    blocks = max(1, int(ids.max()) + 1 if len(ids) else 1) if on else 1
-    count = m.count if on else 1
-    ends = np.full((count, HOST_HITS + 1), NONE, np.int64)
+    carries blocks, else one-slot placeholders (the same types, so one compiled core)."""
+    if not prefix_on(m, workload):
+        return empty_caches(m, 0, 0)
+    offsets = np.ascontiguousarray(workload.prefix_offsets, dtype=np.int64)
+    most = int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+    caches = empty_caches(m, int(workload.prefix_block_tokens), most, len(offsets) - 1,
+                          int(offsets[-1]))
+    caches.ids[:offsets[-1]] = workload.prefix_blocks
+    caches.offsets[:, 0], caches.offsets[:, 1] = offsets[:-1], offsets[1:]
+    return caches
+
+
+def prefix_on(m: MachineArrays, workload: Workload | None) -> bool:
+    return workload is not None and bool(m.prefix_cache) and workload.has_prefix_blocks
+
+
+def cache_slots(m: MachineArrays, block: int, most: int) -> int:
+    """The slots a machine's cache needs: the most blocks it holds after a trim (its whole KV
+    capacity's, with nothing held, plus its host tier's), plus one request's blocks (`most`):
+    those an insertion or a seed adds before it trims."""
+    hbm = int(np.asarray(m.kv_capacity, np.int64).max()) // block if m.count else 0
+    return hbm + host_cache_blocks(m, block) + most + 1
+
+
+def empty_caches(m: MachineArrays, block: int, most: int, rows: int = 1,
+                 ids: int = 1) -> Prefix:
+    """Every machine's cache, empty, for blocks of `block` tokens and requests of at most
+    `most` blocks (`block` 0: the cache is off, one-slot placeholders); room for the block ids
+    of `rows` requests (one row per request slot) and a ring of at least `ids` ids
+    (records.Prefix), all zero."""
+    ring = 1 << max(0, (max(ids, 1) - 1).bit_length())  # a power of two
+    count, slots = (m.count, cache_slots(m, block, most)) if block else (1, 1)
+    # a power of two >= 4 x slots: a quarter full at most, so probes stay short
+    table = 1 << max(1, (4 * slots - 1).bit_length())
+    ends = np.full((count, FREE + 1), NONE, np.int64)
     ends[:, 2] = ends[:, 5] = ends[:, LOAD_TOKENS] = ends[:, HOST_HITS] = 0
     ends[:, HOST_BLOCKS], ends[:, KV_BYTES], ends[:, HOST_LINK] = 0, 0, 1
-    if on and host_cache_blocks(m, int(workload.prefix_block_tokens)) > 0:
-        ends[:, HOST_BLOCKS] = host_cache_blocks(m, int(workload.prefix_block_tokens))
+    ends[:, FREE] = 0
+    if block and host_cache_blocks(m, block) > 0:
+        ends[:, HOST_BLOCKS] = host_cache_blocks(m, block)
         ends[:, KV_BYTES] = m.kv_bytes_per_token
         ends[:, HOST_LINK] = host_link_integers(m)
-    return Prefix(ids, offsets, np.full((count, blocks), NONE, np.int32),
-                  np.full((count, blocks), NONE, np.int32),
-                  np.zeros((count, blocks), np.int8), ends)
+    chain = np.tile(np.arange(1, slots + 1, dtype=np.int32), (count, 1))
+    chain[:, -1] = NONE  # the free list: every slot, in order
+    return Prefix(np.zeros(ring, np.int64), np.zeros((max(rows, 1), 4), np.int64),
+                  np.full((count, slots), NONE, np.int64),
+                  np.full((count, slots), NONE, np.int32), chain,
+                  np.zeros((count, slots), np.int8), np.full((count, table), NONE, np.int64),
+                  np.full((count, table), NONE, np.int32), ends)
 
 
 def _new_closed(workload: Workload | None) -> Closed:
@@ -235,13 +266,16 @@ def _closed_arrivals(workload: Workload) -> np.ndarray:
     return arrival
 
 
-def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None) -> State:
+def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None = None,
+              caches: Prefix | None = None, cache_block: int = 0) -> State:
     """The request records given and fresh structures: a State for `_run(state, until)`.
     `workload`: the run's, for its prompt blocks (prefix caching; None: off) and its closed
-    loop (None: open)."""
+    loop (None: open); or, for a streamed run, `caches` (`empty_caches`) for blocks of
+    `cache_block` tokens, the blocks filled chunk by chunk."""
     slots, machines = len(requests), _new_machines(m)
-    prefix = _new_prefix(m, workload)
-    block = int(workload.prefix_block_tokens) if len(prefix.ids) else 0
+    prefix = _new_prefix(m, workload) if caches is None else caches
+    block = (int(workload.prefix_block_tokens) if prefix_on(m, workload) else
+             int(cache_block))
     return State(requests, machines, _stacked_curves(m.curves), _new_settings(m, block),
                  _new_heap(slots),
                  _new_heap(m.count + 2 * slots),  # + cut runs' ends (decode_runs._cut_run)
@@ -305,6 +339,9 @@ def results(state: State, failures: bool) -> dict:
             "token_machine": _column(requests, "token_machine"),
             "kv_transfer_s": _column(requests, "kv_transfer"),
             **_machine_results(state),
+            **({} if not state.settings.prefix_block else {
+                "request_hit_tokens": np.ascontiguousarray(state.prefix.offsets[:, 2]),
+                "request_looked_up": np.ascontiguousarray(state.prefix.offsets[:, 3])}),
             **({} if not failures else {
                 "recoveries": _column(requests, "recoveries"),
                 "recomputed_tokens": _column(requests, "recomputed"),
@@ -315,7 +352,8 @@ class TooManyInFlight(RuntimeError):
     """A streamed run needed a slot whose request had not finished."""
 
 
-def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
+def run_streamed(m: MachineArrays, chunks, slots: int, harvest, cache_block: int = 0,
+                 cache_most: int = 0) -> dict:
     """Run the compiled core over arrivals given chunk by chunk, keeping `slots` request records
     instead of one per request: the same run as `simulate_fast` on all the chunks' requests
     at once (the same instants, in the same order: requests are ordered by their number, not
@@ -324,13 +362,22 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
     `chunks` yields (arrival_s, prompt_tokens, output_tokens) arrays, arrivals in order across
     chunks, each chunk at most slots // 2 requests; under speculative decoding each chunk also
     carries its requests' step plan (`simcore.specdecode.step_plan`), as `simulate_fast` takes
-    `steps` for a whole run. Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled again, its finished request is handed over:
+    `steps` for a whole run (else None there). With prefix caching (`cache_block` > 0: blocks
+    of that many tokens, and `m.prefix_cache`) each chunk then carries its requests' block ids
+    and their offsets (as `Workload.prefix_blocks`, `prefix_offsets`: ids global to the run,
+    at most `cache_most` a request); the caches carry over from chunk to chunk, the ids live
+    in a ring that holds those of the requests not yet handed over (grown as needed).
+    Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled again, its finished request is handed over:
     `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
-    it before returning) in order, every request exactly once. Raises TooManyInFlight when a
+    it before returning) in order, every request exactly once (with the cache, also
+    `hits`: per request, the tokens its lookups found cached and looked up, a view too). Raises TooManyInFlight when a
     request still holds its slot when it is needed (slots arrivals after it), Stalled when the
     run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
     but the per-request ones)."""
-    state = new_state(m, np.empty(slots, REQUEST).view(np.recarray))
+    cached = bool(cache_block > 0 and m.prefix_cache)
+    caches = empty_caches(m, cache_block, cache_most, slots) if cached else None
+    state = new_state(m, np.empty(slots, REQUEST).view(np.recarray), None, caches,
+                      cache_block if cached else 0)
     requests, progress = state.requests, state.progress
     handed = 0
 
@@ -343,23 +390,28 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest) -> dict:
             if np.isnan(records.finish).any():
                 raise TooManyInFlight(
                     f"a request was still in flight {slots:,} arrivals after it arrived")
-            harvest(handed, records)
+            if cached:  # and the tokens its lookups found cached and looked up
+                harvest(handed, records, state.prefix.offsets[start:stop, 2:])
+            else:
+                harvest(handed, records)
             handed += stop - start
 
     pending = None
     for chunk in chunks:
         if pending is not None:
-            _advance(state, pending, float(chunk[0][0]) if len(chunk[0]) else INF, hand_over)
+            state = _advance(state, pending, float(chunk[0][0]) if len(chunk[0]) else INF,
+                             hand_over, cache_most if cached else -1)
         pending = chunk
     if pending is not None:
-        _advance(state, pending, INF, hand_over)
+        state = _advance(state, pending, INF, hand_over, cache_most if cached else -1)
     hand_over(int(progress.counts[1]))
     return _machine_results(state)
 
 
-def _advance(state: State, chunk, until: float, hand_over) -> None:
-    """Fill a chunk's requests into their slots (handing over the finished ones they replace),
-    then run up to `until`."""
+def _advance(state: State, chunk, until: float, hand_over, most: int) -> State:
+    """Fill a chunk's requests into their slots (handing over the finished ones they replace;
+    `most` >= 0: with their block ids, at most `most` a request), then run up to `until`.
+    Returns the state (a new one when the ids' ring grew)."""
     arrival, prompt, output = chunk[:3]
     steps = chunk[3] if len(chunk) > 3 else None   # (speculative decoding's plan)
     if steps is not None:
@@ -372,10 +424,40 @@ def _advance(state: State, chunk, until: float, hand_over) -> None:
     filled = int(progress.counts[1])
     _check_sizes(filled + len(arrival), prompt, output)
     hand_over(filled + len(arrival) - slots)
+    if most >= 0:
+        state = _fill_blocks(state, filled, chunk[4], chunk[5], most)
     _fill(state.requests, filled, arrival, prompt, output, steps)
     progress.counts[1] = filled + len(arrival)
     if _run(state, until) == RUN_STALLED:
         raise Stalled("simulation stalled with unfinished requests")
+    return state
+
+
+def _fill_blocks(state: State, first: int, ids, offsets, most: int) -> State:
+    """Requests first, first + 1, ...'s block ids into the ring after the last request's, and
+    their rows of offsets. The ring keeps the ids of every request not handed over (they may
+    still be looked up): grown, in order, when the new ids would reach them."""
+    prefix, slots = state.prefix, len(state.requests)
+    offsets = np.asarray(offsets, np.int64)
+    if len(offsets) > 1 and int(np.diff(offsets).max()) > most:
+        raise ValueError(f"a request of more than {most} prompt blocks")
+    end = int(prefix.offsets[(first - 1) % slots, 1]) if first else 0
+    live = first + len(offsets) - 1 - slots  # the oldest request not handed over
+    oldest = int(prefix.offsets[live % slots, 0]) if live >= 0 else 0
+    need = end + int(offsets[-1]) - oldest
+    ring = prefix.ids
+    if need > len(ring):
+        grown = np.zeros(1 << (need - 1).bit_length(), np.int64)
+        live = np.arange(oldest, end)
+        grown[live & (len(grown) - 1)] = ring[live & (len(ring) - 1)]
+        prefix = prefix._replace(ids=grown)
+        state = state._replace(prefix=prefix)
+    mask = len(prefix.ids) - 1
+    prefix.ids[(end + np.arange(offsets[-1])) & mask] = ids
+    rows = (first + np.arange(len(offsets) - 1)) % slots
+    prefix.offsets[rows, 0], prefix.offsets[rows, 1] = end + offsets[:-1], end + offsets[1:]
+    prefix.offsets[rows, 2:] = 0
+    return state
 
 
 if AOT is not None:  # the same entry points, compiled at install (see simcore.aot)

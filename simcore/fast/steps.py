@@ -155,7 +155,8 @@ def _deliver_kv(state, now):
                 machines[p].memory -= requests[r].prefill
             _touch(touched, machines[p], p)
         if state.settings.prefix_block > 0:  # its blocks seed the token machine's cache
-            _prefix_seed(state.prefix, t, requests[r])
+            _prefix_seed(state.prefix, machines[t], t, requests[r],
+                         state.settings.prefix_block)
         _push_wait(requests, machines[t], r)
         _touch(touched, machines[t], t)
         _recovered(requests[r], now)
