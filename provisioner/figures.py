@@ -476,23 +476,29 @@ def load_curve_figure(document: dict) -> dict | None:
     return {"data": data, "layout": layout}
 
 
-def curve_margin_figure(document: dict) -> dict | None:
-    """--load-curve: each window's worst SLO margin in the whole-curve runs of the static
-    cluster (dotted) and of the plan (solid); below 0, the window missed an SLO."""
+def _window_series(document: dict, key: str) -> list[dict]:
+    """One line per design and whole-curve run (plan solid, static dotted) of the per-window
+    values `key` of each feasible design's whole-curve checks."""
     curve = document["load_curve"]
-    spans = curve["windows"]
-    middles = [(w["start_s"] + w["end_s"]) / 7200.0 for w in spans]
+    middles = [(w["start_s"] + w["end_s"]) / 7200.0 for w in curve["windows"]]
     data = []
     for name, entry in curve["designs"].items():
         checked = entry.get("whole_curve") if entry["feasible"] else None
         if checked is None:
             continue
         for label, dash in (("plan", "solid"), ("static", "dot")):
-            margins = checked[label].get("window_margins")
-            if margins:
-                data.append(_scatter(x=middles, y=margins, mode="lines+markers",
+            values = checked[label].get(key)
+            if values:
+                data.append(_scatter(x=middles, y=values, mode="lines+markers",
                                      line={"dash": dash, "shape": "hvh"},
                                      name=f"{name} {label}"))
+    return data
+
+
+def curve_margin_figure(document: dict) -> dict | None:
+    """--load-curve: each window's worst SLO margin in the whole-curve runs of the static
+    cluster (dotted) and of the plan (solid); below 0, the window missed an SLO."""
+    data = _window_series(document, "window_margins")
     if not data:
         return None
     layout = {"title": {"text": "Worst SLO margin of each window in the whole-curve runs "
@@ -508,19 +514,7 @@ def curve_prefix_figure(document: dict) -> dict | None:
     """--load-curve with prefix caching: each window's prefix hit rate (the prefill tokens of
     the requests arriving in it found cached) in the whole-curve runs of the static cluster
     (dotted) and of the plan (solid); None without the cache."""
-    curve = document["load_curve"]
-    middles = [(w["start_s"] + w["end_s"]) / 7200.0 for w in curve["windows"]]
-    data = []
-    for name, entry in curve["designs"].items():
-        checked = entry.get("whole_curve") if entry["feasible"] else None
-        if checked is None:
-            continue
-        for label, dash in (("plan", "solid"), ("static", "dot")):
-            rates = checked[label].get("window_prefix_hit_rates")
-            if rates:
-                data.append(_scatter(x=middles, y=rates, mode="lines+markers",
-                                     line={"dash": dash, "shape": "hvh"},
-                                     name=f"{name} {label}"))
+    data = _window_series(document, "window_prefix_hit_rates")
     if not data:
         return None
     layout = {"title": {"text": "Prefix cache hit rate of each window in the whole-curve runs "

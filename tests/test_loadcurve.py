@@ -288,3 +288,29 @@ def test_check_rederives_the_plan_and_says_where_it_moved(run_cli, tmp_path):
     drifted = run_cli("check", report, "--no-cache")
     assert drifted.returncode == 1
     assert "splitwise-hh" in drifted.stdout and "window 1" in drifted.stdout
+
+
+def test_a_curve_search_with_sessions_reports_each_windows_hit_rate(tmp_path):
+    """Sessions over a curve, the cache aware: each whole-curve check gives its overall and
+    per-window hit rates (in [0, 1), the whole run's the tokens-weighted mean of its windows
+    at most), plan.csv a column of them, report.html a figure; with the cache off, none."""
+    path = _curve(tmp_path, "time_s,rate_rps\n0,4\n60,10\n120,4\n")
+    kwargs = dict(load_curve=str(path), window=60, designs="baseline-h100",
+                  model="llama-3.1-8b", workload="conversation", verify_seeds=2,
+                  prefix_model="system=4:1500,turns=1-5,think=10")
+    cached = provisioner.search(prefix_cache="aware", **kwargs)
+    cached.write(tmp_path / "on")
+    entry = json.loads((tmp_path / "on" / "report.json").read_text())[
+        "load_curve"]["designs"]["baseline-h100"]["whole_curve"]
+    for label in ("static", "plan"):
+        rates = entry[label]["window_prefix_hit_rates"]
+        assert len(rates) == 3 and all(0 <= r < 1 for r in rates) and max(rates) > 0.1
+        assert min(rates) <= entry[label]["prefix_hit_rate"] <= max(rates)
+    assert "whole_curve_prefix_hit_rate" in (tmp_path / "on" / "plan.csv").read_text()
+    assert "Prefix cache hit rate of each window" in (tmp_path / "on" / "report.html").read_text()
+    plain = provisioner.search(**kwargs)
+    plain.write(tmp_path / "off")
+    text = (tmp_path / "off" / "report.json").read_text()
+    assert "prefix_hit_rate" not in text
+    assert "whole_curve_prefix_hit_rate" not in (tmp_path / "off" / "plan.csv").read_text()
+    assert "Prefix cache hit rate" not in (tmp_path / "off" / "report.html").read_text()
