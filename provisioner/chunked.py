@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from hardware_catalog import Design, InputError
 from provisioner.options import CHUNK_BUDGETS
+from provisioner.select import MILLI
 from provisioner.study import Asked, DesignResult, Goal
 
 VARIANT_SEPARATOR = "@"
@@ -77,10 +78,15 @@ def goal_key(goal_name: str):
 
 
 def metrics_key(goal_name: str):
-    """`goal_key` of a result whose optimum would be these metrics."""
-    return {"min-cost": lambda m: (m.cost_per_hour, m.power_kw),
-            "min-power": lambda m: (m.power_kw, m.cost_per_hour),
-            "max-rate": lambda m: (-m.rate_rps, m.cost_per_hour)}[goal_name]
+    """`goal_key` of a result whose optimum would be these metrics: in the milli-units the
+    selection ranks in (`select.MILLI`), so that sums of the same machines' figures in another
+    order (6 x 5.6 + 5.6 kW against 5 x 5.6 + 2 x 5.6) tie, as they do there."""
+    def milli(value: float) -> int:
+        return round(value * MILLI)
+
+    return {"min-cost": lambda m: (milli(m.cost_per_hour), milli(m.power_kw)),
+            "min-power": lambda m: (milli(m.power_kw), milli(m.cost_per_hour)),
+            "max-rate": lambda m: (-milli(m.rate_rps), milli(m.cost_per_hour))}[goal_name]
 
 
 def best_of(results: Sequence[DesignResult], goal_name: str) -> DesignResult | None:

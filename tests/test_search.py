@@ -763,3 +763,17 @@ def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, mon
     assert {m.point.design.name for m in finishing} == {winner}
     assert lines[[k for k in lines if lines[k]["status"] == "chosen"][0]]["evaluations"] == len(
         result.points)
+
+
+def test_equal_sums_of_the_same_machines_rank_as_ties():
+    """6 x 5.6 + 5.6 kW and 5 x 5.6 + 2 x 5.6 kW differ as floats; ranked in the selection's
+    milli-units they tie, so a tie between layouts keeps the earlier one, not a rounding
+    error's pick."""
+    from types import SimpleNamespace
+    from provisioner.chunked import metrics_key
+    design = CATALOG.design("splitwise-hh")
+    six, five = ((design.cost_per_hour(p, t), design.power_kw(p, t)) for p, t in ((6, 1), (5, 2)))
+    assert six != five   # the floats' order is an accident of the sums
+    key = metrics_key("min-cost")
+    assert key(SimpleNamespace(cost_per_hour=six[0], power_kw=six[1])) == key(
+        SimpleNamespace(cost_per_hour=five[0], power_kw=five[1]))
