@@ -9,19 +9,19 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
 import provisioner.presets
+import provisioner.samples
 import simcore
 from provisioner import __version__
 from provisioner.question import identity
+from provisioner.samples import LatestRequests, study_sample
 from provisioner.simulation import closed_loop_fields
 from provisioner.study import SLO_KEYS, Outcome, Point, Study
 from provisioner.verify import INTERVAL_SEEDS, combine_samples, latency_values
@@ -32,8 +32,9 @@ from slo_profiles import METRICS, PERCENTILES, SloProfile
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """The version of everything that turns a point into an outcome: the package versions and
-    a hash of the simulator's sources and data, of the binding (`provisioner.evaluate`) and of
-    the assumption presets, so no cache entry written by other code is ever read."""
+    a hash of the simulator's sources and data, of the binding (`provisioner.evaluate` and the
+    samples it draws, `provisioner.samples`) and of the assumption presets, so no cache entry
+    written by other code is ever read."""
     digest = hashlib.sha256(f"{__version__}|{SIMULATOR_VERSION}".encode())
     package = Path(simcore.__file__).parent
     # every source of the package, its subpackages' too (a module turned into a package
@@ -41,7 +42,8 @@ def code_fingerprint() -> str:
     files = sorted([*package.rglob("*.py"), *package.glob("data/*.json")])
     for path in files:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for path in (Path(__file__), Path(provisioner.presets.__file__)):
+    for path in (Path(__file__), Path(provisioner.samples.__file__),
+                 Path(provisioner.presets.__file__)):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -56,63 +58,6 @@ class Evaluator(Protocol):
     def identity(self) -> dict: ...
 
     def point_identity(self, point: Point) -> dict: ...   # the same for every point of a design
-
-
-class LatestRequests:
-    """The latest values put, up to `limit` requests in all (`size(value)` each; a single
-    larger value is not kept): a thread-safe LRU that keeps its running total, since summing
-    hundreds of entries at every put cost a search more than 1% of its time."""
-
-    def __init__(self, limit: int, size: Callable[[Any], int]):
-        self.limit, self.size = limit, size
-        self._entries: OrderedDict = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()   # simulations may run on several threads
-
-    def get(self, key):
-        with self._lock:
-            if key not in self._entries:
-                return None
-            self._entries.move_to_end(key)
-            return self._entries[key]
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            if key in self._entries:
-                self._held -= self.size(self._entries.pop(key))
-            self._entries[key] = value
-            self._held += self.size(value)
-            while self._held > self.limit:
-                self._held -= self.size(self._entries.popitem(last=False)[1])
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-# A search simulates the same few workload samples (a rate, the seeds) on many clusters; drawing
-# one costs about a fifth of a 2-minute simulation, so the latest samples are kept, up to
-# SAMPLE_CACHE_REQUESTS requests in all (a few MB per process; one huge window is not kept).
-SAMPLE_CACHE_REQUESTS = 2_000_000
-_SAMPLES = LatestRequests(SAMPLE_CACHE_REQUESTS, len)
-
-
-def workload_sample(source, rate_rps: float | None, duration_s: float, seed: int,
-                    base_seed: int, closed=None) -> Workload:
-    """`source.at(...)`, or with a closed loop (`study.ClosedLoad`) its sample for the seed,
-    the same object while it stays among the latest samples drawn."""
-    key = (source, rate_rps, duration_s, seed, base_seed, closed)
-    sample = _SAMPLES.get(key)
-    if sample is None:
-        sample = (closed.sample(source, seed) if closed is not None
-                  else source.at(rate_rps, duration_s, seed, base_seed=base_seed))
-        _SAMPLES.put(key, sample)
-    return sample
-
-
-def study_sample(study: Study, rate_rps: float | None, seed: int) -> Workload:
-    """The study's sample `seed` at a point's rate (a closed loop: its users' loop)."""
-    return workload_sample(study.workload, rate_rps, study.duration_s, seed, study.seed,
-                           study.goal.closed)
 
 
 # The report gives bootstrap intervals for the optimum's first samples (provisioner.confidence),

@@ -58,7 +58,7 @@ class WorkloadShape:
 
     @classmethod
     def of(cls, study: Study) -> "WorkloadShape":
-        from provisioner.evaluate import study_sample
+        from provisioner.samples import study_sample
         rate = study.goal.rate_rps
         if rate is None and study.goal.name == "max-rate":
             rate = study.settings.start_rate   # sizes only: the bound is per unit of rate

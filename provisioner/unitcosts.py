@@ -60,7 +60,7 @@ def unit_costs(*, rate_rps: float, mean_prompt_tokens: float, mean_output_tokens
 
 def optimum_unit_costs(result, study) -> dict | None:
     """`unit_costs` of a DesignResult's optimum on the study's base sample (None without one)."""
-    from provisioner.evaluate import study_sample
+    from provisioner.samples import study_sample
     o = result.optimum
     if o is None:
         return None

@@ -344,7 +344,7 @@ def test_sample_size_is_the_length_of_the_sample_simulated(workload, rate, burst
 def test_latest_requests_keeps_the_newest_entries_within_the_limit(puts):
     """The running total gives what a plain LRU that sums its entries at every put keeps."""
     from collections import OrderedDict
-    from provisioner.evaluate import LatestRequests
+    from provisioner.samples import LatestRequests
     cache, model = LatestRequests(20, len), OrderedDict()
     for key, size in puts:
         cache.put(key, "x" * size)
