@@ -493,11 +493,9 @@ def verification(design: DesignResult, intervals: list[dict]) -> dict | None:
         return None
     seeds = [seed for seed, _ in optimum.samples]
     runs = list(intervals)
-    latency_ms = next((run["ms"] for run in runs if run.get("ms") is not None), None)
-    hit_rate = next((run["prefix_hit_rate"] for run in runs
-                     if run.get("prefix_hit_rate") is not None), None)
-    loop = next((run["closed_loop"] for run in runs if run.get("closed_loop") is not None),
-                None)   # the base sample's run: the users' throughput on the optimum
+    # what only a run simulated for the report has: the base sample's
+    latency_ms, hit_rate, loop = (next((run[key] for run in runs if run.get(key) is not None),
+                                       None) for key in ("ms", "prefix_hit_rate", "closed_loop"))
     intervals = [run["ci"] for run in runs] + [{}] * (len(seeds) - len(runs))
     slo = {}
     for i, key in enumerate(SLO_KEYS):

@@ -29,7 +29,7 @@ from simcore.specdecode import decode_steps, step_plan
 from simcore.simulate import (_unservable_reason, machine_statistics, reference_curves,
                               run_machines)
 from simcore.sessions import (BLOCK_TOKENS, PrefixModel, _draw_sessions,
-                              session_rate_per_request)
+                              session_block_ids, session_rate_per_request)
 from simcore.workload import Workload, _arrival_times, _size_sampler
 
 SLOTS = 1 << 20            # request records held (a request older than this many arrivals
@@ -175,12 +175,17 @@ def curve_chunks(sizes: str | Workload, times: Sequence[float], rates: Sequence[
     counts.extend([0] * (len(edges) - 1))
     for start, arrival in _curve_pieces(rng, times, rates, end_s, edges, gaps, linear):
         prompt, output = sampler(rng, len(arrival))
-        window = int(np.searchsorted(edges, start, side="right")) - 1
-        if 0 <= window < len(counts):
-            counts[window] += len(arrival)
+        _tally(counts, edges, start, len(arrival))
         for first in range(0, len(arrival), chunk):
             part = slice(first, first + chunk)
             yield arrival[part], prompt[part], output[part]
+
+
+def _tally(counts: list[int], edges: Sequence[float], start: float, requests: int) -> None:
+    """Count a piece's requests in the window its start falls in (a piece lies in one)."""
+    window = int(np.searchsorted(edges, start, side="right")) - 1
+    if 0 <= window < len(counts):
+        counts[window] += requests
 
 
 def _curve_pieces(rng: np.random.Generator, times, rates, end_s: float, edges,
@@ -209,30 +214,6 @@ def _curve_pieces(rng: np.random.Generator, times, rates, end_s: float, edges,
                 arrival = start + _unit_arrivals(rng, rate * (stop - start), gaps) / rate
         if len(arrival) or empty:
             yield (start, stop) if empty else start, arrival
-
-
-# global block ids of sessions over a curve: kind (0 system prompt, 1 session, 2 request) in
-# bits 61-62, its owner's number (system prompt, session or request, counted over the whole
-# run) in bits 21-60, the block's place in the prompt in bits 0-20
-_PLACE_BITS, _OWNER_BITS = 21, 40
-
-
-def session_block_ids(system: np.ndarray, session: np.ndarray, request: np.ndarray,
-                      prompt: np.ndarray, system_tokens: int,
-                      block: int = BLOCK_TOKENS) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's block ids as `simcore.sessions.session_blocks` keys them, but global to a
-    run (not dense per sample): a session crossing chunks keeps its blocks."""
-    count = -(-prompt // block)
-    offsets = np.zeros(len(prompt) + 1, np.int64)
-    np.cumsum(count, out=offsets[1:])
-    turn = np.repeat(np.arange(len(prompt)), count)
-    j = np.arange(offsets[-1]) - offsets[turn]
-    full = (j + 1) * block <= prompt[turn]
-    system_only = full & ((j + 1) * block <= system_tokens)
-    kind = np.where(system_only, 0, np.where(full, 1, 2)).astype(np.int64)
-    owner = np.where(system_only, system[turn], np.where(full, session[turn], request[turn]))
-    ids = (kind << (_OWNER_BITS + _PLACE_BITS)) | (owner.astype(np.int64) << _PLACE_BITS) | j
-    return ids.astype(np.int64), offsets
 
 
 def curve_session_chunks(sizes, model: PrefixModel, context: int, times: Sequence[float],
@@ -266,9 +247,7 @@ def curve_session_chunks(sizes, model: PrefixModel, context: int, times: Sequenc
         now, pending = pending.split(stop)
         if not len(now.arrival):
             continue
-        window = int(np.searchsorted(edges, start, side="right")) - 1
-        if 0 <= window < len(counts):
-            counts[window] += len(now.arrival)
+        _tally(counts, edges, start, len(now.arrival))
         for first in range(0, len(now.arrival), chunk):
             part = slice(first, first + chunk)
             numbers = requests + np.arange(len(now.arrival[part]))

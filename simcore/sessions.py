@@ -223,12 +223,11 @@ def synthesize_sessions(sizes, model: PrefixModel, context: int, rate_rps: float
                     blocks, offsets, BLOCK_TOKENS)
 
 
-def session_blocks(system: np.ndarray, session: np.ndarray, prompt: np.ndarray,
-                   system_tokens: int, block: int = BLOCK_TOKENS
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's block ids (module docstring), dense 0..B-1 in the order of their keys,
-    and the offsets of each request's ids: request i has system prompt `system[i]`, belongs to
-    session `session[i]` and has `prompt[i]` tokens."""
+def _block_keys(system: np.ndarray, session: np.ndarray, number: np.ndarray,
+                prompt: np.ndarray, system_tokens: int, block: int):
+    """Each request's started blocks as (kind, owner, place): kinds 0 its system prompt's,
+    1 its session's, 2 its own (owner `number[i]`: request i's number), the block's place in
+    its prompt; and the offsets of each request's blocks (module docstring)."""
     count = -(-prompt // block)                       # started blocks
     offsets = np.zeros(len(prompt) + 1, np.int64)
     np.cumsum(count, out=offsets[1:])
@@ -236,14 +235,43 @@ def session_blocks(system: np.ndarray, session: np.ndarray, prompt: np.ndarray,
     j = np.arange(offsets[-1]) - offsets[request]     # the block's place in its prompt
     full = (j + 1) * block <= prompt[request]
     system_only = full & ((j + 1) * block <= system_tokens)
-    # a key per distinct prefix: (kind, owner, place); kinds 0 system, 1 session, 2 request
-    kind = np.where(system_only, 0, np.where(full, 1, 2))
-    owner = np.where(system_only, system[request], np.where(full, session[request], request))
+    kind = np.where(system_only, 0, np.where(full, 1, 2)).astype(np.int64)
+    owner = np.where(system_only, system[request],
+                     np.where(full, session[request], number[request])).astype(np.int64)
+    return kind, owner, j, offsets
+
+
+def session_blocks(system: np.ndarray, session: np.ndarray, prompt: np.ndarray,
+                   system_tokens: int, block: int = BLOCK_TOKENS
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's block ids (module docstring), dense 0..B-1 in the order of their keys,
+    and the offsets of each request's ids: request i has system prompt `system[i]`, belongs to
+    session `session[i]` and has `prompt[i]` tokens."""
+    kind, owner, j, offsets = _block_keys(system, session, np.arange(len(prompt)), prompt,
+                                          system_tokens, block)
+    # a key per distinct prefix: (kind, owner, place)
     places = int(j.max(initial=0)) + 1
     owners = int(max(system.max(initial=0), session.max(initial=0), len(prompt))) + 1
     key = (kind * owners + owner) * places + j
     _, dense = np.unique(key, return_inverse=True)
     return dense.astype(np.int64).reshape(-1), offsets
+
+
+# global block ids (`session_block_ids`): the kind in bits 61-62, the owner's number (system
+# prompt, session or request, counted over the whole run) in bits 21-60, the place in bits 0-20
+_PLACE_BITS, _OWNER_BITS = 21, 40
+
+
+def session_block_ids(system: np.ndarray, session: np.ndarray, request: np.ndarray,
+                      prompt: np.ndarray, system_tokens: int,
+                      block: int = BLOCK_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's block ids keyed as `session_blocks` keys them, but global to a run (not
+    dense per sample; `request`: the requests' numbers in the run), so a session crossing the
+    chunks of a streamed run keeps its blocks."""
+    kind, owner, j, offsets = _block_keys(system, session, request, prompt, system_tokens,
+                                          block)
+    ids = (kind << (_OWNER_BITS + _PLACE_BITS)) | (owner << _PLACE_BITS) | j
+    return ids.astype(np.int64), offsets
 
 
 def infinite_cache_hit_share(blocks: np.ndarray, offsets: np.ndarray, prompt: np.ndarray,
