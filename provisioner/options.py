@@ -213,8 +213,9 @@ class StudyOptions:
     concurrency: Optional[int] = option(
         None, "Closed-loop load instead of --rate: N users, each sending a request, waiting "
               "for its last token, thinking (--think-time), then sending the next; all start "
-              "at time 0, and the run is --requests requests; search sizes the cheapest (min-power: "
-              "least-power) cluster that holds them within the SLOs (docs/closed-loop.md).",
+              "at time 0, and the run is --requests requests; search sizes the cheapest "
+              "(min-power: least-power) cluster that holds them within the SLOs "
+              "(docs/closed-loop.md).",
         count(1, MAX_USERS), metavar="N", outcome=True)
     think_time: Optional[float] = option(
         None, "--concurrency: each user's mean think time in seconds between a request's last "

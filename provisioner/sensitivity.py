@@ -1,11 +1,11 @@
 """What moves the answer: each design's optimum re-derived with one assumption changed.
 
-The variants: the rate +-10% (not for a closed loop: it has no rate); the HBM reserve at 0 or 10% (whichever the run did not use); every
-KV transfer serialized, or every one layer-wise; burstier arrivals (gamma, CV 2) for synthesized
-arrivals; and +-15% on every latency for designs with uncalibrated hardware (the datasheet
-transfer's typical error). The "as run" row is the search's own answer, and every variant is
-searched and verified the same way (same samples, same guard band), so a row differs from it
-by its assumption alone.
+The variants: the rate +-10% (not for a closed loop: it has no rate); the HBM reserve at 0 or
+10% (whichever the run did not use); every KV transfer serialized, or every one layer-wise;
+burstier arrivals (gamma, CV 2) for synthesized arrivals; and +-15% on every latency for
+designs with uncalibrated hardware (the datasheet transfer's typical error). The "as run" row
+is the search's own answer, and every variant is searched and verified the same way (same
+samples, same guard band), so a row differs from it by its assumption alone.
 """
 from __future__ import annotations
 

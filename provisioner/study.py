@@ -28,8 +28,8 @@ from simcore.perfmodel import (FittedPerformanceModel, default_performance_model
 from simcore.performance import PerformanceModel
 from simcore.workload import (BUILTIN_TABLES_PATH, SyntheticSizes, Workload, arrival_count,
                               builtin_workload_names, check_trace_size, closed_loop, cyclic_window,
-                              draw_requests,
-                              load_trace, parse_lengths, resample_sizes, synthesize)
+                              draw_requests, load_trace, parse_lengths, resample_sizes,
+                              synthesize)
 from slo_profiles import METRICS, PERCENTILES, SloProfile
 
 SLO_KEYS = tuple(f"{m}_{p}" for m in METRICS for p in PERCENTILES)  # the twelve, report order
@@ -566,7 +566,8 @@ class Study:
     """Everything a search simulates and optimises, as records. The fields marked `OUTCOME`
     change what a simulated sample says and make up the evaluation cache's identity
     (`provisioner.question.identity`); the others (designs, constraints) are carried by the
-    points or only steer the search, and so does the goal but for its closed loop, if any. `options` is the question as asked, for the echo."""
+    points or only steer the search, and so does the goal but for its closed loop, if any.
+    `options` is the question as asked, for the echo."""
     catalog: Catalog
     model: ModelSpec = field(metadata=OUTCOME)
     workload: WorkloadSource = field(metadata=OUTCOME)

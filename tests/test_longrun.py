@@ -131,8 +131,8 @@ def test_a_traces_curve_keeps_its_bursts_at_the_curves_rate():
 
 def test_a_streamed_run_keeps_the_prefix_caches_across_chunks():
     """Prefix caching (aware routing, a host tier) over chunks of 7 requests in 64 slots, the
-    pools resized mid-run, machines failing or not: the same run as with every request's record and blocks at once,
-    request by request and in the machines' hits, and the whole run as the reference's (a
+    pools resized mid-run, machines failing or not: the same run as with every request's
+    record and blocks at once, request by request and in the machines' hits, and the whole run as the reference's (a
     machine that rejoins starts cold in both)."""
     from simcore.refsim import simulate_reference
     from simcore.sessions import PrefixModel, synthesize_sessions

@@ -139,10 +139,10 @@ Settings = namedtuple("Settings", [
 # positions offsets[g mod rows, 0] to offsets[g mod rows, 1] of the ring `ids` (position p:
 # ids[p & (len(ids) - 1)], a power of two; a whole run's ids in order, a streamed run's those
 # of the requests not handed over); offsets[row, 2:4]: the tokens its lookups found cached and
-# looked up; per machine m a pool of slots: slot s holds
-# block id block[m, s] (NONE: free), its tier (0 free, HBM, HOST) and its LRU list links
-# prev/next (a free slot's next: the next free one); keys[m], table[m]: open addressing from
-# block id to slot (key NONE: empty), a power of two at least four times the slots; ends: per machine [least
+# looked up; per machine m a pool of slots: slot s holds block id block[m, s] (NONE: free),
+# its tier (0 free, HBM, HOST) and its LRU list links prev/next (a free slot's next: the next
+# free one); keys[m], table[m]: open addressing from block id to slot (key NONE: empty), a
+# power of two at least four times the slots; ends: per machine [least
 # recently used, most recently used, count] of its HBM list, then of its host list, then the
 # host tier's columns below, then the first free slot (in `ends`: with three arrays of their
 # own and a MACHINE field instead, chunked runs measured about 10% slower with the cache off)

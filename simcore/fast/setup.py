@@ -14,8 +14,8 @@ from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks
 from simcore.workload import Workload
 from .compiler import AOT, ENTRY_POINTS, _compiled
 from .records import (
-    CHANGED_ALL, Closed, Curves, EMPTY, FREE, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap, INF,
-    KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
+    CHANGED_ALL, Closed, Curves, EMPTY, FREE, Failures, HOST_BLOCKS, HOST_HITS, HOST_LINK, Heap,
+    INF, KV_BYTES, LOAD_TOKENS, INT32_LIMIT, KNOT_BUCKETS, MACHINE,
     MACHINE_MASK, NONE, Pools, Prefix, Progress, REQUEST, RUN_DONE, RUN_STALLED, Resizes, Settings, State,
     TREE_PROMPT_COMMITTED, Touched)
 from .pools import _refresh
@@ -367,11 +367,12 @@ def run_streamed(m: MachineArrays, chunks, slots: int, harvest, cache_block: int
     and their offsets (as `Workload.prefix_blocks`, `prefix_offsets`: ids global to the run,
     at most `cache_most` a request); the caches carry over from chunk to chunk, the ids live
     in a ring that holds those of the requests not yet handed over (grown as needed).
-    Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled again, its finished request is handed over:
-    `harvest(first, records)` gets requests first, first + 1, ... (a record array view, read
-    it before returning) in order, every request exactly once (with the cache, also
-    `hits`: per request, the tokens its lookups found cached and looked up, a view too). Raises TooManyInFlight when a
-    request still holds its slot when it is needed (slots arrivals after it), Stalled when the
+    Request g (numbered in arrival order) lives in slot g % slots; before a slot is filled
+    again, its finished request is handed over: `harvest(first, records)` gets requests
+    first, first + 1, ... (a record array view, read it before returning) in order, every
+    request exactly once (with the cache, also `hits`: per request, the tokens its lookups
+    found cached and looked up, a view too). Raises TooManyInFlight when a request still
+    holds its slot when it is needed (slots arrivals after it), Stalled when the
     run stalls. Returns the machine statistics and the ITL histogram (`simulate_fast`'s keys
     but the per-request ones)."""
     cached = bool(cache_block > 0 and m.prefix_cache)
