@@ -1,14 +1,15 @@
 """What a search costs as the fleet grows (issue 26): CPU seconds of the default search (70
-req/s), the 8 designs at 700 req/s and baseline-h100 at 7,000 req/s, for one or two source
-trees, run alternately in fresh processes (jobs=1, no cache), so the machine's load does not
-move them. Each line also gives the points evaluated and each design's optimum with its cost
+req/s), issue 38's 3-design Llama2-70B question, the 8 designs at 700 req/s and baseline-h100
+at 7,000 req/s, for one or two source trees, run alternately in fresh processes (jobs=1, no
+cache), so the machine's load does not move them. Each line also gives the points evaluated and each design's optimum with its cost
 over the design's capacity bound, and says whether an optimum lies below its bound (it never
 may: the bound is what the pools cost at full utilisation), so an A/B shows whether an answer
 moved.
 
     python bench/fleet_bench.py                      # this checkout
     python bench/fleet_bench.py /path/to/other/tree  # this checkout against another one
-    python bench/fleet_bench.py --only default,700   # some questions only
+    python bench/fleet_bench.py --only default,3-design   # some questions only
+    python bench/fleet_bench.py OTHER --only 3-design --pairs 3   # three alternated pairs
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 QUESTIONS = {
     "default": [],
+    # issue 38's comparison with an analytic planner and aiconfigurator: three H100 designs
+    "3-design": ["--model", "llama2-70b", "--workload", "coding", "--rate", "70", "--slo",
+                 "interactive-chat", "--designs", "baseline-h100,sarathi-h100,splitwise-hh"],
     "700": ["--rate", "700", "--designs", "all"],
     "7000-baseline-h100": ["--rate", "7000", "--designs", "baseline-h100"],
 }
@@ -66,11 +70,16 @@ def main(argv: list[str]) -> None:
     if "--only" in argv:
         at = argv.index("--only")
         only, argv = argv[at + 1].split(","), argv[:at] + argv[at + 2:]
+    pairs = 1
+    if "--pairs" in argv:
+        at = argv.index("--pairs")
+        pairs, argv = int(argv[at + 1]), argv[:at] + argv[at + 2:]
     trees = [HERE] + [Path(a).resolve() for a in argv]
     for name in only:
-        for tree in trees:
-            cpu, summary = run(tree, QUESTIONS[name])
-            print(f"{name:<20} {cpu:8.2f} CPU s  {tree}  {summary}", flush=True)
+        for _ in range(pairs):   # alternated: A B A B ..., so a load change hits both
+            for tree in trees:
+                cpu, summary = run(tree, QUESTIONS[name])
+                print(f"{name:<20} {cpu:8.2f} CPU s  {tree}  {summary}", flush=True)
 
 
 if __name__ == "__main__":
