@@ -126,9 +126,12 @@ class SloReport:
 
 def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     """np.percentile(values, pcts) of a 1-D float array without NaN, bit for bit (numpy's
-    linear rule and its interpolation formula), from one partial sort of just the order
-    statistics needed: numpy's own also places the extremes and, through np.unique, imports
-    numpy.ma (about 12 ms of a `provision simulate`)."""
+    linear rule and its interpolation formula), from one sort: numpy's own also places the
+    extremes and, through np.unique, imports numpy.ma (about 12 ms of a `provision
+    simulate`). A full sort, not a partition at the ranks needed: on a run's latencies (a
+    fresh array each time, partly ordered) np.sort took about half the time of np.partition
+    at the six ranks of P50/P90/P99 (80 vs 160 us for 8,500 values), and both give the same
+    order statistics."""
     n = len(values)
     virtual = (n - 1) * np.true_divide(np.asarray(pcts, dtype=np.float64), 100)
     below = np.floor(virtual)
@@ -137,8 +140,7 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     below[last] = -1
     above[last] = -1
     below, above = below.astype(np.intp), above.astype(np.intp)
-    ranks = sorted({int(i) % n for i in (*below, *above)})
-    ordered = np.partition(values, ranks)
+    ordered = np.sort(values)
     low, high = ordered[below], ordered[above]
     weight = virtual - below
     step = high - low
@@ -159,7 +161,11 @@ def histogram_percentiles(histogram: np.ndarray | None, pcts) -> np.ndarray:
         return np.full(len(pcts), np.nan)
     ranks = np.maximum(1, np.ceil(np.asarray(pcts, dtype=np.float64) / 100.0 * total))
     bins = np.searchsorted(np.cumsum(histogram), ranks)
-    return itl_bin_values()[bins]
+    return _ITL_BIN_VALUES[bins]
+
+
+_ITL_BIN_VALUES = itl_bin_values()   # (every run's SLO report reads it: computed once)
+_ITL_BIN_VALUES.flags.writeable = False
 
 
 def upper_confidence_percentiles(values: np.ndarray, pcts, confidence: float) -> np.ndarray:
@@ -199,7 +205,9 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
         if measured is not None:
             values = values[measured]
-        values = values[~np.isnan(values)]
+        missing = np.isnan(values)
+        if missing.any():   # (a copy only when there is something to drop)
+            values = values[~missing]
         bounds = (upper_confidence_percentiles(values, [PERCENTILES[p] for p in pcts], confidence)
                   if len(values) else [None] * len(pcts))
         for pct, value in zip(pcts, bounds):
