@@ -135,9 +135,10 @@ def _fill_requests(requests, first, arrival, prompt, output, reserve, rate):
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
+    fields = machines.view(np.ndarray)   # (a record array's attributes cost more than fields)
     # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
-    capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
-    machines.capacity_class = np.searchsorted(capacities, machines.capacity)
+    capacities = np.array(sorted(set(fields["capacity"].tolist())), dtype=np.int64)
+    fields["capacity_class"] = np.searchsorted(capacities, fields["capacity"])
     trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
     leaves = 1 << max(0, int(len(machines) - 1).bit_length())
     if len(machines) > MACHINE_MASK:
@@ -155,15 +156,15 @@ def _fill_pools(pools, machines):
 
 
 def _new_machines(m: MachineArrays) -> np.recarray:
-    machines = np.zeros(m.count, MACHINE).view(np.recarray)
-    machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
-    machines.context_units = 1   # (speculative decoding: `simulate_fast` sets its units)
-    machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
-    machines.watermark = m.kv_watermark_tokens()
+    machines = np.zeros(m.count, MACHINE)   # filled by field, then seen as records
+    machines["role"], machines["kind"], machines["capacity"] = m.role, m.kind, m.kv_capacity
+    machines["context_units"] = 1   # (speculative decoding: `simulate_fast` sets its units)
+    machines["link"], machines["visible"] = m.link_bytes_per_s, m.layerwise_visible_s
+    machines["watermark"] = m.kv_watermark_tokens()
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
                  "batch_head", "fresh_head", "silent_head", "run_first", "run_last"):
         machines[link] = NONE
-    return machines
+    return machines.view(np.recarray)
 
 
 def _new_heap(capacity: int) -> Heap:
@@ -294,8 +295,14 @@ def _column(records, name):  # counts and indices as int64, whatever the record 
     return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
 
 
+def _fields(records: np.recarray) -> np.ndarray:
+    """The records as a plain structured array: the same memory, whose fields read without
+    the record array's per-access Python (thirteen columns a run)."""
+    return records.view(np.ndarray)
+
+
 def _machine_results(state: State) -> dict:
-    machines = state.machines
+    machines = _fields(state.machines)
     return {"busy_s": _column(machines, "busy_s"), "iterations": _column(machines, "iterations"),
             "batch_size_sum": _column(machines, "batch_size_sum"),
             "max_memory_tokens": _column(machines, "max_memory"),
@@ -320,7 +327,8 @@ def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
     if workload.closed is not None and (len(m.failures) or len(m.resizes)):
         raise ValueError("a closed loop runs without failures or pool resizes")
     state = new_state(m, _new_requests(workload, steps), workload)
-    state.machines.context_units[:] = 1 if steps is None else steps[3]
+    if steps is not None:   # (`_new_machines` gives every machine one unit)
+        state.machines["context_units"] = steps[3]
     state.progress.counts[1] = len(workload)
     if _run(state, INF) != RUN_DONE:
         raise Stalled("simulation stalled with unfinished requests")
@@ -331,7 +339,7 @@ def results(state: State, failures: bool) -> dict:
     """A finished run's results, as the reference simulator gives them (its failure keys only
     when the cluster had a failure schedule; the arrivals only in a closed loop, where the run
     makes them)."""
-    requests = state.requests
+    requests = _fields(state.requests)
     return {**({} if state.closed.users == 0 else {"arrival_s": _column(requests, "arrival")}),
             "first_token_s": _column(requests, "first_token"),
             "finish_s": _column(requests, "finish"),
