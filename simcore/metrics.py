@@ -35,8 +35,9 @@ def first_token_overheads(curves, kinds, machine_of_request):
     per_kind = np.array([c.first_token_s for c in curves])
     if not per_kind.any():
         return 0.0
-    machine = np.asarray(machine_of_request)
-    return np.where(machine >= 0, per_kind[np.asarray(kinds)[np.maximum(machine, 0)]], 0.0)
+    # per machine, then 0 last: the entry machine -1 (none) reads; one gather per request
+    per_machine = np.append(per_kind[np.asarray(kinds)], 0.0)
+    return per_machine[np.asarray(machine_of_request)]
 
 
 def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool = False):

@@ -7,6 +7,8 @@ Compiles the reference's `__init__` (its requests and machines).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks,
@@ -87,23 +89,42 @@ def _check_sizes(count: int, prompt: np.ndarray, output: np.ndarray) -> None:
 
 def _new_requests(workload: Workload, steps=None) -> np.recarray:
     """Every request of the workload in its own slot; `steps` as `simulate_fast` takes it."""
-    _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
-    arrival = workload.arrival_s if workload.closed is None else _closed_arrivals(workload)
-    _fill(requests, 0, arrival, workload.prompt_tokens, workload.output_tokens, steps)
+    _fill_requests(requests, 0, *_request_arrays(workload, steps))
     return requests
+
+
+# A search runs each workload sample on many clusters (32 samples for 176 simulations in a
+# 3-design search): the arrays `_fill_requests` reads are checked and built once per sample
+# (and speculative decoding plan, the entry holding it), while the sample lives.
+_REQUEST_ARRAYS: "weakref.WeakKeyDictionary[Workload, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _request_arrays(workload: Workload, steps) -> tuple:
+    known = _REQUEST_ARRAYS.get(workload)
+    if known is None or known[0] is not steps:
+        _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
+        arrival = workload.arrival_s if workload.closed is None else _closed_arrivals(workload)
+        known = _REQUEST_ARRAYS[workload] = (steps, _fill_arrays(
+            arrival, workload.prompt_tokens, workload.output_tokens, steps))
+    return known[1]
 
 
 def _fill(requests: np.recarray, first: int, arrival, prompt, output, steps=None) -> None:
     """Requests `first`, `first` + 1, ... (in arrival order) into their slots."""
+    _fill_requests(requests, first, *_fill_arrays(arrival, prompt, output, steps))
+
+
+def _fill_arrays(arrival, prompt, output, steps) -> tuple:
+    """`_fill_requests`'s arrays: arrival, prompt, output (decode steps), reservation and
+    context rate of each request."""
     prompt = np.ascontiguousarray(prompt, dtype=np.int64)
     output = np.ascontiguousarray(output, dtype=np.int64)
     if steps is None:
         units, reserve, rate = output, prompt + output, np.ones_like(prompt)
     else:
         units, reserve, rate = (np.ascontiguousarray(a, dtype=np.int64) for a in steps[:3])
-    _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
-                   prompt, units, reserve, rate)
+    return np.ascontiguousarray(arrival, dtype=np.float64), prompt, units, reserve, rate
 
 
 @_compiled
@@ -173,16 +194,22 @@ def _new_heap(capacity: int) -> Heap:
 
 def _new_failures(m: MachineArrays, n: int) -> Failures:
     schedule = np.ascontiguousarray(m.failures, dtype=np.float64).reshape(-1, 3)
-    ends = schedule[:, 0] + schedule[:, 2]
-    finite = np.isfinite(ends)
-    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
-    repairs = np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
+    repairs = _repairs(schedule) if len(schedule) else np.zeros((0, 2))
     peer = (np.full(m.count, NONE, np.int64) if m.replica_peer is None
             else np.ascontiguousarray(m.replica_peer, dtype=np.int64))
     size = n if len(schedule) else 0
     return Failures(schedule, repairs, peer,
                     _new_heap(size),
                     np.zeros(2, np.int64))
+
+
+def _repairs(schedule: np.ndarray) -> np.ndarray:
+    """Rows (time_s, instance) of the failures' repairs, by time then instance (a failure
+    forever has none)."""
+    ends = schedule[:, 0] + schedule[:, 2]
+    finite = np.isfinite(ends)
+    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
+    return np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
 
 
 def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
