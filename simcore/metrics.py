@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -133,7 +134,20 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     fresh array each time, partly ordered) np.sort took about half the time of np.partition
     at the six ranks of P50/P90/P99 (80 vs 160 us for 8,500 values), and both give the same
     order statistics."""
-    n = len(values)
+    below, above, weight, upper = _interpolation(len(values), tuple(map(float, pcts)))
+    ordered = np.sort(values)
+    low, high = ordered[below], ordered[above]
+    step = high - low
+    result = low + step * weight
+    np.subtract(high, step * (1 - weight), out=result, where=upper)
+    return result
+
+
+@lru_cache(maxsize=256)
+def _interpolation(n: int, pcts: tuple[float, ...]):
+    """numpy's linear rule for `pcts` of n values: (the ranks below and above each, its
+    weight, whether it is interpolated from above). A search's runs of one sample all have
+    the same n (read-only arrays: every call shares them)."""
     virtual = (n - 1) * np.true_divide(np.asarray(pcts, dtype=np.float64), 100)
     below = np.floor(virtual)
     above = below + 1
@@ -141,13 +155,11 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     below[last] = -1
     above[last] = -1
     below, above = below.astype(np.intp), above.astype(np.intp)
-    ordered = np.sort(values)
-    low, high = ordered[below], ordered[above]
     weight = virtual - below
-    step = high - low
-    result = low + step * weight
-    np.subtract(high, step * (1 - weight), out=result, where=weight >= 0.5)
-    return result
+    upper = weight >= 0.5
+    for shared in (below, above, weight, upper):
+        shared.flags.writeable = False
+    return below, above, weight, upper
 
 
 def histogram_percentiles(histogram: np.ndarray | None, pcts) -> np.ndarray:
