@@ -188,6 +188,21 @@ def _new_machines(m: MachineArrays) -> np.recarray:
     return machines.view(np.recarray)
 
 
+def _fresh_machines(m: MachineArrays) -> tuple[np.recarray, Pools]:
+    """New machine records and routing pools of `m`, copied from ones built once per `m` (a
+    search runs a cluster on up to 20 samples, its arrays the same object: `simcore.simulate`
+    keeps them): copying them costs a tenth of filling the records field by field."""
+    known = _FRESH_MACHINES.get(m)
+    if known is None:
+        machines = _new_machines(m)
+        known = _FRESH_MACHINES[m] = (machines, _new_pools(machines))
+    machines, pools = known
+    return machines.copy(), Pools(*(array.copy() for array in pools))
+
+
+_FRESH_MACHINES: "weakref.WeakKeyDictionary[MachineArrays, tuple]" = weakref.WeakKeyDictionary()
+
+
 def _new_heap(capacity: int) -> Heap:
     return Heap(np.zeros(capacity), np.zeros(capacity, np.int64), np.zeros(1, np.int64))
 
@@ -300,14 +315,14 @@ def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None
     `workload`: the run's, for its prompt blocks (prefix caching; None: off) and its closed
     loop (None: open); or, for a streamed run, `caches` (`empty_caches`) for blocks of
     `cache_block` tokens, the blocks filled chunk by chunk."""
-    slots, machines = len(requests), _new_machines(m)
+    slots, (machines, pools) = len(requests), _fresh_machines(m)
     prefix = _new_prefix(m, workload) if caches is None else caches
     block = (int(workload.prefix_block_tokens) if prefix_on(m, workload) else
              int(cache_block))
     return State(requests, machines, _stacked_curves(m.curves), _new_settings(m, block),
                  _new_heap(slots),
                  _new_heap(m.count + 2 * slots),  # + cut runs' ends (decode_runs._cut_run)
-                 _new_pools(machines),
+                 pools,
                  Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)),
                  _new_failures(m, slots),
                  Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
