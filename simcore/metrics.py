@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -35,8 +36,9 @@ def first_token_overheads(curves, kinds, machine_of_request):
     per_kind = np.array([c.first_token_s for c in curves])
     if not per_kind.any():
         return 0.0
-    machine = np.asarray(machine_of_request)
-    return np.where(machine >= 0, per_kind[np.asarray(kinds)[np.maximum(machine, 0)]], 0.0)
+    # per machine, then 0 last: the entry machine -1 (none) reads; one gather per request
+    per_machine = np.append(per_kind[np.asarray(kinds)], 0.0)
+    return per_machine[np.asarray(machine_of_request)]
 
 
 def uncontended_latencies(prompt, output, curves: LatencyCurves, per_token: bool = False):
@@ -126,10 +128,26 @@ class SloReport:
 
 def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     """np.percentile(values, pcts) of a 1-D float array without NaN, bit for bit (numpy's
-    linear rule and its interpolation formula), from one partial sort of just the order
-    statistics needed: numpy's own also places the extremes and, through np.unique, imports
-    numpy.ma (about 12 ms of a `provision simulate`)."""
-    n = len(values)
+    linear rule and its interpolation formula), from one sort: numpy's own also places the
+    extremes and, through np.unique, imports numpy.ma (about 12 ms of a `provision
+    simulate`). A full sort, not a partition at the ranks needed: on a run's latencies (a
+    fresh array each time, partly ordered) np.sort took about half the time of np.partition
+    at the six ranks of P50/P90/P99 (80 vs 160 us for 8,500 values), and both give the same
+    order statistics."""
+    below, above, weight, upper = _interpolation(len(values), tuple(map(float, pcts)))
+    ordered = np.sort(values)
+    low, high = ordered[below], ordered[above]
+    step = high - low
+    result = low + step * weight
+    np.subtract(high, step * (1 - weight), out=result, where=upper)
+    return result
+
+
+@lru_cache(maxsize=256)
+def _interpolation(n: int, pcts: tuple[float, ...]):
+    """numpy's linear rule for `pcts` of n values: (the ranks below and above each, its
+    weight, whether it is interpolated from above). A search's runs of one sample all have
+    the same n (read-only arrays: every call shares them)."""
     virtual = (n - 1) * np.true_divide(np.asarray(pcts, dtype=np.float64), 100)
     below = np.floor(virtual)
     above = below + 1
@@ -137,14 +155,11 @@ def percentiles(values: np.ndarray, pcts) -> np.ndarray:
     below[last] = -1
     above[last] = -1
     below, above = below.astype(np.intp), above.astype(np.intp)
-    ranks = sorted({int(i) % n for i in (*below, *above)})
-    ordered = np.partition(values, ranks)
-    low, high = ordered[below], ordered[above]
     weight = virtual - below
-    step = high - low
-    result = low + step * weight
-    np.subtract(high, step * (1 - weight), out=result, where=weight >= 0.5)
-    return result
+    upper = weight >= 0.5
+    for shared in (below, above, weight, upper):
+        shared.flags.writeable = False
+    return below, above, weight, upper
 
 
 def histogram_percentiles(histogram: np.ndarray | None, pcts) -> np.ndarray:
@@ -159,7 +174,11 @@ def histogram_percentiles(histogram: np.ndarray | None, pcts) -> np.ndarray:
         return np.full(len(pcts), np.nan)
     ranks = np.maximum(1, np.ceil(np.asarray(pcts, dtype=np.float64) / 100.0 * total))
     bins = np.searchsorted(np.cumsum(histogram), ranks)
-    return itl_bin_values()[bins]
+    return _ITL_BIN_VALUES[bins]
+
+
+_ITL_BIN_VALUES = itl_bin_values()   # (every run's SLO report reads it: computed once)
+_ITL_BIN_VALUES.flags.writeable = False
 
 
 def upper_confidence_percentiles(values: np.ndarray, pcts, confidence: float) -> np.ndarray:
@@ -199,7 +218,9 @@ def evaluate_slos(result, profile: SloProfile, confidence: float = 0.5,
         values = getattr(result, f"{metric}_slowdown" if slowdown else f"{metric}_s")
         if measured is not None:
             values = values[measured]
-        values = values[~np.isnan(values)]
+        missing = np.isnan(values)
+        if missing.any():   # (a copy only when there is something to drop)
+            values = values[~missing]
         bounds = (upper_confidence_percentiles(values, [PERCENTILES[p] for p in pcts], confidence)
                   if len(values) else [None] * len(pcts))
         for pct, value in zip(pcts, bounds):

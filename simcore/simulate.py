@@ -113,7 +113,7 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
         raise InputError("a closed loop (--concurrency) runs without failures or a pool plan: "
                          "drop one or the other")
     machines, schedule, reason = run_machines(cluster, model, perf, options,
-                                              float(np.max(workload.arrival_s)), workload)
+                                              _sample_facts(workload)[0], workload)
     if reason:
         return _infeasible(workload, reason)
     run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
@@ -161,11 +161,11 @@ def run_machines(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,
     """(the instances' arrays with their failures and resizes, the machine failure schedule or
     None, "") for a run whose arrivals end by `horizon_s`; (None, None, why) when the cluster
     cannot serve at all, or cannot serve a request of `workload`."""
-    pool_layout = pool_layouts(cluster.design, model, options.memory_reserve_fraction)
-    reason = pool_problem(cluster, pool_layout)
+    machines, reason = _memo(_MACHINES, (cluster.design, model, perf, options),
+                             (cluster.prompt_machines, cluster.token_machines),
+                             lambda: _instances(cluster, model, perf, options))
     if reason:
         return None, None, reason
-    machines = build_machine_arrays(cluster, model, perf, options, pool_layout)
     reason = _unservable_reason(cluster, workload, model, machines) if workload else ""
     if reason:
         return None, None, reason
@@ -181,11 +181,62 @@ def run_machines(cluster: Cluster, model: ModelSpec, perf, options: SimOptions,
     return machines, schedule, ""
 
 
+def _instances(cluster: Cluster, model: ModelSpec, perf, options: SimOptions):
+    """(the instances' arrays, "") of `cluster`, before failures and resizes; (None, why) when
+    a pool holds no instance."""
+    pool_layout = pool_layouts(cluster.design, model, options.memory_reserve_fraction)
+    reason = pool_problem(cluster, pool_layout)
+    if reason:
+        return None, reason
+    return build_machine_arrays(cluster, model, perf, options, pool_layout), ""
+
+
 def reference_curves(model: ModelSpec, perf, reference: MachineSku, options: SimOptions):
     """The latency curves slowdowns are measured against: `reference` alone, its default
     layout."""
-    layout = layouts.default_layout(model, reference, options.memory_reserve_fraction)
-    return layouts.curves(perf, model, reference, layout)
+    def curves():
+        layout = layouts.default_layout(model, reference, options.memory_reserve_fraction)
+        return layouts.curves(perf, model, reference, layout)
+    return _memo(_REFERENCE, (model, perf, reference), (options.memory_reserve_fraction,),
+                 curves)
+
+
+# A search simulates each candidate cluster on up to 20 workload samples, every one against
+# the same reference machine: the instances' arrays (read, never written, by the simulators)
+# and the reference curves are built once per cluster (and options) and kept while among the
+# last MEMO_ENTRIES. Keyed by the identity of the objects they come from; an entry holds
+# them, so their ids are not reused while it lives.
+MEMO_ENTRIES = 256
+_MACHINES: dict = {}
+_REFERENCE: dict = {}
+
+
+def _memo(table: dict, objects: tuple, values: tuple, compute):
+    """compute(), once per identity of `objects` and value of `values` (hashable)."""
+    key = (*map(id, objects), *values)
+    known = table.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], objects)):
+        if len(table) >= MEMO_ENTRIES:
+            table.clear()
+        known = table[key] = (objects, compute())
+    return known[1]
+
+
+# Facts of a workload sample every run of it checks: (its last arrival, the largest prompt +
+# output of a request, the largest prompt), once per sample (a search runs it on many
+# clusters).
+_FACTS: "weakref.WeakKeyDictionary[Workload, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _sample_facts(w: Workload) -> tuple[float, int, int]:
+    if not len(w):   # (a long run's empty chunk: nothing to check)
+        return 0.0, 0, 0
+    facts = _FACTS.get(w)
+    if facts is None:
+        facts = _FACTS[w] = (float(np.max(w.arrival_s)),
+                             int(np.max(w.prompt_tokens + w.output_tokens)),
+                             int(np.max(w.prompt_tokens)))
+    return facts
 
 
 def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
@@ -196,15 +247,16 @@ def _unservable_reason(cluster: Cluster, workload: Workload, model: ModelSpec,
     if capacity <= 0:
         return (f"{model.name} weights ({model.weight_bytes / 1e9:.0f} GB) leave no room for KV "
                 f"cache on {cluster.skus[-1]}")
-    need = workload.prompt_tokens + workload.output_tokens
-    too_big = np.flatnonzero(need > capacity)
-    if len(too_big):
+    _, most_needed, longest = _sample_facts(workload)
+    if most_needed > capacity:
+        need = workload.prompt_tokens + workload.output_tokens
+        too_big = np.flatnonzero(need > capacity)
         i = int(too_big[0])
         return (f"{len(too_big)} request(s) never fit in KV memory, e.g. request {i} needs "
                 f"{int(need[i])} tokens, a token machine holds {capacity}")
     hold = int(machines.kv_capacity.min())   # any machine may compute a prompt (mixed pool)
-    too_long = np.flatnonzero(workload.prompt_tokens > hold)
-    if len(too_long):
+    if longest > hold:
+        too_long = np.flatnonzero(workload.prompt_tokens > hold)
         i = int(too_long[0])
         return (f"{len(too_long)} prompt(s) never fit in a machine's KV memory while computed, "
                 f"e.g. request {i} has {int(workload.prompt_tokens[i])} tokens, a machine holds "

@@ -7,6 +7,8 @@ Compiles the reference's `__init__` (its requests and machines).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from simcore.cluster import (ITL_BINS, MachineArrays, Stalled, host_cache_blocks,
@@ -87,23 +89,42 @@ def _check_sizes(count: int, prompt: np.ndarray, output: np.ndarray) -> None:
 
 def _new_requests(workload: Workload, steps=None) -> np.recarray:
     """Every request of the workload in its own slot; `steps` as `simulate_fast` takes it."""
-    _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
     requests = np.empty(len(workload), REQUEST).view(np.recarray)
-    arrival = workload.arrival_s if workload.closed is None else _closed_arrivals(workload)
-    _fill(requests, 0, arrival, workload.prompt_tokens, workload.output_tokens, steps)
+    _fill_requests(requests, 0, *_request_arrays(workload, steps))
     return requests
+
+
+# A search runs each workload sample on many clusters (32 samples for 176 simulations in a
+# 3-design search): the arrays `_fill_requests` reads are checked and built once per sample
+# (and speculative decoding plan, the entry holding it), while the sample lives.
+_REQUEST_ARRAYS: "weakref.WeakKeyDictionary[Workload, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _request_arrays(workload: Workload, steps) -> tuple:
+    known = _REQUEST_ARRAYS.get(workload)
+    if known is None or known[0] is not steps:
+        _check_sizes(len(workload), workload.prompt_tokens, workload.output_tokens)
+        arrival = workload.arrival_s if workload.closed is None else _closed_arrivals(workload)
+        known = _REQUEST_ARRAYS[workload] = (steps, _fill_arrays(
+            arrival, workload.prompt_tokens, workload.output_tokens, steps))
+    return known[1]
 
 
 def _fill(requests: np.recarray, first: int, arrival, prompt, output, steps=None) -> None:
     """Requests `first`, `first` + 1, ... (in arrival order) into their slots."""
+    _fill_requests(requests, first, *_fill_arrays(arrival, prompt, output, steps))
+
+
+def _fill_arrays(arrival, prompt, output, steps) -> tuple:
+    """`_fill_requests`'s arrays: arrival, prompt, output (decode steps), reservation and
+    context rate of each request."""
     prompt = np.ascontiguousarray(prompt, dtype=np.int64)
     output = np.ascontiguousarray(output, dtype=np.int64)
     if steps is None:
         units, reserve, rate = output, prompt + output, np.ones_like(prompt)
     else:
         units, reserve, rate = (np.ascontiguousarray(a, dtype=np.int64) for a in steps[:3])
-    _fill_requests(requests, first, np.ascontiguousarray(arrival, dtype=np.float64),
-                   prompt, units, reserve, rate)
+    return np.ascontiguousarray(arrival, dtype=np.float64), prompt, units, reserve, rate
 
 
 @_compiled
@@ -135,9 +156,10 @@ def _fill_requests(requests, first, arrival, prompt, output, reserve, rate):
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
+    fields = machines.view(np.ndarray)   # (a record array's attributes cost more than fields)
     # the distinct capacities, sorted (np.unique would import numpy.ma: 15-40 ms of start-up)
-    capacities = np.array(sorted(set(machines.capacity.tolist())), dtype=np.int64)
-    machines.capacity_class = np.searchsorted(capacities, machines.capacity)
+    capacities = np.array(sorted(set(fields["capacity"].tolist())), dtype=np.int64)
+    fields["capacity_class"] = np.searchsorted(capacities, fields["capacity"])
     trees = TREE_PROMPT_COMMITTED + 2 * len(capacities)
     leaves = 1 << max(0, int(len(machines) - 1).bit_length())
     if len(machines) > MACHINE_MASK:
@@ -155,15 +177,30 @@ def _fill_pools(pools, machines):
 
 
 def _new_machines(m: MachineArrays) -> np.recarray:
-    machines = np.zeros(m.count, MACHINE).view(np.recarray)
-    machines.role, machines.kind, machines.capacity = m.role, m.kind, m.kv_capacity
-    machines.context_units = 1   # (speculative decoding: `simulate_fast` sets its units)
-    machines.link, machines.visible = m.link_bytes_per_s, m.layerwise_visible_s
-    machines.watermark = m.kv_watermark_tokens()
+    machines = np.zeros(m.count, MACHINE)   # filled by field, then seen as records
+    machines["role"], machines["kind"], machines["capacity"] = m.role, m.kind, m.kv_capacity
+    machines["context_units"] = 1   # (speculative decoding: `simulate_fast` sets its units)
+    machines["link"], machines["visible"] = m.link_bytes_per_s, m.layerwise_visible_s
+    machines["watermark"] = m.kv_watermark_tokens()
     for link in ("prompt_head", "prompt_tail", "wait_head", "wait_tail", "running_root",
                  "batch_head", "fresh_head", "silent_head", "run_first", "run_last"):
         machines[link] = NONE
-    return machines
+    return machines.view(np.recarray)
+
+
+def _fresh_machines(m: MachineArrays) -> tuple[np.recarray, Pools]:
+    """New machine records and routing pools of `m`, copied from ones built once per `m` (a
+    search runs a cluster on up to 20 samples, its arrays the same object: `simcore.simulate`
+    keeps them): copying them costs a tenth of filling the records field by field."""
+    known = _FRESH_MACHINES.get(m)
+    if known is None:
+        machines = _new_machines(m)
+        known = _FRESH_MACHINES[m] = (machines, _new_pools(machines))
+    machines, pools = known
+    return machines.copy(), Pools(*(array.copy() for array in pools))
+
+
+_FRESH_MACHINES: "weakref.WeakKeyDictionary[MachineArrays, tuple]" = weakref.WeakKeyDictionary()
 
 
 def _new_heap(capacity: int) -> Heap:
@@ -172,16 +209,22 @@ def _new_heap(capacity: int) -> Heap:
 
 def _new_failures(m: MachineArrays, n: int) -> Failures:
     schedule = np.ascontiguousarray(m.failures, dtype=np.float64).reshape(-1, 3)
-    ends = schedule[:, 0] + schedule[:, 2]
-    finite = np.isfinite(ends)
-    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
-    repairs = np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
+    repairs = _repairs(schedule) if len(schedule) else np.zeros((0, 2))
     peer = (np.full(m.count, NONE, np.int64) if m.replica_peer is None
             else np.ascontiguousarray(m.replica_peer, dtype=np.int64))
     size = n if len(schedule) else 0
     return Failures(schedule, repairs, peer,
                     _new_heap(size),
                     np.zeros(2, np.int64))
+
+
+def _repairs(schedule: np.ndarray) -> np.ndarray:
+    """Rows (time_s, instance) of the failures' repairs, by time then instance (a failure
+    forever has none)."""
+    ends = schedule[:, 0] + schedule[:, 2]
+    finite = np.isfinite(ends)
+    repairs = np.stack([ends[finite], schedule[finite, 1]], axis=1).reshape(-1, 2)
+    return np.ascontiguousarray(repairs[np.lexsort((repairs[:, 1], repairs[:, 0]))])
 
 
 def _new_settings(m: MachineArrays, prefix_block: int = 0) -> Settings:
@@ -272,14 +315,14 @@ def new_state(m: MachineArrays, requests: np.recarray, workload: Workload | None
     `workload`: the run's, for its prompt blocks (prefix caching; None: off) and its closed
     loop (None: open); or, for a streamed run, `caches` (`empty_caches`) for blocks of
     `cache_block` tokens, the blocks filled chunk by chunk."""
-    slots, machines = len(requests), _new_machines(m)
+    slots, (machines, pools) = len(requests), _fresh_machines(m)
     prefix = _new_prefix(m, workload) if caches is None else caches
     block = (int(workload.prefix_block_tokens) if prefix_on(m, workload) else
              int(cache_block))
     return State(requests, machines, _stacked_curves(m.curves), _new_settings(m, block),
                  _new_heap(slots),
                  _new_heap(m.count + 2 * slots),  # + cut runs' ends (decode_runs._cut_run)
-                 _new_pools(machines),
+                 pools,
                  Touched(np.zeros(m.count, np.int64), np.zeros(1, np.int64)),
                  _new_failures(m, slots),
                  Resizes(np.ascontiguousarray(m.resizes, dtype=np.float64).reshape(-1, 3),
@@ -294,8 +337,14 @@ def _column(records, name):  # counts and indices as int64, whatever the record 
     return np.ascontiguousarray(values, dtype=np.int64 if values.dtype.kind == "i" else None)
 
 
+def _fields(records: np.recarray) -> np.ndarray:
+    """The records as a plain structured array: the same memory, whose fields read without
+    the record array's per-access Python (thirteen columns a run)."""
+    return records.view(np.ndarray)
+
+
 def _machine_results(state: State) -> dict:
-    machines = state.machines
+    machines = _fields(state.machines)
     return {"busy_s": _column(machines, "busy_s"), "iterations": _column(machines, "iterations"),
             "batch_size_sum": _column(machines, "batch_size_sum"),
             "max_memory_tokens": _column(machines, "max_memory"),
@@ -320,7 +369,8 @@ def simulate_fast(workload: Workload, m: MachineArrays, steps=None) -> dict:
     if workload.closed is not None and (len(m.failures) or len(m.resizes)):
         raise ValueError("a closed loop runs without failures or pool resizes")
     state = new_state(m, _new_requests(workload, steps), workload)
-    state.machines.context_units[:] = 1 if steps is None else steps[3]
+    if steps is not None:   # (`_new_machines` gives every machine one unit)
+        state.machines["context_units"] = steps[3]
     state.progress.counts[1] = len(workload)
     if _run(state, INF) != RUN_DONE:
         raise Stalled("simulation stalled with unfinished requests")
@@ -331,7 +381,7 @@ def results(state: State, failures: bool) -> dict:
     """A finished run's results, as the reference simulator gives them (its failure keys only
     when the cluster had a failure schedule; the arrivals only in a closed loop, where the run
     makes them)."""
-    requests = state.requests
+    requests = _fields(state.requests)
     return {**({} if state.closed.users == 0 else {"arrival_s": _column(requests, "arrival")}),
             "first_token_s": _column(requests, "first_token"),
             "finish_s": _column(requests, "finish"),
