@@ -1,10 +1,10 @@
 """What a search costs as the fleet grows (issue 26): CPU seconds of the default search (70
 req/s), issue 38's 3-design Llama2-70B question, the 8 designs at 700 req/s and baseline-h100
 at 7,000 req/s, for one or two source trees, run alternately in fresh processes (jobs=1, no
-cache), so the machine's load does not move them. Each line also gives the points evaluated and each design's optimum with its cost
-over the design's capacity bound, and says whether an optimum lies below its bound (it never
-may: the bound is what the pools cost at full utilisation), so an A/B shows whether an answer
-moved.
+cache), so the machine's load does not move them. Each line also gives the points evaluated
+and each design's optimum with its cost over the design's capacity bound, and says whether an
+optimum lies below its bound (it never may: the bound is what the pools cost at full
+utilisation), so an A/B shows whether an answer moved.
 
     python bench/fleet_bench.py                      # this checkout
     python bench/fleet_bench.py /path/to/other/tree  # this checkout against another one
@@ -13,6 +13,7 @@ moved.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -66,17 +67,19 @@ def _pools(optimum) -> str:
 
 
 def main(argv: list[str]) -> None:
-    only = list(QUESTIONS)
-    if "--only" in argv:
-        at = argv.index("--only")
-        only, argv = argv[at + 1].split(","), argv[:at] + argv[at + 2:]
-    pairs = 1
-    if "--pairs" in argv:
-        at = argv.index("--pairs")
-        pairs, argv = int(argv[at + 1]), argv[:at] + argv[at + 2:]
-    trees = [HERE] + [Path(a).resolve() for a in argv]
-    for name in only:
-        for _ in range(pairs):   # alternated: A B A B ..., so a load change hits both
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs="*", type=Path, help="other source trees to compare")
+    parser.add_argument("--only", type=lambda text: text.split(","), default=list(QUESTIONS),
+                        help=f"questions to run, comma-separated ({', '.join(QUESTIONS)})")
+    parser.add_argument("--pairs", type=int, default=1, help="alternations of the trees")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.only if name not in QUESTIONS]
+    if unknown:
+        parser.error(f"unknown question(s) {', '.join(unknown)}: choose from "
+                     f"{', '.join(QUESTIONS)}")
+    trees = [HERE] + [tree.resolve() for tree in args.trees]
+    for name in args.only:
+        for _ in range(args.pairs):   # alternated: A B A B ..., so a load change hits both
             for tree in trees:
                 cpu, summary = run(tree, QUESTIONS[name])
                 print(f"{name:<20} {cpu:8.2f} CPU s  {tree}  {summary}", flush=True)

@@ -10,7 +10,7 @@ import hashlib
 import math
 import multiprocessing
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -88,6 +88,12 @@ class SimulationEvaluator:
     """Binds the simulator to one study: model, workload, window, seed, SLOs, performance model."""
     study: Study
 
+    @cached_property
+    def all_nine(self) -> SloProfile:
+        """The study's profile with all nine limits (`_all_nine`), built once: every
+        simulation's SLO report reads it."""
+        return _all_nine(self.study.slo)
+
     def outcome(self, point: Point, seed: int) -> Outcome:
         """The point simulated on the workload sample drawn with `seed` (with
         --survive-failures, in every failure placement: it passes only if all of them do)."""
@@ -97,12 +103,12 @@ class SimulationEvaluator:
             result, requests = self.simulate(point, seed)
             if 0 < seed - s.seed <= KEPT_SEEDS:
                 _keep(self, point, seed, result)
-            report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
+            report = evaluate_slos(result, self.all_nine, s.settings.slo_confidence)
             return outcome_from_slo_report(report, s.slo, len(requests))
         outcomes = []
         for label, rows in cases:
             result, requests = self.simulate(point, seed, rows)
-            report = evaluate_slos(result, _all_nine(s.slo), s.settings.slo_confidence)
+            report = evaluate_slos(result, self.all_nine, s.settings.slo_confidence)
             outcomes.append((label, outcome_from_slo_report(report, s.slo, len(requests))))
         combined = combine_samples(outcomes)
         if combined.reason.startswith("seed "):  # the case, not a seed, failed
@@ -228,20 +234,9 @@ def failure_cases(point: Point, k: int, duration_s: float) -> list[tuple[str, tu
 
 def _all_nine(profile: SloProfile) -> SloProfile:
     """The profile with unlimited (inf) entries added, so every report carries all nine values;
-    an inf limit always passes and has margin 1, so verdicts and worst margins are unchanged.
-    Once per profile object (every simulation of a search asks; the entry holds the profile,
-    so its id is not reused)."""
-    known = _ALL_NINE.get(id(profile))
-    if known is None or known[0] is not profile:
-        limits = {(m, p): profile.limits.get((m, p), math.inf)
-                  for m in METRICS for p in PERCENTILES}
-        if len(_ALL_NINE) >= 64:
-            _ALL_NINE.clear()
-        known = _ALL_NINE[id(profile)] = (profile, replace(profile, limits=limits))
-    return known[1]
-
-
-_ALL_NINE: dict = {}
+    an inf limit always passes and has margin 1, so verdicts and worst margins are unchanged."""
+    limits = {(m, p): profile.limits.get((m, p), math.inf) for m in METRICS for p in PERCENTILES}
+    return replace(profile, limits=limits)
 
 
 def outcome_from_slo_report(report, profile: SloProfile, requests: int) -> Outcome:

@@ -215,7 +215,7 @@ def _memo(table: dict, objects: tuple, values: tuple, compute):
     """compute(), once per identity of `objects` and value of `values` (hashable)."""
     key = (*map(id, objects), *values)
     known = table.get(key)
-    if known is None or any(a is not b for a, b in zip(known[0], objects)):
+    if known is None:
         if len(table) >= MEMO_ENTRIES:
             table.clear()
         known = table[key] = (objects, compute())
