@@ -605,6 +605,16 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+def _single_threaded_blas() -> None:
+    """numpy's OpenBLAS starts a worker thread per extra core when it loads, and the workers
+    spin for about 0.1 CPU s before they sleep, whether or not anything calls BLAS: a tenth
+    of a `provision simulate`, paid again by every worker process. provision multiplies no
+    matrices worth threading, so its commands load OpenBLAS with one thread, unless the
+    environment already says how many (the workers inherit it)."""
+    if "numpy" not in sys.modules:   # (only before numpy loads: after, it changes nothing)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _tolerant_streams() -> None:
     """A stream that cannot encode a character (PYTHONIOENCODING=ascii, a C locale) writes a
     replacement instead of failing: '?' on stdout (tables, ±, …), an escape on stderr (a file
@@ -621,6 +631,7 @@ def _tolerant_streams() -> None:
 def main() -> None:
     """Entry point: bad input anywhere becomes one line on stderr and exit code 2; Ctrl-C one
     line and exit code 130; a standard output that cannot be written one line and exit 2."""
+    _single_threaded_blas()
     _tolerant_streams()
     stdout = sys.stdout
     sys.stdout = _GuardedStdout(stdout)

@@ -155,3 +155,19 @@ def test_paged_engines_agree_under_failures(cluster, workload, perf, opts, sched
     if fast.feasible:
         np.testing.assert_array_equal(fast.machine_stats["preemptions"],
                                       ref.machine_stats["preemptions"])
+
+
+def test_blocks_grown_by_a_run_are_counted_per_residue():
+    """`_grown` in closed form (a run's ticks // block full rounds, then the residues whose
+    block starts in the remaining ticks) counts what ending the iterations one by one does:
+    each decode of residue key starts a block at iteration j when j + key + clock is a
+    multiple of the block."""
+    from simcore.fast.decode_runs import _grown
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        block = int(rng.choice([1, 2, 16, 32]))
+        residues = rng.integers(0, 4, block)
+        clock, ticks = int(rng.integers(0, 10_000)), int(rng.integers(1, 3 * block + 5))
+        one_by_one = sum(int(residues[key]) for j in range(ticks) for key in range(block)
+                         if (j + key + clock) % block == 0)
+        assert _grown(residues, clock, ticks, block, int(residues.sum())) == one_by_one * block

@@ -361,6 +361,25 @@ def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path, run_python):
     assert run.stderr.strip().splitlines()[-1] == "['ortools.linear_solver.pywraplp']", run.stderr
 
 
+def test_the_command_line_loads_openblas_with_one_thread(run_python):
+    """numpy's OpenBLAS would start a worker thread per extra core that spins ~0.1 CPU s at
+    load; a command sets OPENBLAS_NUM_THREADS=1 before numpy loads, unless it is set."""
+    probe = ("import os, sys\n"
+             "os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
+             "given = sys.argv[1:]\n"
+             "if given:\n    os.environ['OPENBLAS_NUM_THREADS'] = given[0]\n"
+             "from provisioner.cli import main\n"
+             "sys.argv = ['provision', '--version']\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "import numpy\n"
+             "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')),"
+             " file=sys.stderr)\n")
+    ours = run_python(probe)
+    assert ours.stderr.split() == ["1", "1"], ours.stderr
+    theirs = run_python(probe.replace("sys.argv[1:]", "['2']"))
+    assert theirs.stderr.split()[0] == "2", theirs.stderr
+
+
 def test_quiet_keeps_stderr_for_warnings_and_errors(run_cli, tmp_path):
     """Issue 27: `-q` drops the progress; the results still print."""
     args = ["search", "--designs", "baseline-a100", "--rate", "20", "--duration", "20",

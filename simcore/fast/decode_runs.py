@@ -209,16 +209,21 @@ def _end_decodes(state, m, now):
 
 
 @_inlined
-def _grown(residues, clock, ticks, block):
+def _grown(residues, clock, ticks, block, running):
     """Paged KV: the tokens of the blocks a run's first `ticks` iterations from `clock` add
-    (each decode starts a block with its token after a multiple of `block`)."""
-    grown = 0
-    for key in range(block):
-        count = residues[key]
-        if count > 0:
-            first = (-(key + clock)) % block  # the first iteration (from 0) that grows it
-            if first < ticks:
-                grown += count * (1 + (ticks - 1 - first) // block)
+    (each decode starts a block with its token after a multiple of `block`); `running`: the
+    running decodes, the residues' sum.
+
+    The decodes of residue key start a block at the iterations j (from 0) with
+    j = -(key + clock) mod block: ticks // block times in all, and once more when the first
+    such j is below ticks % block, that is for the keys -clock, -clock - 1, ... (mod block),
+    ticks % block of them. O(ticks % block) instead of a pass over every residue."""
+    rest = ticks % block
+    grown = (ticks // block) * running
+    key = (-clock) % block
+    for _ in range(rest):
+        grown += residues[key]
+        key = key - 1 if key > 0 else block - 1
     return grown * block
 
 
@@ -255,7 +260,7 @@ def _grow_blocks(residues, machine, block):
     """Paged KV: the blocks the run's iterations ending now add; the memory at the start of
     its last iteration (the reference's `_begin` sees each start) counts in max_memory."""
     ticks, clock = machine.run_ticks, machine.decode_clock
-    grown = _grown(residues, clock, ticks, block)
+    grown = _grown(residues, clock, ticks, block, machine.running_count)
     last = residues[(-(clock + ticks - 1)) % block] * block
     if machine.memory + grown - last > machine.max_memory:
         machine.max_memory = machine.memory + grown - last
@@ -284,7 +289,8 @@ def _peak_before(requests, residues, machine, curves, block, now):
         if machine.context_units > 1:  # speculative decoding
             peak = machine.memory + _walk_grown(requests, machine, started, block)
         else:
-            peak = machine.memory + _grown(residues, machine.decode_clock, started, block)
+            peak = machine.memory + _grown(residues, machine.decode_clock, started, block,
+                                           machine.running_count)
         if peak > machine.max_memory:
             machine.max_memory = peak
 
