@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 import numpy as np
@@ -305,20 +306,29 @@ def _beaten_caps(design: Design, goal: Goal, beat: float, p_cap: int,
 
 def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
                 settings: SearchSettings, beat: float | None = None,
-                start: tuple[int, int] = (1, 1)):
+                start: tuple[int, int] = (1, 1), rival: Metrics | None = None):
     """min-cost / min-power at the goal's rate; returns (candidates, frontier, box, reason).
 
-    `beat` (another layout's verified optimum) bounds the pools the growth tries: when none
-    of them meets the SLOs, this design cannot beat it and its search ends there."""
+    `beat` (another layout's verified optimum, `rival` when it is this design's) bounds the
+    pools tried (`_cheap_corner`, or the growth): when none of them meets the SLOs, this
+    design cannot beat it and its search ends there."""
     rate, baseline = goal.rate_rps, design.is_baseline
     p_cap, t_cap = _pool_caps(design, constraints, settings.search_limit)
     if p_cap < 1 or (not baseline and t_cap < 1):
         return [], [], None, "the constraints leave no room for a machine in every pool"
+    corner = None
     if beat is not None:
         p_cap, t_cap = _beaten_caps(design, goal, beat, p_cap, t_cap)
         if p_cap < 1 or (not baseline and t_cap < 1):
             return [], [], None, CANNOT_BEAT
-    corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline, start)
+        if not settings.exhaustive:
+            corner = yield from _cheap_corner(probe, design, goal, constraints, settings, beat,
+                                              rival)
+            if corner is False:
+                return [], [], (p_cap, t_cap), CANNOT_BEAT
+    cheap = corner is not None
+    if corner is None:
+        corner, reason = yield from _grow(probe, rate, p_cap, t_cap, baseline, start)
     if corner is None:
         return [], [], (p_cap, t_cap), CANNOT_BEAT if beat is not None else reason
     p_hi, t_hi = corner if baseline else _search_box(design, corner, constraints, p_cap, t_cap)
@@ -327,8 +337,9 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
                 for t in ([0] if baseline else range(1, t_hi + 1))]
         measured = yield from probe.measure_all(grid)
         frontier = _frontier_of([m for m in measured if m.meets_slos])
-    elif baseline:
-        n = yield from lowest(lambda k: probe.meets_slos(k, 0, rate), corner[0] // 2 + 1, corner[0])
+    elif baseline:   # (a grown corner's half failed; a cheap corner's may not have)
+        low = 1 if cheap else corner[0] // 2 + 1
+        n = yield from lowest(lambda k: probe.meets_slos(k, 0, rate), low, corner[0])
         frontier = [(n, 0)]
     else:
         budget = (objective_at(design, goal, *corner)
@@ -340,6 +351,57 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
     yield from probe.measure_all([probe.point(p, t, rate) for p, t in frontier])
     at_rate = [m for m in probe.seen.values() if m.rate_rps == rate]
     return at_rate, frontier, (p_hi, t_hi), ""
+
+
+BEAT_CHECKS = 8   # beyond this many largest pools that could win, grow from the floors
+
+
+def _cheap_corner(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
+                  settings: SearchSettings, beat: float, rival: Metrics | None):
+    """Another layout costs (min-power: draws) `beat`: can this one undercut it? The pool
+    sizes that could win cost no more than `beat` and, with `rival` (the best layout's
+    optimum), rank strictly before it (a tie keeps the earlier layout); every one of them
+    lies below one of the largest ones (`_winning_cells`), so when all of these fail, none
+    meets the SLOs: False, in as many simulations (one batch) as there are such cells.
+    Otherwise the cheapest feasible one, the corner the staircase is walked below. None when
+    there are more than BEAT_CHECKS of them: the growth from the floors costs less then (its
+    doubling steps past `beat`, and its walk proves in more simulations what these do)."""
+    cells = _winning_cells(design, goal, constraints, settings, beat, rival)
+    if len(cells) > BEAT_CHECKS:
+        return None
+    measured = yield from probe.measure_all([probe.point(p, t, goal.rate_rps) for p, t in cells])
+    feasible = [(objective_at(design, goal, p, t), t, p) for (p, t), m in zip(cells, measured)
+                if m.meets_slos]
+    if not feasible:
+        return False
+    _, t, p = min(feasible)
+    return p, t
+
+
+def _winning_cells(design: Design, goal: Goal, constraints: Constraints,
+                   settings: SearchSettings, beat: float,
+                   rival: Metrics | None) -> list[tuple[int, int]]:
+    """The largest pool sizes that cost (min-power: draw) no more than `beat` and rank
+    strictly before `rival` (None: no such condition): for each prompt pool, the most token
+    machines (a baseline: the most machines)."""
+    kind = "power" if goal.name == "min-power" else "cost"
+    cells = budget_candidates(design, Budget(kind, beat), constraints, settings.search_limit)
+    if rival is None:
+        return cells
+    key, limit = metrics_key(goal.name), metrics_key(goal.name)(rival)
+
+    def before(p: int, t: int) -> bool:
+        return key(SimpleNamespace(cost_per_hour=design.cost_per_hour(p, t),
+                                   power_kw=design.power_kw(p, t))) < limit
+
+    kept = []
+    for p, t in cells:
+        while (p if design.is_baseline else t) >= 1 and not before(p, t):
+            p, t = (p - 1, t) if design.is_baseline else (p, t - 1)
+        if (p if design.is_baseline else t) >= 1:
+            kept.append((p, t))
+    # (p, t) lies below (p + 1, t) when the extra prompt machine keeps t: keep the maximal
+    return [c for i, c in enumerate(kept) if i + 1 == len(kept) or kept[i + 1][1] < c[1]]
 
 
 def _search_box(design: Design, corner: tuple[int, int], constraints: Constraints, p_cap: int,
@@ -657,7 +719,7 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
         run = _max_rate_search
     else:
         def run(*args):
-            return _min_search(*args, beat=beat, start=start)
+            return _min_search(*args, beat=beat, start=start, rival=rival)
     candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
                                                       settings)
     affordable = _within(beat, goal)

@@ -765,6 +765,67 @@ def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, mon
         result.points)
 
 
+@pytest.mark.parametrize("need", [3, 2])
+def test_a_layout_that_cannot_win_is_ruled_out_on_its_largest_winning_pools(need, monkeypatch):
+    """Once a layout's optimum is verified ($152/h), a later one could only win with pool
+    sizes that cost no more and rank strictly before it (a tie keeps the earlier layout):
+    every such cell lies below one of the largest ones, so those few, in one batch, are all
+    the later layout simulates when they fail (need 3: $228 and need 2: a $152 tie)."""
+    from provisioner.frontier import CANNOT_BEAT, _winning_cells, layout_search
+    from hardware_catalog import Layout
+    monkeypatch.setattr(_pooled, "need", need, raising=False)
+    base = CATALOG.design("baseline-h100").with_layouts(Layout(8))
+    split = CATALOG.design("splitwise-hh").with_layouts(Layout(8), Layout(8))
+    verifier = Verifier(Runner(OracleEvaluator(CATALOG, _pooled, "pooled")), (0, 1, 2))
+    batches = []
+
+    def run_batch(items):
+        batches.append([i.point if isinstance(i, Verify) else i for i in items])
+        return verifier.run(items)
+
+    settings, goal = SearchSettings(load_sweep=(0.5,), search_limit=48), Goal("min-cost", 10.0)
+    search = layout_search([_Variant(base, 100.0), _Variant(split, 120.0)], goal,
+                           Constraints(), settings)
+    result = drive({"design": search}, run_batch)["design"]
+    assert result.design.name == "baseline-h100" and result.optimum.cost_per_hour == 152.0
+    cells = _winning_cells(split, goal, Constraints(), settings, 152.0, result.optimum)
+    assert cells == [(1, 2), (2, 1)]
+    asked = [[(p.prompt_machines, p.token_machines) for p in batch] for batch in batches
+             if any(p.design.name == "splitwise-hh" for p in batch)]
+    assert asked == [cells]
+    (line,) = [line for line in result.layouts if line["layout"] == "TP8 / TP8"]
+    assert line["reason"] == CANNOT_BEAT and line["evaluations"] == len(cells)
+
+
+@pytest.mark.parametrize("goal_name", ["min-cost", "min-power"])
+def test_winning_cells_are_the_largest_that_undercut_and_rank_before_the_rival(goal_name):
+    """Every pool size that costs (min-power: draws) no more than the budget and ranks
+    strictly before the rival lies below one of `_winning_cells`, and each of those does
+    both (splitwise-ha: its pools' machines differ in price and power)."""
+    from types import SimpleNamespace
+    from provisioner.chunked import metrics_key
+    from provisioner.frontier import _winning_cells, objective_at
+    design, goal = CATALOG.design("splitwise-ha"), Goal(goal_name, 10.0)
+    key = metrics_key(goal_name)
+
+    def ranks(p, t):
+        return key(SimpleNamespace(cost_per_hour=design.cost_per_hour(p, t),
+                                   power_kw=design.power_kw(p, t)))
+
+    settings = SearchSettings(search_limit=40)
+    for rival_cell in [(6, 3), (4, 7), (9, 2)]:
+        rival = SimpleNamespace(cost_per_hour=design.cost_per_hour(*rival_cell),
+                                power_kw=design.power_kw(*rival_cell))
+        beat = objective_at(design, goal, *rival_cell)
+        cells = _winning_cells(design, goal, Constraints(), settings, beat, rival)
+        within = beat * (1 + 1e-9)   # (equal sums in another order: a float's rounding apart)
+        winning = {(p, t) for p in range(1, 41) for t in range(1, 41)
+                   if objective_at(design, goal, p, t) <= within and ranks(p, t) < key(rival)}
+        assert set(cells) <= winning
+        assert all(any(p <= q and t <= u for q, u in cells) for p, t in winning)
+        assert rival_cell not in cells
+
+
 def test_equal_sums_of_the_same_machines_rank_as_ties():
     """6 x 5.6 + 5.6 kW and 5 x 5.6 + 2 x 5.6 kW differ as floats; ranked in the selection's
     milli-units they tie, so a tie between layouts keeps the earlier one, not a rounding
