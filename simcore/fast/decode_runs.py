@@ -12,12 +12,13 @@ Paged KV admission (`simcore.refsim`'s "KV admission"): each machine counts its 
 decodes by their context residue modulo the block (`State.residues`), so the blocks a run's
 iterations add are known per iteration in O(1) (`_memory_ticks`: the run ends at the iteration
 after which memory would run out, as it ends at a finish, so preemption happens at an iteration
-boundary exactly as in the reference) and in O(block) at its end (`_grow_blocks`); a KV cache
-that leaves mid-run counts the memory its iterations so far held (`_peak_before`). `_preempt`
-compiles the reference's `_preempt` (O(batch), only when it preempts). With speculative
-decoding a step adds 1..k+1 tokens (`structures._kv_tokens`), so the residues do not tell where
-blocks start: a run of two or more decodes is one iteration (each start checks, as the
-reference's), and the blocks are walked over the running decodes (`_walk_grown`, O(batch)).
+boundary exactly as in the reference) and in O(ticks mod block) at its end (`_grow_blocks`);
+a KV cache that leaves mid-run counts the memory its iterations so far held (`_peak_before`).
+`_preempt` compiles the reference's `_preempt` (O(batch), only when it preempts). With
+speculative decoding a step adds 1..k+1 tokens (`structures._kv_tokens`), so the residues do
+not tell where blocks start: a run of two or more decodes is one iteration (each start checks,
+as the reference's), and the blocks are walked over the running decodes (`_walk_grown`,
+O(batch)).
 
 The reference has no decode runs: it ends every iteration as an event (`_end_iteration`'s
 decodes, each gaining a token). This module compiles that step for a run of them; its own
