@@ -58,7 +58,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from provisioner.study import SLO_KEYS, DesignResult, Metrics, Outcome, Point
-from simcore.metrics import histogram_percentiles
+from simcore.metrics import histogram_percentiles, percentiles
 from slo_profiles import PERCENTILES, REQUEST_METRICS, SloProfile
 
 SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates are verified on all
@@ -422,8 +422,8 @@ def percentile_intervals(values: dict[str, np.ndarray], profile: SloProfile,
         scale = 1.0 if profile.slowdown(metric) else 1000.0
         for name in ("p50", "p90", "p99"):
             boot = bootstrap_percentiles(ordered, PERCENTILES[name], RESAMPLES, rng) * scale
-            intervals[f"{metric}_{name}"] = [float(np.percentile(boot, 2.5)),
-                                             float(np.percentile(boot, 97.5))]
+            low, high = percentiles(boot, [2.5, 97.5])
+            intervals[f"{metric}_{name}"] = [float(low), float(high)]
     return intervals
 
 
@@ -479,7 +479,7 @@ def milliseconds(seconds: dict[str, np.ndarray]) -> dict[str, dict[str, float | 
                            for name, v in zip(("p50", "p90", "p99"), gaps)}
             continue
         kept = values[~np.isnan(values)]
-        out[metric] = {name: (float(np.percentile(kept, PERCENTILES[name])) * 1000.0
+        out[metric] = {name: (float(percentiles(kept, [PERCENTILES[name]])[0]) * 1000.0
                               if len(kept) else None) for name in ("p50", "p90", "p99")}
     return out
 

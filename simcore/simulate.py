@@ -9,12 +9,11 @@ import numpy as np
 
 from hardware_catalog import InputError, MachineSku, ModelSpec
 from simcore import layout as layouts
-from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, build_machine_arrays,
-                             instance_failures, instance_resizes, plan_resizes, pool_layouts,
-                             pool_problem)
+from simcore.cluster import (ROLE_PROMPT, Cluster, MachineArrays, SimOptions, Stalled,
+                             build_machine_arrays, instance_failures, instance_resizes,
+                             plan_resizes, pool_layouts, pool_problem)
 from simcore.fastsim import simulate_fast
 from simcore.metrics import first_token_overheads, request_latencies, uncontended_latencies
-from simcore.refsim import Stalled, simulate_reference
 from simcore.workload import Workload, with_arrivals
 
 SIMULATOR_VERSION = "7"  # bump when simulation semantics change (search caches key on it)
@@ -116,7 +115,12 @@ def simulate(cluster: Cluster, workload: Workload, model: ModelSpec, perf,
                                               _sample_facts(workload)[0], workload)
     if reason:
         return _infeasible(workload, reason)
-    run = {"fast": simulate_fast, "reference": simulate_reference}[engine]
+    if engine == "reference":   # (imported when asked: a search never runs it)
+        from simcore.refsim import simulate_reference as run
+    elif engine == "fast":
+        run = simulate_fast
+    else:
+        raise ValueError(f"unknown engine {engine!r}: 'fast' or 'reference'")
     steps = spec_steps(workload, options)
     try:
         raw = run(workload, machines, steps=steps)

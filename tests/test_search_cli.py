@@ -348,14 +348,16 @@ def test_report_html_renders_in_headless_chromium(report_dir, tmp_path):
 def test_a_search_imports_neither_pandas_nor_cp_model(tmp_path, run_python):
     """Selecting an optimum goes through OR-Tools' linear-solver wrapper: importing its
     cp_model module would import pandas, about 0.25 s of every search. Only --requests-csv
-    (simulate) and traces need pandas."""
+    (simulate) and traces need pandas. Nor numpy.ma (numpy's median, percentile and unique
+    import it: 12 ms) or the reference simulator, which a search never runs."""
     probe = ("import sys\n"
              "from provisioner.cli import main\n"
              f"sys.argv = ['provision', 'search', *{SMALL_ARGS!r}, '--no-cache', '--json',\n"
              f"            '--out', {str(tmp_path / 'out')!r}]\n"
              "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print(sorted(m for m in ('pandas', 'ortools.sat.python.cp_model',\n"
-             "                         'ortools.linear_solver.pywraplp') if m in sys.modules),\n"
+             "print(sorted(m for m in ('pandas', 'ortools.sat.python.cp_model', 'numpy.ma',\n"
+             "                         'simcore.refsim', 'ortools.linear_solver.pywraplp')\n"
+             "             if m in sys.modules),\n"
              "      file=sys.stderr)\n")
     run = run_python(probe, timeout=300)
     assert run.stderr.strip().splitlines()[-1] == "['ortools.linear_solver.pywraplp']", run.stderr
