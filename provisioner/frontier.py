@@ -323,7 +323,7 @@ def _min_search(probe: Probe, design: Design, goal: Goal, constraints: Constrain
             return [], [], None, CANNOT_BEAT
         if not settings.exhaustive:
             corner = yield from _cheap_corner(probe, design, goal, constraints, settings, beat,
-                                              rival)
+                                              rival, (p_cap, t_cap))
             if corner is False:
                 return [], [], (p_cap, t_cap), CANNOT_BEAT
     cheap = corner is not None
@@ -357,18 +357,25 @@ BEAT_CHECKS = 8   # beyond this many largest pools that could win, grow from the
 
 
 def _cheap_corner(probe: Probe, design: Design, goal: Goal, constraints: Constraints,
-                  settings: SearchSettings, beat: float, rival: Metrics | None):
-    """Another layout costs (min-power: draws) `beat`: can this one undercut it? The pool
-    sizes that could win cost no more than `beat` and, with `rival` (the best layout's
-    optimum), rank strictly before it (a tie keeps the earlier layout); every one of them
-    lies below one of the largest ones (`_winning_cells`), so when all of these fail, none
-    meets the SLOs: False, in as many simulations (one batch) as there are such cells.
-    Otherwise the cheapest feasible one, the corner the staircase is walked below. None when
-    there are more than BEAT_CHECKS of them: the growth from the floors costs less then (its
-    doubling steps past `beat`, and its walk proves in more simulations what these do)."""
+                  settings: SearchSettings, beat: float, rival: Metrics | None,
+                  caps: tuple[int, int]):
+    """Another layout or design costs (min-power: draws) `beat`: can this one undercut it?
+    The pool sizes that could win cost no more than `beat` and, with `rival` (the best
+    layout's optimum), rank strictly before it (a tie keeps the earlier layout). Every one
+    lies below `caps` (`_beaten_caps`: the largest pools within `beat`), so when that box
+    corner fails, none meets the SLOs: False after one simulation (a hopeless design). Every
+    one also lies below one of the largest of them (`_winning_cells`), so when all of these
+    fail, none meets the SLOs: False, in as many simulations (one batch) as there are such
+    cells. Otherwise the cheapest feasible one, the corner the staircase is walked below.
+    None when there are more than BEAT_CHECKS of them: the growth from the floors costs less
+    then (its doubling steps past `beat`, and its walk proves in more simulations what these
+    do)."""
     cells = _winning_cells(design, goal, constraints, settings, beat, rival)
     if len(cells) > BEAT_CHECKS:
         return None
+    if not design.is_baseline and cells and caps not in cells:
+        if not (yield from probe.meets_slos(*caps, goal.rate_rps)):
+            return False
     measured = yield from probe.measure_all([probe.point(p, t, goal.rate_rps) for p, t in cells])
     feasible = [(objective_at(design, goal, p, t), t, p) for (p, t), m in zip(cells, measured)
                 if m.meets_slos]

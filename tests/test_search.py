@@ -765,12 +765,14 @@ def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, mon
         result.points)
 
 
-@pytest.mark.parametrize("need", [3, 2])
+@pytest.mark.parametrize("need", [4, 3, 2])
 def test_a_layout_that_cannot_win_is_ruled_out_on_its_largest_winning_pools(need, monkeypatch):
     """Once a layout's optimum is verified ($152/h), a later one could only win with pool
-    sizes that cost no more and rank strictly before it (a tie keeps the earlier layout):
-    every such cell lies below one of the largest ones, so those few, in one batch, are all
-    the later layout simulates when they fail (need 3: $228 and need 2: a $152 tie)."""
+    sizes that cost no more and rank strictly before it (a tie keeps the earlier layout).
+    Every such cell lies below the largest pools within $152/h (3 + 3 machines): when that
+    box corner fails (need 4), one simulation rules the layout out; else below one of the
+    largest winning cells, so those few, in one batch, are all it simulates more when they
+    fail (need 3: $228 and need 2: a $152 tie)."""
     from provisioner.frontier import CANNOT_BEAT, _winning_cells, layout_search
     from hardware_catalog import Layout
     monkeypatch.setattr(_pooled, "need", need, raising=False)
@@ -792,9 +794,9 @@ def test_a_layout_that_cannot_win_is_ruled_out_on_its_largest_winning_pools(need
     assert cells == [(1, 2), (2, 1)]
     asked = [[(p.prompt_machines, p.token_machines) for p in batch] for batch in batches
              if any(p.design.name == "splitwise-hh" for p in batch)]
-    assert asked == [cells]
+    assert asked == ([[(3, 3)]] if need > 3 else [[(3, 3)], cells])
     (line,) = [line for line in result.layouts if line["layout"] == "TP8 / TP8"]
-    assert line["reason"] == CANNOT_BEAT and line["evaluations"] == len(cells)
+    assert line["reason"] == CANNOT_BEAT and line["evaluations"] == sum(map(len, asked))
 
 
 @pytest.mark.parametrize("goal_name", ["min-cost", "min-power"])
