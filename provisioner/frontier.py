@@ -407,8 +407,7 @@ def _winning_cells(design: Design, goal: Goal, constraints: Constraints,
             p, t = (p - 1, t) if design.is_baseline else (p, t - 1)
         if (p if design.is_baseline else t) >= 1:
             kept.append((p, t))
-    # (p, t) lies below (p + 1, t) when the extra prompt machine keeps t: keep the maximal
-    return [c for i, c in enumerate(kept) if i + 1 == len(kept) or kept[i + 1][1] < c[1]]
+    return _maximal(kept)
 
 
 def _search_box(design: Design, corner: tuple[int, int], constraints: Constraints, p_cap: int,
@@ -480,9 +479,13 @@ def budget_candidates(design: Design, budget: Budget, constraints: Constraints,
         if t < 1:
             break
         candidates.append((p, t))
-    # (p, t) is below (p + 1, t) when the extra prompt machine still leaves t: drop it
-    return [c for i, c in enumerate(candidates)
-            if i + 1 == len(candidates) or candidates[i + 1][1] < c[1]]
+    return _maximal(candidates)
+
+
+def _maximal(cells: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Cells (P, T) by growing P with non-increasing T, without those below the next one:
+    (p, t) is below (p + 1, t) when the extra prompt machine still leaves t."""
+    return [c for i, c in enumerate(cells) if i + 1 == len(cells) or cells[i + 1][1] < c[1]]
 
 
 class RateSearch:

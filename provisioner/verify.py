@@ -471,16 +471,19 @@ def milliseconds(seconds: dict[str, np.ndarray]) -> dict[str, dict[str, float | 
     """P50 / P90 / P99 in ms of each of TTFT, TPOT (a request's mean gap between tokens, the
     simulator's TBT), E2E and ITL (every inter-token gap: `seconds["itl"]` is the run's
     histogram of them); None where no request has the metric."""
+    names = ("p50", "p90", "p99")
+    pcts = [PERCENTILES[name] for name in names]
     out = {}
     for metric, values in seconds.items():
         if metric == "itl":
-            gaps = histogram_percentiles(values, [PERCENTILES[n] for n in ("p50", "p90", "p99")])
+            gaps = histogram_percentiles(values, pcts)
             out[metric] = {name: None if np.isnan(v) else float(v) * 1000.0
-                           for name, v in zip(("p50", "p90", "p99"), gaps)}
+                           for name, v in zip(names, gaps)}
             continue
         kept = values[~np.isnan(values)]
-        out[metric] = {name: (float(percentiles(kept, [PERCENTILES[name]])[0]) * 1000.0
-                              if len(kept) else None) for name in ("p50", "p90", "p99")}
+        found = percentiles(kept, pcts) if len(kept) else [None] * len(names)   # one sort
+        out[metric] = {name: None if v is None else float(v) * 1000.0
+                       for name, v in zip(names, found)}
     return out
 
 
