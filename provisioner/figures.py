@@ -6,14 +6,17 @@ summary bar chart of the designs. Figure div ids are fixed so the page is byte-i
 The figures are plain plotly figure dicts (data, layout), written out unvalidated: building
 them as plotly.graph_objects validated every property and took about 0.4 s of every search
 (imports included). tests/test_figures.py checks each one against plotly's validators and the
-subplot grid against make_subplots."""
+subplot grid against make_subplots. Each figure's part of the page is what plotly.io.to_html
+writes, byte for byte (`figure_div`, checked by the same tests), without importing plotly:
+plotly.io loads narwhals and plotly's validators, about 0.06 s of every search's start."""
 from __future__ import annotations
 
 import html
 import json
 import math
 from functools import lru_cache
-from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Sequence
 
 from provisioner.tables import (answer_sentence, closed_loop_text, layout_label,
@@ -43,16 +46,12 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
         figures = [("fig-design-space", design_space_figure(results, inputs)),
                    ("fig-latency-load", latency_load_figure(results, inputs)),
                    ("fig-summary", summary_figure(results))]
-    import plotly.io as pio   # only to write the page: 0.05 s, where graph_objects took 0.2 s
     parts = []
-    first = True
     for div_id, figure in figures:
         if figure is None:
             continue
         figure["layout"]["template"] = plotly_template()
-        parts.append(pio.to_html(figure, full_html=False, include_plotlyjs=first,
-                                 div_id=div_id, config={"displaylogo": False}, validate=False))
-        first = False
+        parts.append(figure_div(figure, div_id, include_plotlyjs=not parts))
     title = (f"provision search — {inputs['model']['name']}, {inputs['workload']['name']}, "
              f"{inputs['goal']['name']}")
     return "\n".join([
@@ -254,8 +253,75 @@ VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#3
 def plotly_template() -> dict:
     """plotly.py's default template ("plotly"), read from its package data as pio.templates
     does, without building (and validating) a Template object."""
-    text = resources.files("plotly").joinpath("package_data/templates/plotly.json").read_text()
-    return json.loads(text)
+    return json.loads(plotly_package_file("templates/plotly.json").decode())
+
+
+def plotly_package_file(name: str) -> bytes:
+    """A file of plotly's package data (plotly.js, the templates), found without importing
+    plotly (its __init__ alone takes about 0.01 s)."""
+    spec = find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("plotly is not installed; reinstall provision")
+    return (Path(next(iter(spec.submodule_search_locations))) / "package_data" / name).read_bytes()
+
+
+# plotly.io.to_html's pieces (plotly/io/_html.py): the config it writes for ours (`responsive`
+# set by default; keys checked by plotly.offline's list), the script before plotly.js
+PAGE_CONFIG = {"displaylogo": False, "responsive": True}
+_WINDOW_PLOTLY_CONFIG = "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+_UNSAFE_IN_SCRIPT = (("<", "\\u003c"), (">", "\\u003e"), ("/", "\\u002f"))
+
+
+def figure_div(figure: dict, div_id: str, include_plotlyjs: bool) -> str:
+    """pio.to_html(figure, full_html=False, include_plotlyjs=..., div_id=div_id,
+    config={"displaylogo": False}, validate=False), byte for byte: a div sized from the
+    layout (or its template), then the script that draws the figure into it."""
+    layout = figure.get("layout", {})
+    template = layout.get("template", {}).get("layout", {})
+    width, height = (_css_size(layout.get(key, template.get(key, "100%")))
+                     for key in ("width", "height"))
+    js = ("        " + _WINDOW_PLOTLY_CONFIG + "\n        <script>"
+          + plotly_package_file("plotly.min.js").decode() + "</script>    "
+          if include_plotlyjs else "")
+    script = (f'                if (document.getElementById("{div_id}")) {{'
+              f'                    Plotly.newPlot(                        "{div_id}",'
+              f'                        {_script_json(figure.get("data", []))},'
+              f'                        {_script_json(layout)},'
+              f'                        {json.dumps(PAGE_CONFIG)}                    )'
+              f'                }}')
+    return (f'<div style="height:{height}; width:{width};">                {js}'
+            f'            <div id="{div_id}" class="plotly-graph-div" '
+            f'style="height:100%; width:100%;"></div>'
+            f'            <script>                window.PLOTLYENV=window.PLOTLYENV || {{}};'
+            f'                {script};            </script>        </div>')
+
+
+def _css_size(value) -> str:
+    """A number is pixels; anything else (a CSS length) is written as given."""
+    try:
+        float(value)
+    except (ValueError, TypeError):
+        return str(value)
+    return f"{value}px"
+
+
+def _script_json(value) -> str:
+    """plotly.io.to_json_plotly's compact JSON: NaN and infinities as null, and <, > and /
+    escaped so that no string can close the script."""
+    text = json.dumps(value, separators=(",", ":"), default=_plain)
+    if "NaN" in text or "Infinity" in text:   # (or a string holding those words: harmless)
+        text = json.dumps(json.loads(text, parse_constant=lambda _: None),
+                          separators=(",", ":"))
+    for unsafe, safe in _UNSAFE_IN_SCRIPT:
+        text = text.replace(unsafe, safe)
+    return text
+
+
+def _plain(value):
+    """numpy scalars and arrays as the Python values they hold."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"a figure holds a {type(value).__name__}, which JSON cannot write")
 
 
 def _colorscale(colours: list[str]) -> list:

@@ -28,7 +28,6 @@ import traceback
 from collections import OrderedDict
 from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -456,8 +455,8 @@ _PLOTLY: list[bytes] = []
 
 def plotly_js() -> bytes:
     if not _PLOTLY:
-        _PLOTLY.append(resources.files("plotly").joinpath("package_data/plotly.min.js")
-                       .read_bytes())
+        from provisioner.figures import plotly_package_file
+        _PLOTLY.append(plotly_package_file("plotly.min.js"))
     return _PLOTLY[0]
 
 

@@ -81,3 +81,38 @@ def test_the_page_draws_each_figure_with_the_default_template(searches):
     assert len(layouts) == 3
     assert all(layout["template"] == figures.plotly_template() for layout in layouts)
     assert "budget limit" in page   # the max-rate frontier line
+
+
+def test_each_figure_is_written_as_plotly_io_writes_it(searches):
+    """figure_div is pio.to_html's div, byte for byte, with plotly.js on the first only; and a
+    NaN, an infinity or a '</script>' inside the figure come out as plotly writes them."""
+    result = searches[0]
+    inputs = result.to_dict()["inputs"]
+    odd = {"data": [{"type": "scatter", "x": [1.0, float("nan"), float("inf")], "y": [0, 1, 2],
+                     "text": ["</script><b>", "NaN", "a/b"]}],
+           "layout": {"width": 640, "height": "30em"}}
+    drawn = [figures.design_space_figure(result.designs, inputs),
+             figures.latency_load_figure(result.designs, inputs),
+             figures.summary_figure(result.designs), odd]
+    for first, figure in zip((True, False, False, False), drawn):
+        figure["layout"]["template"] = figures.plotly_template()
+        expected = pio.to_html(figure, full_html=False, include_plotlyjs=first, div_id="fig-x",
+                               config={"displaylogo": False}, validate=False)
+        assert figures.figure_div(figure, "fig-x", include_plotlyjs=first) == expected
+
+
+def test_the_page_is_written_without_importing_plotly(tmp_path):
+    """plotly.io (with narwhals and plotly's validators) stays out of a search's process."""
+    import subprocess
+    import sys
+    code = ("import sys, provisioner\n"
+            "r = provisioner.search(model='llama2-70b', designs='baseline-h100', rate=2, "
+            "duration=10, search_limit=4, jobs=1)\n"
+            "from provisioner import figures\n"
+            "page = figures.html_report(r.to_dict(), r.designs)\n"
+            "assert 'Plotly.newPlot(' in page\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('plotly', 'narwhals', '_plotly_utils')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=tmp_path).stdout
+    assert out.strip() == "[]"
