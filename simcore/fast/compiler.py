@@ -20,7 +20,7 @@ from pathlib import Path
 
 # The functions Python calls (simcore.fast.setup holds them); everything else is compiled into
 # them.
-ENTRY_POINTS = ("_fill_requests", "_fill_pools", "_run")
+ENTRY_POINTS = ("_fill_requests", "_fill_pools", "_run", "_result_columns")
 # Every file the core compiles code from: the modules of this package (tests/test_aot.py checks
 # that none is missing), and cluster.py (`itl_bin`, the role and ITL constants).
 PACKAGE_SOURCES = ("__init__.py", "compiler.py", "records.py", "latency.py", "structures.py",

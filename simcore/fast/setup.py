@@ -1,7 +1,8 @@
 """A run's State built from a cluster's arrays (`simcore.cluster.MachineArrays`): the
 request and machine records, the curves padded into 2-D arrays, the heaps, the routing pools,
-the failure schedule, the resizes; and the two compiled set-up entry points (`_fill_requests`,
-`_fill_pools`). `new_state` gives a State ready for `_run(state, until)`.
+the failure schedule, the resizes; the two compiled set-up entry points (`_fill_requests`,
+`_fill_pools`) and the one that reads a finished run's results out (`_result_columns`).
+`new_state` gives a State ready for `_run(state, until)`.
 
 Compiles the reference's `__init__` (its requests and machines).
 """
@@ -153,6 +154,21 @@ def _fill_requests(requests, first, arrival, prompt, output, reserve, rate):
         request.recoveries = request.recomputed = request.emitted = 0
         request.recovery_s = 0.0
         request.prefilled = request.piece = 0
+
+
+@_compiled
+def _result_columns(requests, times, machines_of):
+    """A finished run's per-request results, in one pass over the records: times[0], [1],
+    [2] its first token, finish and KV transfer; machines_of[0], [1] its prompt and token
+    machine. (Five strided copies read every record five times: 0.09 s of a run of 840k
+    requests, where a record is 160 bytes.)"""
+    for r in range(len(requests)):
+        request = requests[r]
+        times[0, r] = request.first_token
+        times[1, r] = request.finish
+        times[2, r] = request.kv_transfer
+        machines_of[0, r] = request.prompt_machine
+        machines_of[1, r] = request.token_machine
 
 
 def _new_pools(machines: np.recarray) -> np.ndarray:
@@ -382,12 +398,12 @@ def results(state: State, failures: bool) -> dict:
     when the cluster had a failure schedule; the arrivals only in a closed loop, where the run
     makes them)."""
     requests = _fields(state.requests)
+    times, machines_of = np.empty((3, len(requests))), np.empty((2, len(requests)), np.int64)
+    _result_columns(state.requests, times, machines_of)
     return {**({} if state.closed.users == 0 else {"arrival_s": _column(requests, "arrival")}),
-            "first_token_s": _column(requests, "first_token"),
-            "finish_s": _column(requests, "finish"),
-            "prompt_machine": _column(requests, "prompt_machine"),
-            "token_machine": _column(requests, "token_machine"),
-            "kv_transfer_s": _column(requests, "kv_transfer"),
+            "first_token_s": times[0], "finish_s": times[1],
+            "prompt_machine": machines_of[0], "token_machine": machines_of[1],
+            "kv_transfer_s": times[2],
             **_machine_results(state),
             **({} if not state.settings.prefix_block else {
                 "request_hit_tokens": np.ascontiguousarray(state.prefix.offsets[:, 2]),
@@ -512,5 +528,6 @@ def _fill_blocks(state: State, first: int, ids, offsets, most: int) -> State:
 
 
 if AOT is not None:  # the same entry points, compiled at install (see simcore.aot)
-    _fill_requests, _fill_pools, _run = (getattr(AOT, name) for name in ENTRY_POINTS)
+    _fill_requests, _fill_pools, _run, _result_columns = (getattr(AOT, name)
+                                                          for name in ENTRY_POINTS)
 
