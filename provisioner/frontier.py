@@ -798,13 +798,23 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     (see `_searched`). So a frontier whose corners all fail one hard sample costs about one
     simulation per corner, not a complete verification each. After GALLOP_AFTER rejections
     the step up doubles every GALLOP_AFTER more (a large fleet whose screened frontier sits
-    far below what the hard samples need). Returns (verified optimum or None, the verified
-    Metrics of the candidates dropped, whether a limit ran out with candidates left).
+    far below what the hard samples need). A two-pool design's min-cost / min-power search
+    first tries its cells best first without stepping up (`_cheapest_cells`: exact, and no
+    neighbours screened), and steps up only after EXACT_REJECTIONS rejections. Returns
+    (verified optimum or None, the verified Metrics of the candidates dropped, whether a
+    limit ran out with candidates left).
     """
     if goal.name == "max-rate" and optimum is not None:
         return (*(yield from _verified_rate(probe, optimum, settings)), False)
     rejected: list[Metrics] = []
     complete = 0
+    if optimum is not None and not design.is_baseline and not settings.exhaustive:
+        optimum, complete, done = yield from _cheapest_cells(
+            probe, candidates, goal, constraints, design, settings, affordable, could_win,
+            rejected)
+        if done is not None:
+            return optimum, rejected, done
+        candidates = [optimum]   # (screened) too many rejections: gallop up from here
     while optimum is not None and could_win(optimum):
         if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
             return None, rejected, True
@@ -828,6 +838,80 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
         candidates = list(dict.fromkeys([*kept, *fresh]))
         optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
     return None, rejected, False
+
+
+EXACT_REJECTIONS = 64    # rejections before `_cheapest_cells` hands over to the step up
+
+
+def _cheapest_cells(probe: Probe, candidates: list[Metrics], goal: Goal,
+                    constraints: Constraints, design: Design, settings: SearchSettings,
+                    affordable: Callable[[Metrics], bool], could_win: Callable[[Metrics], bool],
+                    rejected: list[Metrics]):
+    """min-cost / min-power of a two-pool design: the candidates in turn, best first, among
+    the cells above a screened feasible one (`candidates`) and below no rejected one (more
+    machines never hurt), the best of them quick-checked and, when it passes, verified.
+    Every cell is ranked by arithmetic, so a rejection costs one quick check: no neighbours
+    are screened, and equal-cost cells are tried once each, without stepping up from each.
+    Rejections are appended to `rejected`. Returns (verified Metrics or None, complete
+    verifications run, None to go on stepping up from the screened Metrics returned
+    (EXACT_REJECTIONS reached) else whether a limit ran out)."""
+    rate, complete = goal.rate_rps, 0
+    minimal = _frontier_of(c for c in candidates if c.meets_slos)
+    while True:
+        cell = _best_cell(minimal, rejected, rate, design, goal, constraints,
+                          settings.search_limit)
+        if cell is None:
+            return None, complete, False
+        figures = SimpleNamespace(cost_per_hour=design.cost_per_hour(*cell),
+                                  power_kw=design.power_kw(*cell), rate_rps=rate)
+        if not (affordable(figures) and could_win(figures)):
+            return None, complete, False
+        if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
+            return None, complete, True
+        if len(rejected) >= EXACT_REJECTIONS:
+            return (yield from probe.measure(*cell, rate)), complete, None
+        checked, ran_fully = yield from _quick_then_full(probe.point(*cell, rate))
+        complete += ran_fully
+        if checked.meets_slos:
+            return checked, complete, False
+        rejected.append(checked)
+
+
+def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, design: Design,
+               goal: Goal, constraints: Constraints, limit: int) -> tuple[int, int] | None:
+    """The best allowed cell (P, T) above one of `minimal` and below none of `rejected`,
+    ranked as `select_optimum` ranks points: at each token pool T, the fewest prompt machines
+    that qualify."""
+    if not minimal:
+        return None
+    blocked: dict[int, int] = {}   # token pool -> most prompt machines ruled out there
+    for r in rejected:
+        if _rate_covers(rate, r.rate_rps):
+            blocked[r.token_machines] = max(blocked.get(r.token_machines, 0), r.prompt_machines)
+    ruled_out = [0] * (limit + 2)   # at T: most prompt machines of a rejection at >= T
+    for t in range(limit, 0, -1):
+        ruled_out[t] = max(ruled_out[t + 1], blocked.get(t, 0))
+    key = metrics_key(goal.name)
+
+    def rank(p: int, t: int):
+        figures = SimpleNamespace(cost_per_hour=design.cost_per_hour(p, t),
+                                  power_kw=design.power_kw(p, t))
+        return (key(figures), design.gpus(p, t), p + t, p, t)
+
+    corners = sorted(minimal, key=lambda c: c[1])
+    floor = min(p for p, _ in minimal)
+    best, value, fewest, i = None, math.inf, math.inf, 0
+    for t in range(corners[0][1], limit + 1):
+        if objective_at(design, goal, floor, t) > value + _slack(value):
+            break   # every cell from here on costs more
+        while i < len(corners) and corners[i][1] <= t:
+            fewest = min(fewest, corners[i][0])
+            i += 1
+        p = max(fewest, ruled_out[t] + 1)
+        if p <= limit and _allowed(design, p, t, constraints) and (
+                best is None or rank(p, t) < rank(*best)):
+            best, value = (p, t), objective_at(design, goal, p, t)
+    return best
 
 
 def _quick_then_full(point: Point):
