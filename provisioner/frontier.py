@@ -873,6 +873,8 @@ def _cheapest_cells(probe: Probe, candidates: list[Metrics], goal: Goal,
         checked, ran_fully = yield from _quick_then_full(probe.point(*cell, rate))
         complete += ran_fully
         if checked.meets_slos:
+            # the answer is an evaluated point too (its base sample already ran: no simulation)
+            yield from probe.measure(*cell, rate)
             return checked, complete, False
         rejected.append(checked)
 

@@ -886,3 +886,5 @@ def test_rejected_candidates_give_way_to_the_cheapest_cell_left(goal_name):
     found = (result.optimum.prompt_machines, result.optimum.token_machines)
     assert value(design, *found) == pytest.approx(value(design, *best))
     assert len(oracle.asked) < 264
+    # the answer is among the evaluated points (evaluations.csv), though never screened alone
+    assert result.optimum.point in {m.point for m in result.points}
