@@ -398,8 +398,7 @@ def _winning_cells(design: Design, goal: Goal, constraints: Constraints,
     key, limit = metrics_key(goal.name), metrics_key(goal.name)(rival)
 
     def before(p: int, t: int) -> bool:
-        return key(SimpleNamespace(cost_per_hour=design.cost_per_hour(p, t),
-                                   power_kw=design.power_kw(p, t))) < limit
+        return key(_cell_figures(design, p, t)) < limit
 
     kept = []
     for p, t in cells:
@@ -862,8 +861,7 @@ def _cheapest_cells(probe: Probe, candidates: list[Metrics], goal: Goal,
                           settings.search_limit)
         if cell is None:
             return None, complete, False
-        figures = SimpleNamespace(cost_per_hour=design.cost_per_hour(*cell),
-                                  power_kw=design.power_kw(*cell), rate_rps=rate)
+        figures = _cell_figures(design, *cell, rate)
         if not (affordable(figures) and could_win(figures)):
             return None, complete, False
         if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
@@ -896,9 +894,7 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
     key = metrics_key(goal.name)
 
     def rank(p: int, t: int):
-        figures = SimpleNamespace(cost_per_hour=design.cost_per_hour(p, t),
-                                  power_kw=design.power_kw(p, t))
-        return (key(figures), design.gpus(p, t), p + t, p, t)
+        return (key(_cell_figures(design, p, t)), design.gpus(p, t), p + t, p, t)
 
     corners = sorted(minimal, key=lambda c: c[1])
     floor = min(p for p, _ in minimal)
@@ -1080,6 +1076,14 @@ def non_monotone_cells(points: Sequence[Metrics]) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------ layouts
+def _cell_figures(design: Design, prompt: int, token: int,
+                  rate: float | None = None) -> SimpleNamespace:
+    """What `metrics_key`, `objective` and `_within` read of a point, for P + T machines not
+    simulated: their cost, power and the rate."""
+    return SimpleNamespace(cost_per_hour=design.cost_per_hour(prompt, token),
+                           power_kw=design.power_kw(prompt, token), rate_rps=rate)
+
+
 def objective_at(design: Design, goal: Goal, prompt: int, token: int) -> float:
     """min-cost / min-power: the objective of P + T machines of the design."""
     if goal.name == "min-power":
