@@ -46,11 +46,11 @@ def html_report(document: dict, results: Sequence[DesignResult]) -> str:
         figures = [("fig-design-space", design_space_figure(results, inputs)),
                    ("fig-latency-load", latency_load_figure(results, inputs)),
                    ("fig-summary", summary_figure(results))]
-    parts = []
+    parts, template = [], plotly_template()   # read once: the figures only read it
     for div_id, figure in figures:
         if figure is None:
             continue
-        figure["layout"]["template"] = plotly_template()
+        figure["layout"]["template"] = template
         parts.append(figure_div(figure, div_id, include_plotlyjs=not parts))
     title = (f"provision search — {inputs['model']['name']}, {inputs['workload']['name']}, "
              f"{inputs['goal']['name']}")

@@ -898,7 +898,7 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
 
     corners = sorted(minimal, key=lambda c: c[1])
     floor = min(p for p, _ in minimal)
-    best, value, fewest, i = None, math.inf, math.inf, 0
+    best, best_rank, value, fewest, i = None, None, math.inf, math.inf, 0
     for t in range(corners[0][1], limit + 1):
         if objective_at(design, goal, floor, t) > value + _slack(value):
             break   # every cell from here on costs more
@@ -906,9 +906,10 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
             fewest = min(fewest, corners[i][0])
             i += 1
         p = max(fewest, ruled_out[t] + 1)
-        if p <= limit and _allowed(design, p, t, constraints) and (
-                best is None or rank(p, t) < rank(*best)):
-            best, value = (p, t), objective_at(design, goal, p, t)
+        if p <= limit and _allowed(design, p, t, constraints):
+            cell_rank = rank(p, t)
+            if best is None or cell_rank < best_rank:
+                best, best_rank, value = (p, t), cell_rank, objective_at(design, goal, p, t)
     return best
 
 
