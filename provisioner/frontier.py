@@ -764,15 +764,18 @@ def _within(beat: float | None, goal: Goal,
 
 def _completed(result: DesignResult, probe: Probe, settings: SearchSettings):
     """The answer's headroom (the highest rate its optimum sustains) and load sweep, with
-    their points added to the result's."""
+    their points added to the result's. The sweep goes first: its rates above the optimum's
+    settle the headroom climb's steps beyond them by monotonicity (`Probe.inferred`: a
+    failing 1.25x makes any higher rate fail, a passing one any lower rate pass), so they are
+    not simulated again; the climb asks the same rates and finds the same headroom."""
     optimum, goal = result.optimum, result.goal
     if optimum is None or optimum.rate_rps is None:
         return result
-    result.headroom_rps = yield from _headroom(probe, optimum, goal, settings)
     if settings.load_sweep:
         sweep = [probe.point(optimum.prompt_machines, optimum.token_machines,
                              round_rate(optimum.rate_rps * f)) for f in settings.load_sweep]
         yield from probe.measure_all(sweep)
+    result.headroom_rps = yield from _headroom(probe, optimum, goal, settings)
     result.points = sorted(probe.seen.values(), key=_point_order)
     result.non_monotone = non_monotone_cells(result.points)
     return result

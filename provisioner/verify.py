@@ -4,12 +4,14 @@ Every searched point is screened on the base sample (`SCREEN_SEEDS`); a candidat
 optimum is verified on all `--verify-seeds` samples (seeds `--seed`, `--seed`+1, ...): it must
 meet every SLO on each with the `--verify-margin` guard band, and each SLO's mean + 2 sd over
 the samples must stay under its limit (`combine_samples`). `Verifier` runs those checks lazily,
-hardest samples first, a few at a time; the frontier only asks (`Verify(point)`) and steps.
+hardest samples first, one at a time; the frontier only asks (`Verify(point)`) and steps.
 
-Sequential verification: a candidate is verified sample by sample (in that order, VERIFY_STEP
-at a time) and stops as soon as the samples so far decide it, up to all of them when they do not.
-- Fail: any sample fails or falls inside the guard band (a failure is a failure).
-- Pass early: after at least MIN_SAMPLES samples (n of N), when for every limited SLO the
+Sequential verification: a candidate is verified sample by sample (in that order, one at a time)
+and stops as soon as the samples so far decide it, up to all of them when they do not.
+- Fail: any sample fails or falls inside the guard band (a failure is a failure): no other
+  sample of that candidate runs.
+- Pass early: looked at every VERIFY_STEP samples (`step_ends`), after at least MIN_SAMPLES
+  samples (n of N), when for every limited SLO the
   margins m = 1 - value/limit seen so far (mean m̄, sd s) satisfy both
   (1) m̄ - t(1 - EARLY_ALPHA/(N - n), n - 1) * s * sqrt(1 + 1/n) >= band: the one-sided
       prediction bound (Student t, Bonferroni over the N - n samples not run) puts every
@@ -62,7 +64,7 @@ from simcore.metrics import histogram_percentiles, percentiles
 from slo_profiles import PERCENTILES, REQUEST_METRICS, SloProfile
 
 SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates are verified on all
-VERIFY_STEP = 2      # verification samples simulated at a time, after the screening seed
+VERIFY_STEP = 2      # samples between two looks for an early pass, after the screening seed
 QUICK_SAMPLES = 3    # a max-rate quick check: the screening seed and the 2 hardest samples
 INTERVAL_SEEDS = 3   # samples given an interval: each needs a run's per-request latencies
 PASS_RATE_Z = 2.0    # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
@@ -182,14 +184,16 @@ def sample_margins(samples: Sequence[tuple[int, Outcome]]) -> list[list[float]] 
     return margins
 
 
-def step_ends(total: int, screen: int = SCREEN_SEEDS) -> list[int]:
-    """The sample counts after which a verification of `total` samples looks at its samples:
-    the screening seeds, then VERIFY_STEP more at a time (the Verifier's schedule)."""
+@functools.lru_cache(maxsize=None)
+def step_ends(total: int, screen: int = SCREEN_SEEDS) -> tuple[int, ...]:
+    """The sample counts after which a verification of `total` samples looks at its samples
+    for an early pass: the screening seeds, then every VERIFY_STEP more (the Verifier's
+    schedule; it runs them one at a time, so that a failing sample stops its point)."""
     ends, done = [], min(screen, total)
     while True:
         ends.append(done)
         if done >= total:
-            return ends
+            return tuple(ends)
         done = min(done + VERIFY_STEP, total)
 
 
@@ -270,8 +274,8 @@ def _margin(outcome: Outcome) -> float:
 @dataclass
 class Verifier:
     """Feasibility on several workload samples, evaluated lazily. A `Point` is checked on the
-    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated two
-    at a time (VERIFY_STEP) and a point stops at its first failing sample:
+    screening seeds; a `Verify(point)` on every verification seed. Seeds are simulated one
+    at a time and a point stops at its first failing sample:
     it is infeasible, whatever the other samples say. `run` is the "evaluate these points"
     callable the search algorithm is given. A sample inside the guard band (`margin`) also
     stops its point: the verdict would reject it whatever the other samples say. A
@@ -312,7 +316,7 @@ class Verifier:
         first = [self._must_run(point, seeds) if self.sequential and isinstance(item, Verify)
                  and item.samples is None else None
                  for item, (point, seeds) in zip(items, wanted)]
-        step, done = 1, 0
+        done = 0
         while True:
             alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
                      and all(self._passes(o) for _, o in samples[i])
@@ -320,15 +324,15 @@ class Verifier:
                               and self._decided(samples[i], len(seeds), first[i]))]
             if not alive:
                 break
-            asked = [(i, s) for i in alive for s in wanted[i][1][done:done + step]]
+            # one sample per point and round, whatever the job count: the samples run decide
+            # the reasons and the order of later verifications, so must not depend on it, and
+            # a point stops at its first failing sample (the designs' searches, batched
+            # together, keep the workers busy meanwhile)
+            asked = [(i, wanted[i][1][done]) for i in alive]
             for (i, seed), outcome in zip(asked, self.runner.outcomes(
                     [(wanted[i][0], seed) for i, seed in asked])):
                 samples[i].append((seed, outcome))
-            done += step
-            # the base seed alone, then two at a time whatever the job count: the samples
-            # run decide the reasons and the order of later verifications, so must not
-            # depend on it (the designs' searches keep the workers busy meanwhile)
-            step = VERIFY_STEP
+            done += 1
         results = []
         for item, (point, seeds), got, must in zip(items, wanted, samples, first):
             if isinstance(item, Verify):
@@ -380,7 +384,8 @@ class Verifier:
         guard) decided a pass early (the sequential rule, `early_pass`)? A complete
         verification then stops there."""
         if not self.sequential or not samples or len(samples) >= total \
-                or len(samples) < must or not all(self._passes(o) for _, o in samples):
+                or len(samples) < must or len(samples) not in step_ends(total, self.screen) \
+                or not all(self._passes(o) for _, o in samples):
             return False
         margins = sample_margins(samples)
         return margins is not None and early_pass(margins, total, self.margin)

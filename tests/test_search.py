@@ -229,11 +229,11 @@ class MarginBySeed:
 
 @pytest.mark.parametrize("margins, asked, reason", [
     ({}, list(range(10)), ""),                                       # verified on every seed
-    ({3: 0.01}, [0, 1, 2, 3, 4], "seed 3: worst SLO margin +1.0% is inside the 5% guard band"),
-    ({3: 0.01, 7: -0.2}, [0, 1, 2, 3, 4], "seed 3: worst SLO margin"),  # stops at the first
+    ({3: 0.01}, [0, 1, 2, 3], "seed 3: worst SLO margin +1.0% is inside the 5% guard band"),
+    ({3: 0.01, 7: -0.2}, [0, 1, 2, 3], "seed 3: worst SLO margin"),  # stops at the first
 ])
 def test_verification_stops_at_the_first_sample_inside_the_guard_band(margins, asked, reason):
-    """Seeds go two at a time after the first: seed 3 inside the band stops after seed 4."""
+    """Seeds go one at a time: seed 3 inside the band stops its point, seed 4 never runs."""
     oracle = MarginBySeed(margins)
     verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
     (verified,) = verifier.run([Verify(Point(CATALOG.design("splitwise-hh"), 2, 2, 10.0))])
@@ -243,22 +243,22 @@ def test_verification_stops_at_the_first_sample_inside_the_guard_band(margins, a
 
 
 def test_verification_tries_the_samples_that_failed_a_neighbour_first():
-    """Seed 7 fails every point: the first candidate finds it after 8 samples, the next
-    candidate of the same design after 3 (seed 0 from screening, then 7 and the next-hardest),
-    another design's candidate after 8 again; a passing candidate keeps its samples in seed
-    order."""
+    """Seed 7 fails every point: the first candidate finds it at its 8th sample, the next
+    candidate of the same design at its 2nd (seed 0 from screening, then 7), another design's
+    candidate at its 8th again; a failing sample stops its candidate; a passing candidate
+    keeps its samples in seed order."""
     oracle = MarginBySeed({7: -0.5, 4: 0.2})
     verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
     hh, aa = CATALOG.design("splitwise-hh"), CATALOG.design("splitwise-aa")
     first = verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0]
-    assert oracle.asked == list(range(9)) and not first.meets_slos
+    assert oracle.asked == list(range(8)) and not first.meets_slos
     oracle.asked.clear()
     second = verifier.run([Verify(Point(hh, 3, 2, 10.0))])[0]
-    assert oracle.asked == [0, 7, 4] and not second.meets_slos
+    assert oracle.asked == [0, 7] and not second.meets_slos
     assert second.outcome.reason.startswith("seed 7: ")
     oracle.asked.clear()
     verifier.run([Verify(Point(aa, 2, 2, 10.0))])
-    assert oracle.asked == list(range(9))
+    assert oracle.asked == list(range(8))
     oracle.margins.pop(7)
     passing = verifier.run([Verify(Point(hh, 4, 2, 10.0))])[0]
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
@@ -306,13 +306,13 @@ class MarginBySeedSized(MarginBySeed):
 
 def test_a_first_verification_tries_the_largest_samples_first():
     """With no history, the samples after screening go largest first (ties in seed order):
-    seed 7, the largest, fails and stops the candidate after 3 samples instead of 8; a passing
-    candidate keeps its samples in seed order."""
+    seed 7, the largest, fails and stops the candidate at its 2nd sample instead of its 8th;
+    a passing candidate keeps its samples in seed order."""
     oracle = MarginBySeedSized({7: -0.5}, sizes={7: 1500, 3: 1200, 5: 1200})
     verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
     hh = CATALOG.design("splitwise-hh")
     first = verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0]
-    assert oracle.asked == [0, 7, 3] and not first.meets_slos
+    assert oracle.asked == [0, 7] and not first.meets_slos
     assert first.outcome.reason.startswith("seed 7: ")
     oracle.asked.clear()
     oracle.margins.pop(7)
