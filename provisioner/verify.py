@@ -54,7 +54,7 @@ import functools
 import math
 import statistics
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -307,9 +307,8 @@ class Verifier:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(self, items: Sequence[Point | Verify]) -> list[Metrics]:
-        wanted = [(item.point, self._hardest_first(item.point)[:item.samples])
-                  if isinstance(item, Verify) else (item, self.seeds[:self.screen])
-                  for item in items]
+        wanted = [(item.point, self._order(item)) if isinstance(item, Verify)
+                  else (item, self.seeds[:self.screen]) for item in items]
         samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
         # the samples each complete verification must run before it may pass early (the
         # history guard, `_must_run`); the batch's items read the history as it was before it
@@ -342,8 +341,21 @@ class Verifier:
             full = isinstance(item, Verify) and item.samples is None
             early = must is not None and self._decided(got, len(seeds), must)
             asked = len(got) if early else len(seeds)
-            results.append(Metrics.of(point, self._verdict(got, asked, full), tuple(got)))
+            results.append(Metrics.of(point, self._verdict(got, asked, full,
+                                                          named=isinstance(item, Verify)),
+                                      tuple(got)))
         return results
+
+    def _order(self, item: Verify) -> tuple[int, ...]:
+        """The samples a verification runs, in order: the screening seeds, then the others
+        hardest first; a quick check runs its hardest ones before the screening seeds, which
+        a candidate new to screening rarely fails, so that a hard sample failing it stops it
+        before the easy one runs (the same samples, so the same verdict when all pass)."""
+        order = self._hardest_first(item.point)
+        if item.samples is None:
+            return order
+        picked = order[:item.samples]
+        return (*picked[self.screen:], *picked[:self.screen])
 
     def _hardest_first(self, point: Point) -> tuple[int, ...]:
         seen = self._margins.get(point.design.name, {})
@@ -395,12 +407,17 @@ class Verifier:
         return outcome.meets_slos and not inside_guard_band(outcome, self.margin)
 
     def _verdict(self, samples: list[tuple[int, Outcome]], asked: int,
-                 full: bool = True) -> Outcome:
+                 full: bool = True, named: bool = False) -> Outcome:
         """Every sample must pass; a complete verification on every seed must also pass the
-        prediction bound (`combine_samples`)."""
+        prediction bound (`combine_samples`). `named`: a verification's reason names the
+        sample that failed it, also when it is the only one that ran (`combine_samples`
+        returns a single sample's outcome as it is)."""
         complete = len(samples) == asked and all(o.meets_slos for _, o in samples)
         verified = complete and asked > self.screen and full
-        return combine_samples(samples, predict=verified, margin=self.margin)
+        verdict = combine_samples(samples, predict=verified, margin=self.margin)
+        if named and len(samples) == 1 and not samples[0][1].meets_slos:
+            verdict = replace(verdict, reason=f"seed {samples[0][0]}: {verdict.reason}")
+        return verdict
 
 
 # ----------------------------------------------------------- how sure an optimum is

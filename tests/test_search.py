@@ -265,8 +265,8 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
 
 
 def test_a_quick_check_runs_only_the_hardest_samples_without_the_prediction_bound():
-    """Seeds 4 and 7 came closest to failing: a quick check of 3 samples runs the screening
-    seed and those two, and passes them though their spread would fail the mean + 2 sd bound
+    """Seeds 4 and 7 came closest to failing: a quick check of 3 samples runs those two, then
+    the screening seed, and passes them though their spread would fail the mean + 2 sd bound
     a complete verification applies."""
     oracle = MarginBySeed({4: 0.06, 7: 0.06})
     verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
@@ -274,10 +274,43 @@ def test_a_quick_check_runs_only_the_hardest_samples_without_the_prediction_boun
     assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
     oracle.asked.clear()
     quick = verifier.run([Verify(Point(hh, 3, 2, 10.0), samples=3)])[0]
-    assert oracle.asked == [0, 4, 7]
+    assert oracle.asked == [4, 7, 0]
     assert quick.meets_slos and [seed for seed, _ in quick.samples] == [0, 4, 7]
     spread = verifier._verdict(list(quick.samples), 3, full=True)
     assert not spread.meets_slos and "mean + 2 sd" in spread.reason
+
+
+@dataclass(frozen=True)
+class FailingSeeds(MarginBySeed):
+    """As MarginBySeed, but the seeds in `failing` miss an SLO outright (a simulation's own
+    reason, which names no seed)."""
+    failing: set = field(default_factory=set)
+
+    def outcome(self, point, seed):
+        outcome = super().outcome(point, seed)
+        if seed in self.failing:
+            return replace(outcome, meets_slos=False, reason="TTFT P99 2 > 1s")
+        return outcome
+
+
+@pytest.mark.parametrize("outright", [False, True])
+def test_a_quick_check_that_fails_its_hardest_sample_runs_no_other(outright):
+    """The hardest sample runs first: when it fails (inside the guard band, or outright),
+    neither the next-hardest nor the screening seed of that candidate is simulated, and the
+    reason names the sample."""
+    oracle = FailingSeeds({4: 0.06, 7: 0.07})
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    hh = CATALOG.design("splitwise-hh")
+    assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
+    oracle.asked.clear()
+    if outright:
+        oracle.failing.add(4)
+    else:
+        oracle.margins[4] = 0.01
+    quick = verifier.run([Verify(Point(hh, 3, 2, 10.0), samples=3)])[0]
+    assert oracle.asked == [4] and not quick.meets_slos
+    assert quick.outcome.reason == ("seed 4: TTFT P99 2 > 1s" if outright else
+                                    "seed 4: worst SLO margin +1.0% is inside the 5% guard band")
 
 
 @pytest.mark.parametrize("jobs", [3, 4, 8])
