@@ -65,7 +65,7 @@ from slo_profiles import PERCENTILES, REQUEST_METRICS, SloProfile
 
 SCREEN_SEEDS = 1     # samples every searched point is checked on; candidates are verified on all
 VERIFY_STEP = 2      # samples between two looks for an early pass, after the screening seed
-QUICK_SAMPLES = 3    # a max-rate quick check: the screening seed and the 2 hardest samples
+QUICK_SAMPLES = 3    # a quick check: the 2 hardest samples, then the screening seed
 INTERVAL_SEEDS = 3   # samples given an interval: each needs a run's per-request latencies
 PASS_RATE_Z = 2.0    # one-sided normal quantile (97.7%): margin over the 95% fresh-sample target
 MIN_SAMPLES = 5      # samples a candidate needs before it may pass early (sequential rule)

@@ -264,15 +264,23 @@ def test_verification_tries_the_samples_that_failed_a_neighbour_first():
     assert passing.meets_slos and [seed for seed, _ in passing.samples] == list(range(10))
 
 
+def _after_one_verification(oracle):
+    """A verifier of 10 samples (5% band) whose splitwise-hh history holds one complete, passing
+    verification (2P + 2T at 10 req/s), and the design; the oracle's record of samples asked
+    is cleared."""
+    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
+    hh = CATALOG.design("splitwise-hh")
+    assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
+    oracle.asked.clear()
+    return verifier, hh
+
+
 def test_a_quick_check_runs_only_the_hardest_samples_without_the_prediction_bound():
     """Seeds 4 and 7 came closest to failing: a quick check of 3 samples runs those two, then
     the screening seed, and passes them though their spread would fail the mean + 2 sd bound
     a complete verification applies."""
     oracle = MarginBySeed({4: 0.06, 7: 0.06})
-    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
-    hh = CATALOG.design("splitwise-hh")
-    assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
-    oracle.asked.clear()
+    verifier, hh = _after_one_verification(oracle)
     quick = verifier.run([Verify(Point(hh, 3, 2, 10.0), samples=3)])[0]
     assert oracle.asked == [4, 7, 0]
     assert quick.meets_slos and [seed for seed, _ in quick.samples] == [0, 4, 7]
@@ -299,10 +307,7 @@ def test_a_quick_check_that_fails_its_hardest_sample_runs_no_other(outright):
     neither the next-hardest nor the screening seed of that candidate is simulated, and the
     reason names the sample."""
     oracle = FailingSeeds({4: 0.06, 7: 0.07})
-    verifier = Verifier(Runner(oracle), tuple(range(10)), margin=0.05)
-    hh = CATALOG.design("splitwise-hh")
-    assert verifier.run([Verify(Point(hh, 2, 2, 10.0))])[0].meets_slos
-    oracle.asked.clear()
+    verifier, hh = _after_one_verification(oracle)
     if outright:
         oracle.failing.add(4)
     else:
