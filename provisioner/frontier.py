@@ -713,7 +713,8 @@ def design_search(design: Design, goal: Goal, constraints: Constraints,
 
 
 def _searched(design: Design, goal: Goal, constraints: Constraints, settings: SearchSettings,
-              beat: float | None, start: tuple[int, int], rival: Metrics | None = None):
+              beat: float | None, start: tuple[int, int], rival: Metrics | None = None,
+              probe: Probe | None = None):
     """A design's optimum, screened and verified, without the headroom and load sweep that
     only the answer needs (`_completed`); returns (DesignResult, its Probe).
 
@@ -722,15 +723,29 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
     first), so a design whose every such candidate fails cannot beat it (CANNOT_BEAT). With
     `rival` (the best layout's verified optimum so far), the verification stops at the first
     candidate it would take that does not rank strictly before it (`metrics_key`: a tie keeps
-    the earlier layout): neither that one nor any after it (dearer) could win."""
-    probe = Probe(design, infer=not settings.exhaustive)
+    the earlier layout): neither that one nor any after it (dearer) could win. `probe`: one
+    that already holds some of the design's points (they are not simulated again)."""
+    probe = probe or Probe(design, infer=not settings.exhaustive)
+    found = yield from _screened(probe, goal, constraints, settings, beat, start, rival)
+    return (yield from _settled(probe, found, goal, constraints, settings, beat, rival)), probe
+
+
+def _screened(probe: Probe, goal: Goal, constraints: Constraints, settings: SearchSettings,
+              beat: float | None, start: tuple[int, int], rival: Metrics | None = None):
+    """A design's screening (its points on the base sample): (candidates, frontier, box,
+    reason), as `_searched` takes them to verify."""
     if goal.name == "max-rate":
-        run = _max_rate_search
-    else:
-        def run(*args):
-            return _min_search(*args, beat=beat, start=start, rival=rival)
-    candidates, frontier, box, reason = yield from run(probe, design, goal, constraints,
-                                                      settings)
+        return (yield from _max_rate_search(probe, probe.design, goal, constraints, settings))
+    return (yield from _min_search(probe, probe.design, goal, constraints, settings, beat=beat,
+                                   start=start, rival=rival))
+
+
+def _settled(probe: Probe, found: tuple, goal: Goal, constraints: Constraints,
+             settings: SearchSettings, beat: float | None, rival: Metrics | None = None):
+    """The verified optimum of a screening (`_screened`'s `found`) and the DesignResult that
+    reports it (`_searched`)."""
+    design = probe.design
+    candidates, frontier, box, reason = found
     affordable = _within(beat, goal)
     candidates = [c for c in candidates if affordable(c)]
     optimum = select_optimum(candidates, goal, constraints, design) if candidates else None
@@ -747,7 +762,7 @@ def _searched(design: Design, goal: Goal, constraints: Constraints, settings: Se
     points = sorted(probe.seen.values(), key=_point_order)
     return DesignResult(design, goal, optimum, reason, points, frontier,
                         non_monotone_cells(points), box, None,
-                        rejected=[_rejection(m) for m in rejected]), probe
+                        rejected=[_rejection(m) for m in rejected])
 
 
 def _within(beat: float | None, goal: Goal,
@@ -789,8 +804,9 @@ GALLOP_AFTER = 16       # rejections before the step-up grows (x2 every GALLOP_A
 def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], goal: Goal,
               constraints: Constraints, design: Design, settings: SearchSettings,
               affordable: Callable[[Metrics], bool] = lambda m: True,
-              could_win: Callable[[Metrics], bool] = lambda m: True):
-    """The best candidate that meets every SLO on every verification sample.
+              could_win: Callable[[Metrics], bool] = lambda m: True, quick_only: bool = False):
+    """The best candidate that meets every SLO on every verification sample (`quick_only`:
+    the best that passes a quick check, with no complete verification).
 
     The search screened its points on a few samples; the best candidate is now quick-checked
     on the hardest samples (`Verify(point, QUICK_SAMPLES)`: a sample that failed before comes
@@ -813,18 +829,18 @@ def _verified(probe: Probe, optimum: Metrics | None, candidates: list[Metrics], 
     if optimum is not None and not design.is_baseline and not settings.exhaustive:
         optimum, complete, done = yield from _cheapest_cells(
             probe, candidates, goal, constraints, design, settings, affordable, could_win,
-            rejected)
+            rejected, quick_only)
         if done is not None:
             return optimum, rejected, done
         candidates = [optimum]   # (screened) too many rejections: gallop up from here
     while optimum is not None and could_win(optimum):
         if complete >= MAX_VERIFY_STEPS or len(rejected) >= MAX_REJECTIONS:
             return None, rejected, True
-        checked, ran_fully = yield from _quick_then_full(optimum.point)
+        checked, ran_fully = yield from _quick_then_full(optimum.point, quick_only)
         complete += ran_fully
         if checked.meets_slos:
             if len(rejected) >= GALLOP_AFTER:   # the steps galloped: come back down
-                checked = yield from _descend(probe, checked, rejected)
+                checked = yield from _descend(probe, checked, rejected, quick_only)
             return checked, rejected, False
         rejected.append(checked)
         step = 2 ** (len(rejected) // GALLOP_AFTER)
@@ -848,7 +864,7 @@ EXACT_REJECTIONS = 64    # rejections before `_cheapest_cells` hands over to the
 def _cheapest_cells(probe: Probe, candidates: list[Metrics], goal: Goal,
                     constraints: Constraints, design: Design, settings: SearchSettings,
                     affordable: Callable[[Metrics], bool], could_win: Callable[[Metrics], bool],
-                    rejected: list[Metrics]):
+                    rejected: list[Metrics], quick_only: bool = False):
     """min-cost / min-power of a two-pool design: the candidates in turn, best first, among
     the cells above a screened feasible one (`candidates`) and below no rejected one (more
     machines never hurt), the best of them quick-checked and, when it passes, verified.
@@ -871,7 +887,7 @@ def _cheapest_cells(probe: Probe, candidates: list[Metrics], goal: Goal,
             return None, complete, True
         if len(rejected) >= EXACT_REJECTIONS:
             return (yield from probe.measure(*cell, rate)), complete, None
-        checked, ran_fully = yield from _quick_then_full(probe.point(*cell, rate))
+        checked, ran_fully = yield from _quick_then_full(probe.point(*cell, rate), quick_only)
         complete += ran_fully
         if checked.meets_slos:
             # the answer is an evaluated point too (its base sample already ran: no simulation)
@@ -916,17 +932,17 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
     return best
 
 
-def _quick_then_full(point: Point):
+def _quick_then_full(point: Point, quick_only: bool = False):
     """(Metrics, whether the complete verification ran): the point quick-checked on the
-    hardest samples and, when it passes, verified on all of them."""
+    hardest samples and, when it passes (and not `quick_only`), verified on all of them."""
     (quick,) = yield [Verify(point, QUICK_SAMPLES)]
-    if not quick.meets_slos:
+    if not quick.meets_slos or quick_only:
         return quick, False
     (full,) = yield [Verify(point)]
     return full, True
 
 
-def _descend(probe: Probe, best: Metrics, rejected: list[Metrics]):
+def _descend(probe: Probe, best: Metrics, rejected: list[Metrics], quick_only: bool = False):
     """After galloping steps, the verified point may sit well above the cheapest one: bisect
     each pool down (the other fixed) to the smallest size still verified on every sample:
     screened, quick-checked, then verified. Sizes at or below a rejected point are skipped
@@ -940,7 +956,7 @@ def _descend(probe: Probe, best: Metrics, rejected: list[Metrics]):
             found = None
             if (not any(_cell_below(*sizes, rate, r) for r in rejected)
                     and (yield from probe.meets_slos(*sizes, rate))):
-                checked, _ = yield from _quick_then_full(probe.point(*sizes, rate))
+                checked, _ = yield from _quick_then_full(probe.point(*sizes, rate), quick_only)
                 found = checked if checked.meets_slos else None
             if found is None:
                 low = sizes[pool]
@@ -1103,55 +1119,163 @@ def objective(metrics: Metrics, goal: Goal) -> float:
 def layout_search(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                   settings: SearchSettings, beat: float | None = None):
     """A design's layout variants (records with `design`, a capacity `bound` and the pool
-    `floors` the growth starts from; best bound first), one after the other: a variant whose
-    bound cannot beat the best verified optimum so far is not simulated, and the others must
-    undercut it (`beat`; given, another design's min-cost / min-power optimum to undercut
-    too, whose bound the first variant's beats). Returns the best variant's DesignResult
-    with every variant's fate in `layouts`. Sequential within a design, so what is pruned
-    does not depend on jobs or batching."""
+    `floors` the growth starts from; best bound first): a variant whose bound cannot beat the
+    best so far is not simulated, and the others must undercut it (`beat`; given, another
+    design's min-cost / min-power optimum to undercut too, whose bound the first variant's
+    beats). Returns the best variant's DesignResult (the earlier variant on a tie) with every
+    variant's fate in `layouts`. Sequential within a design, so what is pruned does not
+    depend on jobs or batching. min-cost / min-power: `_layouts_cheapest_first`; max-rate:
+    one variant after the other, each verified before the next."""
+    if goal.name == "max-rate":
+        searched = yield from _layouts_in_turn(variants, goal, constraints, settings)
+    else:
+        searched = yield from _layouts_cheapest_first(variants, goal, constraints, settings,
+                                                      beat)
+    return (yield from _chosen_layout(variants, searched, goal, settings))
+
+
+def _layouts_in_turn(variants: Sequence[Any], goal: Goal, constraints: Constraints,
+                     settings: SearchSettings):
+    """max-rate: each variant searched and verified in turn, pruned when its bound cannot
+    beat the best verified rate so far. Returns {variant index: (DesignResult, Probe)}."""
     better = goal_key(goal.name)
-    best, best_variant, best_probe, best_line, last, lines = None, None, None, None, None, []
-    maximise = goal.name == "max-rate"
-    for variant in variants:
+    best, searched = None, {}
+    for i, variant in enumerate(variants):
+        target = _to_beat(goal, None, best and best.optimum)
+        if target is not None and variant.bound <= target:
+            continue
+        result, probe = yield from _searched(variant.design, goal, constraints, settings, None,
+                                             variant.floors)
+        searched[i] = (result, probe)
+        if result.feasible and (best is None or better(result) < better(best)):
+            best = result
+    return searched
+
+
+def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Constraints,
+                            settings: SearchSettings, beat: float | None):
+    """min-cost / min-power: every variant screened first, in turn, each capped by the best
+    candidate screened so far (`lead`: only pool sizes that could rank strictly before it are
+    tried), then verified cheapest screened candidate first, each capped also by the best
+    verified optimum so far. So a variant whose screened optimum cannot beat a later
+    variant's verified one is never verified (a variant verified first used to be, only to
+    lose). A variant screened against a lead that then failed verification is searched again
+    against the answer (its points are not simulated again). Returns {variant index:
+    (DesignResult, Probe)}."""
+    key = metrics_key(goal.name)
+    screened, lead = {}, None
+    for i, variant in enumerate(variants):
+        target = _to_beat(goal, beat, lead)
+        if target is not None and variant.bound >= target:
+            continue
+        probe = Probe(variant.design, infer=not settings.exhaustive)
+        found = yield from _screened(probe, goal, constraints, settings, target, variant.floors,
+                                     lead)
+        # the last variant caps no other: its best screened candidate only ranks it
+        top = yield from _quick_lead(probe, found, goal, constraints, settings, target, lead,
+                                     quick=i < len(variants) - 1)
+        screened[i] = (probe, found, target, lead, top)
+        lead = top or lead
+    searched, best_index = {}, None
+
+    def best():
+        return None if best_index is None else searched[best_index][0].optimum
+
+    def rival(i, cap):
+        """What variant i's candidates must rank strictly before: its screening's lead, and
+        the best verified optimum when that comes from an earlier variant (a later one's
+        ties go to i)."""
+        rivals = [m for m in (cap, best() if best_index is not None and best_index < i
+                              else None) if m is not None]
+        return min(rivals, key=key, default=None)
+
+    def settle(i, result, probe):
+        nonlocal best_index
+        searched[i] = (result, probe)
+        if result.feasible and (best_index is None or (key(result.optimum), i)
+                                < (key(best()), best_index)):
+            best_index = i
+
+    order = sorted(screened, key=lambda i: (screened[i][4] is None,
+                                            key(screened[i][4]) if screened[i][4] else (), i))
+    for i in order:
+        probe, found, cap_target, cap, _ = screened[i]
+        target = min(_to_beat(goal, beat, best()) or math.inf, cap_target or math.inf)
+        result = yield from _settled(probe, found, goal, constraints, settings,
+                                     None if math.isinf(target) else target, rival(i, cap))
+        settle(i, result, probe)
+    for i in sorted(screened):   # screened against a lead that did not hold: search again
+        cap = screened[i][3]
+        if cap is None or (best_index is not None and (key(cap), i) > (key(best()), best_index)):
+            continue
+        variant = variants[i]
+        result, probe = yield from _searched(variant.design, goal, constraints, settings,
+                                             _to_beat(goal, beat, best()), variant.floors,
+                                             rival(i, None), searched[i][1])
+        settle(i, result, probe)
+    return searched
+
+
+def _quick_lead(probe: Probe, found: tuple, goal: Goal, constraints: Constraints,
+                settings: SearchSettings, target: float | None, lead: Metrics | None,
+                quick: bool = True):
+    """The best of a screening's candidates (`_screened`'s `found`) that could beat `lead`
+    and passes a quick check (as `_verified` walks them, without the complete verification):
+    a cap the next variants' screening can trust more than a screened point (None: none).
+    Not `quick`: the best screened one that could beat `lead`, with no simulation."""
+    affordable, could_win = _within(target, goal), _within(target, goal, lead)
+    candidates = [c for c in found[0] if affordable(c)]
+    if not quick:
+        tops = [c for c in candidates if c.meets_slos and could_win(c)]
+        return select_optimum(tops, goal, constraints, probe.design) if tops else None
+    optimum = (select_optimum(candidates, goal, constraints, probe.design)
+               if candidates else None)
+    top, _, _ = yield from _verified(probe, optimum, candidates, goal, constraints,
+                                     probe.design, settings, affordable, could_win,
+                                     quick_only=True)
+    return top
+
+
+def _chosen_layout(variants: Sequence[Any], searched: dict, goal: Goal,
+                   settings: SearchSettings):
+    """The best variant's DesignResult (the earlier one on a tie), its headroom and load
+    sweep run, with every variant's fate in `layouts` (in the variants' order)."""
+    key = metrics_key(goal.name)
+    feasible = [i for i in searched if searched[i][0].feasible]
+    chosen_index = min(feasible, key=lambda i: (key(searched[i][0].optimum), i), default=None)
+    lines = []
+    for i, variant in enumerate(variants):
         line = {"layout": _layout_label(variant.design), "bound": float(variant.bound)}
-        target = _to_beat(goal, beat, best)
-        if target is not None and (variant.bound <= target if maximise
-                                   else variant.bound >= target):
+        if i not in searched:
             lines.append({**line, "status": "pruned",
                           "reason": "its capacity bound cannot beat the best layout"})
             continue
-        result, probe = yield from _searched(variant.design, goal, constraints, settings,
-                                             None if maximise else target, variant.floors,
-                                             None if maximise or best is None else best.optimum)
-        last = result
+        result = searched[i][0]
         if result.feasible:
             o = result.optimum
-            line.update(status="feasible", cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,
+            line.update(status="chosen" if i == chosen_index else "lost",
+                        cost_per_hour=o.cost_per_hour, power_kw=o.power_kw,
                         rate_rps=o.rate_rps, gpus=o.gpus, prompt_machines=o.prompt_machines,
                         token_machines=o.token_machines)
-            if best is None or better(result) < better(best):
-                best, best_variant, best_probe, best_line = result, variant, probe, line
         else:
             line.update(status="infeasible", reason=result.reason)
         line["evaluations"] = len(result.points)
         lines.append(line)
-    if best is not None:   # the headroom and load sweep of the answer alone
-        best = yield from _completed(best, best_probe, settings)
-        best_line["evaluations"] = len(best.points)
-    chosen = best or last
-    ours = best_variant or next(v for v in variants if v.design == chosen.design)
+    if chosen_index is None:
+        chosen, ours = searched[max(searched)][0], variants[max(searched)]
+    else:   # the headroom and load sweep of the answer alone
+        result, probe = searched[chosen_index]
+        chosen, ours = (yield from _completed(result, probe, settings)), variants[chosen_index]
+        lines[chosen_index]["evaluations"] = len(chosen.points)
     chosen.capacity_bound = {"value": float(ours.bound), "pool_floors": list(ours.floors)}
-    chosen_label = _layout_label(best.design) if best is not None else None
-    for line in lines:
-        if line["status"] == "feasible":
-            line["status"] = "chosen" if line["layout"] == chosen_label else "lost"
     chosen.layouts = lines
     return chosen
 
 
-def _to_beat(goal: Goal, beat: float | None, best: DesignResult | None) -> float | None:
-    """The objective a layout must beat: the best layout's so far and another design's."""
-    values = [v for v in (beat, best and objective(best.optimum, goal)) if v is not None]
+def _to_beat(goal: Goal, beat: float | None, best: Metrics | None) -> float | None:
+    """The objective a layout must beat: the best layout's optimum so far (`best`) and
+    another design's (`beat`)."""
+    values = [v for v in (beat, best and objective(best, goal)) if v is not None]
     if not values:
         return None
     return max(values) if goal.name == "max-rate" else min(values)

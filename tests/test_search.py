@@ -763,10 +763,11 @@ def _pooled(design, p, t, rate):
 
 @pytest.mark.parametrize("need", [3, 2, 1])
 def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, monkeypatch):
-    """A variant whose candidates cost more than the best verified optimum so far, or tie
-    it (a tie keeps the earlier variant), is not verified: it cannot beat it; the headroom
-    and load sweep are the answer's alone. The answer is the variant the exhaustive
-    enumeration finds cheapest, the earlier one on a tie."""
+    """Variants are screened first and verified cheapest screened candidate first: a
+    variant whose candidates cost more than the best verified optimum, or tie it with a
+    later variant's (a tie keeps the earlier variant), is not verified: it cannot beat it;
+    the headroom and load sweep are the answer's alone. The answer is the variant the
+    exhaustive enumeration finds cheapest, the earlier one on a tie."""
     from provisioner.frontier import CANNOT_BEAT, layout_search
     monkeypatch.setattr(_pooled, "need", need, raising=False)
     dear = need > 1
@@ -778,7 +779,7 @@ def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, mon
     verified = []
 
     def run_batch(items):
-        verified.extend(i.point for i in items if isinstance(i, Verify))
+        verified.extend((i.point, i.samples) for i in items if isinstance(i, Verify))
         return verifier.run(items)
 
     settings = SearchSettings(load_sweep=(0.5,), search_limit=48)
@@ -793,14 +794,58 @@ def test_layouts_verify_only_what_could_win_and_finish_only_the_answer(need, mon
     if dear:   # splitwise-hh's cheapest corner costs more than baseline's $152, or as much
         assert lines["TP8 / TP8"]["status"] == "infeasible"
         assert lines["TP8 / TP8"]["reason"] == CANNOT_BEAT
-        assert not [p for p in verified if p.design.name == "splitwise-hh"]
-    else:      # splitwise-hh wins; the baseline's optimum was verified before it, then lost
-        assert lines["TP8"]["status"] == "lost"
+        assert not [p for p, _ in verified if p.design.name == "splitwise-hh"]
+    else:      # splitwise-hh wins, verified first: the baseline's dearer optimum is only
+        #        quick-checked (to cap splitwise-hh's screening), never verified in full
+        assert lines["TP8"]["status"] == "infeasible" and lines["TP8"]["reason"] == CANNOT_BEAT
+        assert not [p for p, samples in verified
+                    if p.design.name == "baseline-h100" and samples is None]
     finishing = [m for m in result.points if m.rate_rps != 10.0]   # headroom and sweep
     assert finishing and result.headroom_rps >= 10.0
     assert {m.point.design.name for m in finishing} == {winner}
     assert lines[[k for k in lines if lines[k]["status"] == "chosen"][0]]["evaluations"] == len(
         result.points)
+
+
+@dataclass(frozen=True)
+class _LeadFailsOnSeven:
+    """As `_pooled` (need 2), but baseline-h100's 4 machines fail sample 7, which needs 5
+    ($190/h): its screened and quick-checked optimum, $152/h, fails its verification."""
+    def outcome(self, point, seed):
+        p, t, scale = point.prompt_machines, point.token_machines, point.rate_rps / 10.0
+        ok = (p >= (5 if seed == 7 else 4) * scale if t == 0
+              else p >= 2 * scale and t >= 2 * scale)
+        value = 3.0 if ok else 9.0
+        slo = tuple((key, value if key == "ttft_p99" else 1.0,
+                     6.0 if key == "ttft_p99" else 10.0) for key in SLO_KEYS)
+        return Outcome(ok, True, "" if ok else "TTFT P99 9 > 6x", slo, 1.0 - value / 6.0, 100)
+
+    def identity(self):
+        return {"oracle": "lead fails on seven"}
+
+    def point_identity(self, point):
+        return {"design": point.design.as_dict()}
+
+
+def test_a_layout_screened_against_a_lead_that_fails_is_searched_again():
+    """The first variant's cheapest candidate ($152/h) passes screening and its quick check,
+    so the second variant's screening looks only below it (its $152/h tie goes to the first);
+    the candidate then fails verification on sample 7 and the first variant's optimum is
+    $190/h: the second is searched again against that and wins with its $152/h."""
+    from hardware_catalog import Layout
+    from provisioner.frontier import layout_search
+    base = CATALOG.design("baseline-h100").with_layouts(Layout(8))
+    split = CATALOG.design("splitwise-hh").with_layouts(Layout(8), Layout(8))
+    verifier = Verifier(Runner(_LeadFailsOnSeven()), tuple(range(10)))
+    search = layout_search([_Variant(base, 100.0), _Variant(split, 120.0)],
+                           Goal("min-cost", 10.0), Constraints(),
+                           SearchSettings(load_sweep=(), search_limit=48))
+    result = drive({"design": search}, verifier.run)["design"]
+    assert result.design.name == "splitwise-hh" and result.optimum.cost_per_hour == 152.0
+    assert (result.optimum.prompt_machines, result.optimum.token_machines) == (2, 2)
+    lines = {line["layout"]: line for line in result.layouts}
+    assert lines["TP8"]["status"] == "lost" and lines["TP8"]["cost_per_hour"] == 190.0
+    assert lines["TP8 / TP8"]["status"] == "chosen"
 
 
 @pytest.mark.parametrize("need", [4, 3, 2])
