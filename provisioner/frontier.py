@@ -31,7 +31,7 @@ import numpy as np
 from hardware_catalog import Design
 from provisioner.chunked import goal_key, metrics_key
 from provisioner.options import Constraints, SearchSettings
-from provisioner.select import select_optimum
+from provisioner.select import MILLI, select_optimum
 from provisioner.study import Asked, Budget, DesignResult, Goal, Metrics, Point
 from provisioner.verify import QUICK_SAMPLES, Verify
 
@@ -1182,11 +1182,12 @@ def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Co
         return None if best_index is None else searched[best_index][0].optimum
 
     def rival(i, cap):
-        """What variant i's candidates must rank strictly before: its screening's lead, and
-        the best verified optimum when that comes from an earlier variant (a later one's
-        ties go to i)."""
-        rivals = [m for m in (cap, best() if best_index is not None and best_index < i
-                              else None) if m is not None]
+        """What variant i's candidates must rank strictly before: its screening's lead (an
+        earlier variant's), and the best verified optimum (a later variant's: so that i takes
+        a tie with it)."""
+        rivals = [cap] if cap is not None else []
+        if best_index is not None:
+            rivals.append(best() if best_index < i else _taking_ties(best(), goal))
         return min(rivals, key=key, default=None)
 
     def settle(i, result, probe):
@@ -1214,6 +1215,17 @@ def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Co
                                              rival(i, None), searched[i][1])
         settle(i, result, probe)
     return searched
+
+
+def _taking_ties(rival: Metrics, goal: Goal) -> SimpleNamespace:
+    """A stand-in for `rival` that ranks one milli-unit after it (`metrics_key` ranks in
+    milli-units), so that a candidate that ties `rival` ranks strictly before it: an earlier
+    layout takes a tie with a later one."""
+    if goal.name == "min-power":
+        return SimpleNamespace(cost_per_hour=rival.cost_per_hour + 1.0 / MILLI,
+                               power_kw=rival.power_kw, rate_rps=rival.rate_rps)
+    return SimpleNamespace(cost_per_hour=rival.cost_per_hour,
+                           power_kw=rival.power_kw + 1.0 / MILLI, rate_rps=rival.rate_rps)
 
 
 def _quick_lead(probe: Probe, found: tuple, goal: Goal, constraints: Constraints,
