@@ -883,6 +883,25 @@ def test_a_layout_that_cannot_win_is_ruled_out_on_its_largest_winning_pools(need
 
 
 @pytest.mark.parametrize("goal_name", ["min-cost", "min-power"])
+def test_a_stand_in_that_takes_ties_ranks_one_milli_unit_after_its_rival(goal_name):
+    """An earlier layout verified after a later one's optimum takes a tie with it: ranked
+    against `_taking_ties`, a candidate that ties the optimum ranks before, one that draws a
+    watt more (costs a tenth of a cent more) does not."""
+    from types import SimpleNamespace
+    from provisioner.chunked import metrics_key
+    from provisioner.frontier import _taking_ties
+    key = metrics_key(goal_name)
+    for cost, power in [(266.0, 39.2), (228.0, 33.6), (1444.0, 212.8), (7443.6, 1030.4)]:
+        rival = SimpleNamespace(cost_per_hour=cost, power_kw=power, rate_rps=70.0)
+        stand_in = _taking_ties(rival, Goal(goal_name, 70.0))
+        assert key(rival) < key(stand_in)
+        worse = (SimpleNamespace(cost_per_hour=cost, power_kw=power + 0.001, rate_rps=70.0)
+                 if goal_name == "min-cost" else
+                 SimpleNamespace(cost_per_hour=cost + 0.001, power_kw=power, rate_rps=70.0))
+        assert not key(worse) < key(stand_in)
+
+
+@pytest.mark.parametrize("goal_name", ["min-cost", "min-power"])
 def test_winning_cells_are_the_largest_that_undercut_and_rank_before_the_rival(goal_name):
     """Every pool size that costs (min-power: draws) no more than the budget and ranks
     strictly before the rival lies below one of `_winning_cells`, and each of those does
