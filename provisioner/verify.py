@@ -323,13 +323,16 @@ class Verifier:
                               and self._decided(samples[i], len(seeds), first[i]))]
             if not alive:
                 break
-            # one sample per point and round, whatever the job count: the samples run decide
+            # one sample per point and round, whatever the job count: the samples taken decide
             # the reasons and the order of later verifications, so must not depend on it, and
-            # a point stops at its first failing sample (the designs' searches, batched
-            # together, keep the workers busy meanwhile)
+            # a point stops at its first failing sample. With several workers a complete
+            # verification's samples up to its next look are simulated ahead in the same
+            # batch (`_ahead`), so that they run side by side; they are only taken in turn
             asked = [(i, wanted[i][1][done]) for i in alive]
-            for (i, seed), outcome in zip(asked, self.runner.outcomes(
-                    [(wanted[i][0], seed) for i, seed in asked])):
+            ahead = [(i, seed) for i in alive if first[i] is not None
+                     for seed in self._ahead(wanted[i][1], done)]
+            outcomes = self.runner.outcomes([(wanted[i][0], seed) for i, seed in asked + ahead])
+            for (i, seed), outcome in zip(asked, outcomes):
                 samples[i].append((seed, outcome))
             done += 1
         results = []
@@ -345,6 +348,16 @@ class Verifier:
                                                           named=isinstance(item, Verify)),
                                       tuple(got)))
         return results
+
+    def _ahead(self, seeds: Sequence[int], done: int) -> Sequence[int]:
+        """With several workers, the samples of a complete verification (`seeds`, in order)
+        after the one it takes next (`seeds[done]`) up to its next look for an early pass
+        (`step_ends`): simulated in the same batch, as they were when samples went two at a
+        time; a failing sample before them wastes them (none with one worker)."""
+        if getattr(self.runner, "jobs", 1) <= 1:
+            return ()
+        look = next(n for n in step_ends(len(seeds), self.screen) if n > done)
+        return seeds[done + 1:look]
 
     def _order(self, item: Verify) -> tuple[int, ...]:
         """The samples a verification runs, in order: the screening seeds, then the others

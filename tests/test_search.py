@@ -319,18 +319,25 @@ def test_a_quick_check_that_fails_its_hardest_sample_runs_no_other(outright):
 
 
 @pytest.mark.parametrize("jobs", [3, 4, 8])
-def test_verification_runs_the_same_samples_whatever_the_job_count(jobs):
-    """The samples a verification simulates decide its reason and the order of the design's
+def test_verification_takes_the_same_samples_whatever_the_job_count(jobs):
+    """The samples a verification takes decide its reason and the order of the design's
     later verifications (and so a max-rate quick check's verdict): they must not depend on
-    how many workers there are."""
-    def verify_twice(jobs):
+    how many workers there are. With several, a complete verification simulates the samples
+    up to its next look side by side; it still takes them one at a time, so one after a
+    failing sample is simulated and not taken."""
+    def verify_three(jobs):
         oracle = MarginBySeed({2: -0.1, 4: -0.3, 5: 0.02})
         verifier = Verifier(Runner(oracle, jobs=jobs), tuple(range(10)), margin=0.05)
         hh = CATALOG.design("splitwise-hh")
         verdicts = [verifier.run([Verify(Point(hh, p, 2, 10.0), samples)])[0]
                     for p, samples in ((2, None), (3, 3), (4, None))]
-        return sorted(oracle.asked), [v.outcome.reason for v in verdicts]
-    assert verify_twice(jobs) == verify_twice(1)
+        taken = [[seed for seed, _ in v.samples] for v in verdicts]
+        return taken, [v.outcome.reason for v in verdicts], verifier._margins, oracle.asked
+    *taken, simulated = verify_three(jobs)
+    *alone, one_at_a_time = verify_three(1)
+    assert taken == alone
+    assert sorted(one_at_a_time) == sorted(seed for seeds in taken[0] for seed in seeds)
+    assert set(one_at_a_time) <= set(simulated) and len(simulated) > len(one_at_a_time)
 
 
 @dataclass(frozen=True)
