@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, Generator, Iterable, Sequence
+from typing import Any, Callable, Generator, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -1152,6 +1152,15 @@ def _layouts_in_turn(variants: Sequence[Any], goal: Goal, constraints: Constrain
     return searched
 
 
+class _Screening(NamedTuple):
+    """A layout variant's screening, kept for its verification (`_layouts_cheapest_first`)."""
+    probe: Probe
+    found: tuple                 # `_screened`'s (candidates, frontier, box, reason)
+    target: float | None         # the objective its screening had to beat
+    lead: Metrics | None         # the earlier variants' lead it had to rank before
+    top: Metrics | None          # its own best candidate (`_quick_lead`): its rank
+
+
 def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Constraints,
                             settings: SearchSettings, beat: float | None):
     """min-cost / min-power: every variant screened first, in turn, each capped by the best
@@ -1174,7 +1183,7 @@ def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Co
         # the last variant caps no other: its best screened candidate only ranks it
         top = yield from _quick_lead(probe, found, goal, constraints, settings, target, lead,
                                      quick=i < len(variants) - 1)
-        screened[i] = (probe, found, target, lead, top)
+        screened[i] = _Screening(probe, found, target, lead, top)
         lead = top or lead
     searched, best_index = {}, None
 
@@ -1197,16 +1206,15 @@ def _layouts_cheapest_first(variants: Sequence[Any], goal: Goal, constraints: Co
                                 < (key(best()), best_index)):
             best_index = i
 
-    order = sorted(screened, key=lambda i: (screened[i][4] is None,
-                                            key(screened[i][4]) if screened[i][4] else (), i))
+    order = sorted(screened, key=lambda i: (screened[i].top is None,
+                                            key(screened[i].top) if screened[i].top else (), i))
     for i in order:
-        probe, found, cap_target, cap, _ = screened[i]
-        target = min(_to_beat(goal, beat, best()) or math.inf, cap_target or math.inf)
-        result = yield from _settled(probe, found, goal, constraints, settings,
-                                     None if math.isinf(target) else target, rival(i, cap))
-        settle(i, result, probe)
+        s = screened[i]   # (its target already holds `beat`)
+        result = yield from _settled(s.probe, s.found, goal, constraints, settings,
+                                     _to_beat(goal, s.target, best()), rival(i, s.lead))
+        settle(i, result, s.probe)
     for i in sorted(screened):   # screened against a lead that did not hold: search again
-        cap = screened[i][3]
+        cap = screened[i].lead
         if cap is None or (best_index is not None and (key(cap), i) > (key(best()), best_index)):
             continue
         variant = variants[i]

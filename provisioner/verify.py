@@ -310,11 +310,11 @@ class Verifier:
         wanted = [(item.point, self._order(item)) if isinstance(item, Verify)
                   else (item, self.seeds[:self.screen]) for item in items]
         samples: list[list[tuple[int, Outcome]]] = [[] for _ in wanted]
+        complete = [isinstance(item, Verify) and item.samples is None for item in items]
         # the samples each complete verification must run before it may pass early (the
         # history guard, `_must_run`); the batch's items read the history as it was before it
-        first = [self._must_run(point, seeds) if self.sequential and isinstance(item, Verify)
-                 and item.samples is None else None
-                 for item, (point, seeds) in zip(items, wanted)]
+        first = [self._must_run(point, seeds) if self.sequential and full else None
+                 for full, (point, seeds) in zip(complete, wanted)]
         done = 0
         while True:
             alive = [i for i, (_, seeds) in enumerate(wanted) if done < len(seeds)
@@ -329,19 +329,19 @@ class Verifier:
             # verification's samples up to its next look are simulated ahead in the same
             # batch (`_ahead`), so that they run side by side; they are only taken in turn
             asked = [(i, wanted[i][1][done]) for i in alive]
-            ahead = [(i, seed) for i in alive if first[i] is not None
+            ahead = [(i, seed) for i in alive if complete[i]
                      for seed in self._ahead(wanted[i][1], done)]
             outcomes = self.runner.outcomes([(wanted[i][0], seed) for i, seed in asked + ahead])
             for (i, seed), outcome in zip(asked, outcomes):
                 samples[i].append((seed, outcome))
             done += 1
         results = []
-        for item, (point, seeds), got, must in zip(items, wanted, samples, first):
+        for item, (point, seeds), got, must, full in zip(items, wanted, samples, first,
+                                                         complete):
             if isinstance(item, Verify):
                 self._margins.setdefault(point.design.name, {}).update(
                     (seed, _margin(o)) for seed, o in got)
             got.sort(key=lambda sample: self.seeds.index(sample[0]))
-            full = isinstance(item, Verify) and item.samples is None
             early = must is not None and self._decided(got, len(seeds), must)
             asked = len(got) if early else len(seeds)
             results.append(Metrics.of(point, self._verdict(got, asked, full,
