@@ -86,6 +86,30 @@ def test_heap_pops_by_key_then_item():
     assert heap.size[0] == 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.tuples(st.integers(0, 6), st.integers(0, 9))),
+                max_size=120))
+def test_heap_pops_what_heapq_pops(steps):
+    """Pushes (key, item) and pops (None) interleaved, many ties: each pop gives heapq's
+    smallest (key, item), and a heapified prefix (as a failure leaves it) pops in order too."""
+    import heapq
+    heap = records.Heap(np.zeros(128), np.zeros(128, np.int64), np.zeros(1, np.int64))
+    expected = []
+    for step in steps:
+        if step is None:
+            if expected:
+                assert structures._heap_pop(heap) == heapq.heappop(expected)[1]
+        else:
+            structures._heap_push(heap, float(step[0]), step[1])
+            heapq.heappush(expected, (float(step[0]), step[1]))
+    kept = heap.size[0]
+    heap.key[:kept], heap.item[:kept] = heap.key[:kept][::-1].copy(), heap.item[:kept][::-1].copy()
+    structures._heapify(heap, kept)
+    assert [structures._heap_pop(heap) for _ in range(kept)] == \
+        [item for _, item in sorted(expected)]
+    assert heap.size[0] == 0
+
+
 def pools_for(name, pending, committed, in_mixed=()):
     ms = setup._new_machines(CLUSTERS[name])
     ms.pending[:], ms.committed[:] = pending, committed

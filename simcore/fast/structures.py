@@ -16,18 +16,20 @@ from .records import NONE
 
 @_compiled
 def _heap_push(heap, key, item):
+    """Add (key, item): parents greater in (key, item) order move down into the hole, and it
+    goes where the hole stops (one store a level instead of a swap)."""
+    keys, items = heap.key, heap.item
     i = heap.size[0]
     heap.size[0] += 1
-    keys, items = heap.key, heap.item
-    keys[i] = key
-    items[i] = item
     while i > 0:
         parent = (i - 1) // 2
-        if keys[parent] < keys[i] or (keys[parent] == keys[i] and items[parent] < items[i]):
+        if keys[parent] < key or (keys[parent] == key and items[parent] < item):
             break
-        keys[parent], keys[i] = keys[i], keys[parent]
-        items[parent], items[i] = items[i], items[parent]
+        keys[i] = keys[parent]
+        items[i] = items[parent]
         i = parent
+    keys[i] = key
+    items[i] = item
 
 
 @_compiled
@@ -50,14 +52,35 @@ def _sift_down(heap, i):
 
 @_compiled
 def _heap_pop(heap):
-    """Remove and return the (key, item)-minimal item."""
+    """Remove and return the (key, item)-minimal item. Bottom-up (Floyd): the hole at the top
+    takes its smaller child all the way down, one comparison a level, and the last entry,
+    usually among the largest, rises from the bottom into it, a level or two. Which entry
+    comes out is the same as with the usual sift-down: (key, item) pairs order totally."""
     keys, items = heap.key, heap.item
     top = items[0]
-    heap.size[0] -= 1
-    size = heap.size[0]
-    keys[0] = keys[size]
-    items[0] = items[size]
-    _sift_down(heap, 0)
+    size = heap.size[0] - 1
+    heap.size[0] = size
+    key, item = keys[size], items[size]
+    i = 0
+    child = 1
+    while child < size:
+        right = child + 1
+        if right < size and (keys[right] < keys[child]
+                             or (keys[right] == keys[child] and items[right] < items[child])):
+            child = right
+        keys[i] = keys[child]
+        items[i] = items[child]
+        i = child
+        child = 2 * i + 1
+    while i > 0:
+        parent = (i - 1) // 2
+        if keys[parent] < key or (keys[parent] == key and items[parent] < item):
+            break
+        keys[i] = keys[parent]
+        items[i] = items[parent]
+        i = parent
+    keys[i] = key
+    items[i] = item
     return top
 
 
