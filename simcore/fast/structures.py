@@ -18,9 +18,15 @@ from .records import NONE
 def _heap_push(heap, key, item):
     """Add (key, item): parents greater in (key, item) order move down into the hole, and it
     goes where the hole stops (one store a level instead of a swap)."""
-    keys, items = heap.key, heap.item
     i = heap.size[0]
     heap.size[0] += 1
+    _rise(heap.key, heap.item, i, key, item)
+
+
+@_inlined
+def _rise(keys, items, i, key, item):
+    """Place (key, item) at the hole i or above it: parents greater in (key, item) order move
+    down into the hole."""
     while i > 0:
         parent = (i - 1) // 2
         if keys[parent] < key or (keys[parent] == key and items[parent] < item):
@@ -72,15 +78,7 @@ def _heap_pop(heap):
         items[i] = items[child]
         i = child
         child = 2 * i + 1
-    while i > 0:
-        parent = (i - 1) // 2
-        if keys[parent] < key or (keys[parent] == key and items[parent] < item):
-            break
-        keys[i] = keys[parent]
-        items[i] = items[parent]
-        i = parent
-    keys[i] = key
-    items[i] = item
+    _rise(keys, items, i, key, item)
     return top
 
 
