@@ -14,10 +14,15 @@ from .compiler import _compiled, _inlined
 from .records import NONE
 
 
+@_inlined
+def _precedes(key_a, item_a, key_b, item_b):
+    """The heaps' order: by key, then by item."""
+    return key_a < key_b or (key_a == key_b and item_a < item_b)
+
+
 @_compiled
 def _heap_push(heap, key, item):
-    """Add (key, item): parents greater in (key, item) order move down into the hole, and it
-    goes where the hole stops (one store a level instead of a swap)."""
+    """Add (key, item) at the bottom and let it rise (`_rise`)."""
     i = heap.size[0]
     heap.size[0] += 1
     _rise(heap.key, heap.item, i, key, item)
@@ -25,11 +30,11 @@ def _heap_push(heap, key, item):
 
 @_inlined
 def _rise(keys, items, i, key, item):
-    """Place (key, item) at the hole i or above it: parents greater in (key, item) order move
-    down into the hole."""
+    """Place (key, item) at the hole i or above it: the parents it precedes move down into the
+    hole (one store a level instead of a swap)."""
     while i > 0:
         parent = (i - 1) // 2
-        if keys[parent] < key or (keys[parent] == key and items[parent] < item):
+        if _precedes(keys[parent], items[parent], key, item):
             break
         keys[i] = keys[parent]
         items[i] = items[parent]
@@ -43,11 +48,9 @@ def _sift_down(heap, i):
     keys, items, size = heap.key, heap.item, heap.size[0]
     while True:
         left, right, best = 2 * i + 1, 2 * i + 2, i
-        if left < size and (keys[left] < keys[best]
-                            or (keys[left] == keys[best] and items[left] < items[best])):
+        if left < size and _precedes(keys[left], items[left], keys[best], items[best]):
             best = left
-        if right < size and (keys[right] < keys[best]
-                             or (keys[right] == keys[best] and items[right] < items[best])):
+        if right < size and _precedes(keys[right], items[right], keys[best], items[best]):
             best = right
         if best == i:
             break
@@ -71,8 +74,7 @@ def _heap_pop(heap):
     child = 1
     while child < size:
         right = child + 1
-        if right < size and (keys[right] < keys[child]
-                             or (keys[right] == keys[child] and items[right] < items[child])):
+        if right < size and _precedes(keys[right], items[right], keys[child], items[child]):
             child = right
         keys[i] = keys[child]
         items[i] = items[child]
