@@ -21,6 +21,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,14 +54,14 @@ def capture(path: Path, search_args: list[str], limit: int) -> None:
 
     binding.simulate_fast = recording
     from provisioner.cli import main
-    output = path.with_suffix(".reports")
-    sys.argv = ["provision", "search", "--no-cache", "--quiet", "--jobs", "1",
-                "-o", str(output), *search_args]
-    try:
-        main()
-    except SystemExit as stop:
-        if stop.code:
-            raise
+    with tempfile.TemporaryDirectory() as reports:   # only the simulations are kept
+        sys.argv = ["provision", "search", "--no-cache", "--quiet", "--jobs", "1",
+                    "-o", reports, *search_args]
+        try:
+            main()
+        except SystemExit as stop:
+            if stop.code:
+                raise
     with open(path, "wb") as handle:
         pickle.dump(kept, handle)
     print(f"{len(kept)} simulations recorded in {path}")
