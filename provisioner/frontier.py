@@ -21,6 +21,7 @@ backend or job count.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from types import SimpleNamespace
@@ -903,13 +904,7 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
     that qualify."""
     if not minimal:
         return None
-    blocked: dict[int, int] = {}   # token pool -> most prompt machines ruled out there
-    for r in rejected:
-        if _rate_covers(rate, r.rate_rps):
-            blocked[r.token_machines] = max(blocked.get(r.token_machines, 0), r.prompt_machines)
-    ruled_out = [0] * (limit + 2)   # at T: most prompt machines of a rejection at >= T
-    for t in range(limit, 0, -1):
-        ruled_out[t] = max(ruled_out[t + 1], blocked.get(t, 0))
+    ruled_out = _ruled_out(rejected, rate)
     key = metrics_key(goal.name)
 
     def rank(p: int, t: int):
@@ -924,12 +919,31 @@ def _best_cell(minimal: list[tuple[int, int]], rejected: list[Metrics], rate, de
         while i < len(corners) and corners[i][1] <= t:
             fewest = min(fewest, corners[i][0])
             i += 1
-        p = max(fewest, ruled_out[t] + 1)
+        p = max(fewest, ruled_out(t) + 1)
         if p <= limit and _allowed(design, p, t, constraints):
             cell_rank = rank(p, t)
             if best is None or cell_rank < best_rank:
                 best, best_rank, value = (p, t), cell_rank, objective_at(design, goal, p, t)
     return best
+
+
+def _ruled_out(rejected: list[Metrics], rate) -> Callable[[int], int]:
+    """At token pool T, the most prompt machines of a rejection at `rate` with T or more token
+    machines (more machines never hurt: every cell at or below it fails). A lookup among the
+    rejections' token pools, not a table up to the search limit (16,384 entries a call)."""
+    blocked: dict[int, int] = {}   # token pool -> most prompt machines ruled out there
+    for r in rejected:
+        if _rate_covers(rate, r.rate_rps):
+            blocked[r.token_machines] = max(blocked.get(r.token_machines, 0), r.prompt_machines)
+    pools = sorted(blocked)
+    most = [blocked[t] for t in pools]
+    for i in range(len(most) - 2, -1, -1):   # most prompt machines at >= pools[i]
+        most[i] = max(most[i], most[i + 1])
+
+    def at(token: int) -> int:
+        i = bisect.bisect_left(pools, token)
+        return most[i] if i < len(most) else 0
+    return at
 
 
 def _quick_then_full(point: Point, quick_only: bool = False):
