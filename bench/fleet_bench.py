@@ -14,6 +14,7 @@ utilisation), so an A/B shows whether an answer moved.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+PACKAGES = ("provisioner", "simcore", "hardware_catalog", "slo_profiles")
 QUESTIONS = {
     "default": [],
     # issue 38's comparison with an analytic planner and aiconfigurator: three H100 designs
@@ -31,6 +33,15 @@ QUESTIONS = {
     "700": ["--rate", "700", "--designs", "all"],
     "7000-baseline-h100": ["--rate", "7000", "--designs", "baseline-h100"],
 }
+
+
+def cache_bytecode(tree: Path) -> None:
+    """Write the tree's bytecode before any timing. A fresh worktree has none, and with
+    PYTHONDONTWRITEBYTECODE set every run would compile its sources again (0.14-0.17 CPU s a
+    search here), which once showed as a 10% gain of the tree that had its bytecode cached."""
+    for package in PACKAGES:
+        if (tree / package).is_dir():
+            compileall.compile_dir(str(tree / package), quiet=1)
 
 
 def run(tree: Path, args: list[str]) -> tuple[float, str]:
@@ -78,6 +89,8 @@ def main(argv: list[str]) -> None:
         parser.error(f"unknown question(s) {', '.join(unknown)}: choose from "
                      f"{', '.join(QUESTIONS)}")
     trees = [HERE] + [tree.resolve() for tree in args.trees]
+    for tree in trees:
+        cache_bytecode(tree)
     for name in args.only:
         for _ in range(args.pairs):   # alternated: A B A B ..., so a load change hits both
             for tree in trees:
