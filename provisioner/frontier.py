@@ -176,7 +176,8 @@ def budget_walk(probe: Probe, rate, p_hi: int, t_hi: int,
     """The corners of the feasibility staircase below (p_hi, t_hi) that cost no more than
     `budget` (the objective of a feasible point already found, e.g. the growth's corner),
     walked from the fewest token machines up; past WALK_CORNERS token pools the rest is
-    searched for its cheapest point (`cheapest_on_staircase`).
+    searched for its cheapest point (`cheapest_on_staircase`), up to the last token pool that
+    could still hold a corner within the budget (`_tightened_floor`).
 
     With g(T) the smallest feasible prompt pool at T (non-increasing), a corner at T needs
     g(T) below the previous corner's prompt pool and, to matter, objective(g(T), T) <= the
@@ -198,7 +199,11 @@ def budget_walk(probe: Probe, rate, p_hi: int, t_hi: int,
         if high < floor or objective(floor, t) > budget + _slack(budget):
             break   # no corner left, or none that costs no more than the cheapest one
         if t - t_min >= WALK_CORNERS:
-            rest = yield from cheapest_on_staircase(probe, rate, (t, t_hi), (floor, high),
+            floor, t_top = yield from _tightened_floor(probe, rate, objective, budget,
+                                                       (floor, high), (t, t_hi), p_hi)
+            if t_top is None:
+                break   # no corner left that costs no more than the cheapest one
+            rest = yield from cheapest_on_staircase(probe, rate, (t, t_top), (floor, high),
                                                     objective)
             return [*rest, *reversed(corners)]
         cap = _largest(lambda p, t=t: objective(p, t), budget, floor, high)
@@ -215,6 +220,33 @@ def budget_walk(probe: Probe, rate, p_hi: int, t_hi: int,
         budget = min(budget, objective(p, t))
         high = p - 1   # the next corner has fewer prompt machines
     return list(reversed(corners))
+
+
+def _tightened_floor(probe: Probe, rate, objective: Callable[[int, int], float],
+                     budget: float, prompts: tuple[int, int], tokens: tuple[int, int],
+                     p_hi: int):
+    """Before the staircase is searched over the token pools `tokens` for corners with a
+    prompt pool in `prompts` (floor, high): (floor, t_top), t_top the largest token pool
+    that could still hold a corner costing no more than `budget`, floor the smallest
+    feasible prompt pool g(t_top) there; (floor, None) when no token pool can.
+
+    g is non-increasing, so g(t_top) bounds g from below at every token pool up to t_top,
+    and a corner past the t_top of the bound before costs more than `budget` anyway: the
+    bound is raised to g(t_top), which lowers t_top, until it holds (a bisection each, up to
+    a prompt pool feasible at every token pool searched: the last corner's, or p_hi).
+    Without it, a staircase whose costs only rise past the walk was searched to the end of
+    the box."""
+    floor, high = prompts
+    low, t_top = tokens
+    top = min(high + 1, p_hi)
+    while True:
+        t_top = _largest(lambda u, p=floor: objective(p, u), budget, low, t_top)
+        least = yield from lowest(lambda p, t=t_top: probe.meets_slos(p, t, rate), floor, top)
+        if least <= floor:
+            return floor, t_top
+        floor = least
+        if floor > high or objective(floor, low) > budget + _slack(budget):
+            return floor, None
 
 
 def _slack(budget: float) -> float:

@@ -750,6 +750,29 @@ def test_budget_walk_finds_the_cheapest_corners_and_skips_dear_ones(rule, design
     assert not set(dear) & {(p.prompt_machines, p.token_machines) for p in asked}
 
 
+def test_past_the_walk_the_staircase_is_searched_only_where_it_could_be_cheapest():
+    """Forty corners of one cost (a prompt machine fewer for each token machine: equal
+    prices), then a prompt pool that falls no further, so every later corner is dearer. Past
+    WALK_CORNERS the cheapest corner is searched only up to the last token pool that could
+    still hold one within the cheapest cost (the floor raised to the smallest feasible prompt
+    pool there, `_tightened_floor`): every tied corner is found, no dearer one is resolved,
+    and it asks 104 points where searching to the end of the box asked 124."""
+    from provisioner.frontier import WALK_CORNERS, Probe, budget_walk
+    design = CATALOG.design("splitwise-hh")   # both pools dgx-h100: equal prices
+
+    def rising(name, p, t, rate):
+        return p >= max(200 - t, 160)
+
+    def objective(p, t):
+        return design.cost_per_hour(p, t)
+
+    corners, asked = _walk(budget_walk(Probe(design), 10.0, 256, 256, objective,
+                                       objective(256, 1)), rising, design)
+    assert WALK_CORNERS < 40
+    assert sorted(corners, key=lambda c: c[1]) == [(200 - t, t) for t in range(1, 41)]
+    assert len(asked) <= 104
+
+
 @dataclass(frozen=True)
 class _Variant:
     """A layout variant as `layout_search` reads one: a design, its capacity bound, floors."""
