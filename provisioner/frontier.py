@@ -226,25 +226,28 @@ def _tightened_floor(probe: Probe, rate, objective: Callable[[int, int], float],
                      budget: float, prompts: tuple[int, int], tokens: tuple[int, int],
                      p_hi: int):
     """Before the staircase is searched over the token pools `tokens` for corners with a
-    prompt pool in `prompts` (floor, high): (floor, t_top), t_top the largest token pool
-    that could still hold a corner costing no more than `budget`, floor the smallest
-    feasible prompt pool g(t_top) there; (floor, None) when no token pool can.
+    prompt pool in `prompts` (floor, high): (floor, t_top), t_top the last token pool that
+    could still hold a corner costing no more than `budget` and floor a lower bound on the
+    smallest feasible prompt pool g up to it; (floor, None) when no token pool can.
 
-    g is non-increasing, so g(t_top) bounds g from below at every token pool up to t_top,
-    and a corner past the t_top of the bound before costs more than `budget` anyway: the
-    bound is raised to g(t_top), which lowers t_top, until it holds (a bisection each, up to
-    a prompt pool feasible at every token pool searched: the last corner's, or p_hi).
-    Without it, a staircase whose costs only rise past the walk was searched to the end of
-    the box."""
+    g is non-increasing, so one infeasible point (p, t_top) puts g above p at every token
+    pool up to t_top. Each step asks the point that, infeasible, rules out the upper half
+    of the token pools left (its p is the largest prompt pool at which a corner there would
+    still cost no more than `budget`), and stops at the first feasible one: one simulation
+    a halving, one when nothing can be cut. Without it, a staircase whose costs only rise
+    past the walk was searched to the end of the box."""
     floor, high = prompts
     low, t_top = tokens
-    top = min(high + 1, p_hi)
+    top = min(high + 1, p_hi)   # feasible at every token pool searched
     while True:
         t_top = _largest(lambda u, p=floor: objective(p, u), budget, low, t_top)
-        least = yield from lowest(lambda p, t=t_top: probe.meets_slos(p, t, rate), floor, top)
-        if least <= floor:
+        if t_top <= low:
             return floor, t_top
-        floor = least
+        half = (low + t_top) // 2
+        cut = _largest(lambda p, t=half + 1: objective(p, t), budget, floor, high)
+        if cut >= top or (yield from probe.meets_slos(cut, t_top, rate)):
+            return floor, t_top
+        floor = cut + 1   # g > cut up to t_top: every corner past `half` costs more
         if floor > high or objective(floor, low) > budget + _slack(budget):
             return floor, None
 
