@@ -196,8 +196,8 @@ def budget_walk(probe: Probe, rate, p_hi: int, t_hi: int,
     floor, floor_known = 1, False   # g(T) >= floor for every T walked
     high = p_hi   # g(t_min) <= p_hi
     for t in range(t_min, t_hi + 1):
-        if high < floor or objective(floor, t) > budget + _slack(budget):
-            break   # no corner left, or none that costs no more than the cheapest one
+        if _none_left(objective, budget, (floor, high), t):
+            break
         if t - t_min >= WALK_CORNERS:
             floor, t_top = yield from _tightened_floor(probe, rate, objective, budget,
                                                        (floor, high), (t, t_hi), p_hi)
@@ -248,8 +248,16 @@ def _tightened_floor(probe: Probe, rate, objective: Callable[[int, int], float],
         if cut >= top or (yield from probe.meets_slos(cut, t_top, rate)):
             return floor, t_top
         floor = cut + 1   # g > cut up to t_top: every corner past `half` costs more
-        if floor > high or objective(floor, low) > budget + _slack(budget):
+        if _none_left(objective, budget, (floor, high), low):
             return floor, None
+
+
+def _none_left(objective: Callable[[int, int], float], budget: float,
+               prompts: tuple[int, int], token: int) -> bool:
+    """No corner left to find: none has a prompt pool in `prompts` (floor, high), or even the
+    floor at `token` (the fewest token machines still to look at) costs more than `budget`."""
+    floor, high = prompts
+    return high < floor or objective(floor, token) > budget + _slack(budget)
 
 
 def _slack(budget: float) -> float:
